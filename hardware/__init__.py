@@ -1,0 +1,1 @@
+"""Bundled hardware profiles (installed as the package ``solverfuse.profiles``)."""

@@ -1,0 +1,39 @@
+"""The library entry point other compilers call: ``solverfuse.plan(graph, hardware, ...)``.
+
+It takes a Graph, a path (JSON or ONNX), a dict or a networkx DiGraph (see
+:func:`solverfuse.graph.from_networkx`), and returns a validated :class:`~solverfuse.plans.Plan`.
+CP-SAT never shows through this interface.
+
+>>> import solverfuse
+>>> g = {"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
+...      "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+...                {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]}
+>>> p = solverfuse.plan(g, "nvidia-h100", strategy="optimal", time_limit=10)
+>>> p.status, [grp.nodes for grp in p.groups], p.traffic_bytes == p.lower_bound_bytes
+('optimal', [['a', 'b']], True)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+from .errors import SolverfuseError
+from .graph import Graph, load_graph
+from .hardware import Hardware, load_hardware
+from .plans import Plan
+
+
+def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "nvidia-h100", *,
+         strategy: str = "optimal", time_limit: float = 10.0, workers: int = 2, seed: int = 0,
+         progress: Optional[Callable[..., None]] = None) -> Plan:
+    """Plan fusion for ``graph`` on ``hardware`` with ``strategy`` (``optimal`` or a greedy name)."""
+    from . import greedy
+    g = load_graph(graph)
+    hw = load_hardware(hardware)
+    if strategy == "optimal":
+        from .solve import solve
+        hints = [greedy.STRATEGIES[name](g, hw) for name in greedy.STRATEGIES]
+        return solve(g, hw, time_limit=time_limit, workers=workers, seed=seed, hints=hints,
+                     progress=progress)
+    if strategy not in greedy.STRATEGIES:
+        raise SolverfuseError(f"unknown strategy {strategy!r} (optimal, {', '.join(greedy.STRATEGIES)})")
+    return greedy.greedy_plan(g, hw, strategy)

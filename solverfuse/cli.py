@@ -1,0 +1,117 @@
+"""The ``solverfuse`` command line: parse arguments, call the library, print. Nothing else.
+
+Every library error (:class:`SolverfuseError`) becomes one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import SolverfuseError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Optimal operator-fusion planning with CP-SAT.")
+hardware_app = typer.Typer(no_args_is_help=True, help="Hardware profiles.")
+app.add_typer(hardware_app, name="hardware")
+
+
+def fail(message: str, code: int = 2):
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    raise typer.Exit(code)
+
+
+def handles_errors(fn):
+    """Turn library errors into one line + exit code 2 (no traceback)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SolverfuseError as e:
+            fail(str(e))
+        except RecursionError:
+            fail("input too deeply nested")
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+    return wrapper
+
+
+def emit_json(obj) -> None:
+    typer.echo(json.dumps(obj, indent=1, ensure_ascii=False))
+
+
+@app.command()
+@handles_errors
+def schema(what: str = typer.Argument("graph", help="graph or plan")):
+    """Print the JSON Schema of the graph (or plan) format."""
+    from .graph import graph_schema
+    from .plans import Plan
+    if what == "graph":
+        emit_json(graph_schema())
+    elif what == "plan":
+        emit_json(Plan.model_json_schema())
+    else:
+        fail(f"unknown schema {what!r} (graph or plan)")
+
+
+@hardware_app.command("list")
+@handles_errors
+def hardware_list():
+    """List the bundled hardware profiles."""
+    from .hardware import list_hardware, load_hardware
+    for name in list_hardware():
+        typer.echo(f"{name:18s} {load_hardware(name).description}")
+
+
+@hardware_app.command("show")
+@handles_errors
+def hardware_show(name: str = typer.Argument(..., help="profile name or JSON file")):
+    """Print one hardware profile as JSON (with its sources)."""
+    from .hardware import load_hardware
+    emit_json(load_hardware(name).model_dump(mode="json"))
+
+
+@hardware_app.command("detect")
+@handles_errors
+def hardware_detect():
+    """Print a CPU profile of this host (cores and caches from the OS)."""
+    from .hardware import detect
+    emit_json(detect().model_dump(mode="json"))
+
+
+@app.command("inspect")
+@handles_errors
+def inspect_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
+                as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
+    """Ops by category, tensor bytes, Q_min, unfused traffic, the largest tensors."""
+    from .graph import load_graph
+    from .summary import format_inspect, inspect_graph
+    s = inspect_graph(load_graph(graph))
+    emit_json(s) if as_json else typer.echo(format_inspect(s))
+
+
+@app.command("import")
+@handles_errors
+def import_cmd(model: Path = typer.Argument(..., help="ONNX model"),
+               output: Optional[Path] = typer.Option(None, "-o", "--output", help="graph JSON to write (default: stdout)")):
+    """Convert an ONNX model to solverfuse-graph/1 JSON."""
+    from .onnx_import import import_onnx
+    from .plans import write_atomic
+    text = import_onnx(model).to_json()
+    if output:
+        write_atomic(output, text + "\n")
+        typer.echo(f"wrote {output}", err=True)
+    else:
+        typer.echo(text)
+
+
+def main():  # pragma: no cover - console entry
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,407 @@
+"""The graph model (``solverfuse-graph/1``): load, validate, infer shapes, index.
+
+A graph is tensors + nodes, ONNX operator names and semantics. :func:`load_graph` accepts a JSON
+file, a JSON string/dict, an ``.onnx`` file, or a networkx DiGraph (see :func:`from_networkx`),
+and returns a *checked* :class:`Graph`: every tensor shaped, names unique, no cycles, every
+reference resolved. Every problem raises :class:`GraphError` with one line naming the place.
+
+>>> g = load_graph({"format": "solverfuse-graph/1", "name": "tiny",
+...     "tensors": {"x": {"shape": [4, 8], "dtype": "float32"}},
+...     "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+...               {"name": "e", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+>>> g.tensors["y"].shape, g.nbytes("h"), g.index.consumers["h"]
+([4, 8], 128, ['e'])
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import GraphError
+from .ops import DTYPE_ALIASES, DTYPE_SIZES, OPS, ShapeError, infer_node, node_flops, numel
+
+FORMAT = "solverfuse-graph/1"
+#: Largest tensor accepted (bytes); beyond this sizes are treated as absurd (overflow guards).
+MAX_TENSOR_BYTES = 1 << 46
+
+
+class Tensor(BaseModel):
+    """A tensor: static shape, ONNX dtype name; constants may carry a small value or a fill."""
+    model_config = ConfigDict(extra="forbid")
+    shape: Optional[list[int]] = None
+    dtype: str = "float32"
+    constant: bool = False
+    value: Optional[Any] = Field(default=None, description="nested list, for small constants")
+    fill: Optional[float] = Field(default=None, description="every element equals this")
+
+
+class Node(BaseModel):
+    """One operator application. ``category``/``flops`` let an unknown op be planned (opaquely)."""
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    op: str
+    inputs: list[str] = Field(description='tensor names; "" marks an omitted optional input')
+    outputs: list[str]
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    category: Optional[Literal["compute", "memory", "data"]] = None
+    flops: Optional[int] = None
+
+
+@dataclass
+class GraphIndex:
+    """Derived lookups of a checked graph (built once, cached)."""
+    node: dict[str, Node]
+    producer: dict[str, str]
+    consumers: dict[str, list[str]]
+    order: list[str]
+    position: dict[str, int]
+    preds: dict[str, list[str]]
+    succs: dict[str, list[str]]
+
+
+class Graph(BaseModel):
+    """A checked compute graph; build it with :func:`load_graph` (which validates)."""
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["solverfuse-graph/1"] = FORMAT
+    name: str = "graph"
+    tensors: dict[str, Tensor]
+    inputs: list[str]
+    outputs: list[str]
+    nodes: list[Node]
+
+    @cached_property
+    def index(self) -> GraphIndex:
+        node = {n.name: n for n in self.nodes}
+        producer = {t: n.name for n in self.nodes for t in n.outputs if t}
+        consumers: dict[str, list[str]] = {t: [] for t in self.tensors}
+        for n in self.nodes:
+            for t in dict.fromkeys(x for x in n.inputs if x):
+                consumers.setdefault(t, []).append(n.name)
+        preds = {n.name: list(dict.fromkeys(producer[t] for t in n.inputs if t in producer))
+                 for n in self.nodes}
+        succs: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for v, ps in preds.items():
+            for u in ps:
+                succs[u].append(v)
+        order = _topo_order(self.nodes, preds)
+        return GraphIndex(node, producer, consumers, order, {n: i for i, n in enumerate(order)},
+                          preds, succs)
+
+    def nbytes(self, tensor: str) -> int:
+        """Bytes of a tensor (elements x dtype size)."""
+        t = self.tensors[tensor]
+        return numel(t.shape) * DTYPE_SIZES[t.dtype]
+
+    def is_source(self, tensor: str) -> bool:
+        """True for graph inputs and constants: tensors that start in global memory."""
+        return tensor not in self.index.producer
+
+    def flops(self, node: str) -> int:
+        """Floating-point operations of a node (op table, or the node's declared flops)."""
+        n = self.index.node[node]
+        if n.flops is not None or n.op not in OPS:
+            return n.flops or 0
+        ins = [(tuple(self.tensors[t].shape), self.tensors[t].dtype) for t in n.inputs if t]
+        outs = [(tuple(self.tensors[t].shape), self.tensors[t].dtype) for t in n.outputs if t]
+        return node_flops(n.op, n.attributes, ins, outs)
+
+    def constant_value(self, tensor: str) -> Optional[np.ndarray]:
+        """The value of a constant tensor as an array, or None if it is not a known constant."""
+        t = self.tensors.get(tensor)
+        if t is None or not t.constant or t.shape is None:
+            return None
+        if t.value is not None:
+            return np.asarray(t.value, dtype=_np_dtype(t.dtype)).reshape(t.shape)
+        if t.fill is not None and numel(t.shape) <= (1 << 26):
+            return np.full(t.shape, t.fill, dtype=_np_dtype(t.dtype))
+        return None
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON of the graph (what a plan refers to)."""
+        return hashlib.sha256(self.to_json(indent=None).encode()).hexdigest()
+
+    def to_json(self, indent: Optional[int] = 1) -> str:
+        return json.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=indent,
+                          ensure_ascii=False, sort_keys=False)
+
+    def to_networkx(self):
+        """A networkx DiGraph view: node attrs ``op``/``node``; edge attrs ``tensors``/``bytes``."""
+        import networkx as nx
+        g = nx.DiGraph()
+        for n in self.nodes:
+            g.add_node(n.name, op=n.op, node=n)
+        for n in self.nodes:
+            for t in n.inputs:
+                p = self.index.producer.get(t)
+                if p is None:
+                    continue
+                if g.has_edge(p, n.name):
+                    if t not in g.edges[p, n.name]["tensors"]:
+                        g.edges[p, n.name]["tensors"].append(t)
+                        g.edges[p, n.name]["bytes"] += self.nbytes(t)
+                else:
+                    g.add_edge(p, n.name, tensors=[t], bytes=self.nbytes(t))
+        return g
+
+
+def _np_dtype(dtype: str):
+    return np.float32 if dtype == "bfloat16" else np.dtype("bool" if dtype == "bool" else dtype)
+
+
+def _topo_order(nodes: list[Node], preds: dict[str, list[str]]) -> list[str]:
+    """Kahn's algorithm, ties broken by file order (stable, deterministic)."""
+    pos = {n.name: i for i, n in enumerate(nodes)}
+    indeg = {n: len(p) for n, p in preds.items()}
+    succs: dict[str, list[str]] = {n: [] for n in preds}
+    for v, ps in preds.items():
+        for u in ps:
+            succs[u].append(v)
+    heap = [pos[n] for n, d in indeg.items() if d == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        u = nodes[heapq.heappop(heap)].name
+        order.append(u)
+        for v in succs[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, pos[v])
+    if len(order) != len(nodes):
+        stuck = min((n for n, d in indeg.items() if d > 0), key=pos.get)
+        raise GraphError(f"cycle: node {stuck!r} depends (transitively) on its own output")
+    return order
+
+
+def _fmt_loc(loc) -> str:
+    return ".".join(str(x) for x in loc)
+
+
+def parse_graph(data: Union[dict, str, bytes]) -> Graph:
+    """Parse JSON text or a dict into a :class:`Graph` and check it (see :func:`check_graph`)."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise GraphError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise GraphError("graph JSON must be an object")
+    if data.get("format", FORMAT) != FORMAT:
+        raise GraphError(f"format must be {FORMAT!r}, got {data.get('format')!r}")
+    try:
+        g = Graph.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise GraphError(f"{_fmt_loc(err['loc'])}: {err['msg']}") from None
+    return check_graph(g)
+
+
+def check_graph(g: Graph) -> Graph:
+    """Validate references, names, dtypes and sizes; infer every missing shape; fold Constant nodes.
+
+    Returns a new, fully shaped graph (nodes in a topological order). Raises GraphError.
+    """
+    tensors = {k: v.model_copy() for k, v in g.tensors.items()}
+    nodes = list(g.nodes)
+    seen_nodes: set[str] = set()
+    for n in nodes:
+        if n.name in seen_nodes:
+            raise GraphError(f"duplicate node name {n.name!r}")
+        seen_nodes.add(n.name)
+    for name, t in tensors.items():
+        t.dtype = DTYPE_ALIASES.get(t.dtype, t.dtype)
+        if t.dtype not in DTYPE_SIZES:
+            raise GraphError(f"tensor {name!r}: unknown dtype {t.dtype!r}")
+        if t.shape is not None:
+            _check_shape(name, t.shape, t.dtype)
+    # Constant nodes become constant tensors: they hold data, not work.
+    kept = []
+    for n in nodes:
+        if n.op == "Constant":
+            if len(n.outputs) != 1 or "value" not in n.attributes:
+                raise GraphError(f"node {n.name!r}: Constant needs one output and a 'value' attribute")
+            arr = np.asarray(n.attributes["value"])
+            dt = tensors[n.outputs[0]].dtype if n.outputs[0] in tensors else \
+                ("int64" if arr.dtype.kind in "iu" else "float32")
+            tensors[n.outputs[0]] = Tensor(shape=list(arr.shape), dtype=dt, constant=True,
+                                           value=arr.tolist())
+        else:
+            kept.append(n)
+    nodes = kept
+    produced: dict[str, str] = {}
+    for n in nodes:
+        if n.op not in OPS and n.category is None:
+            raise GraphError(f"node {n.name!r}: unknown op {n.op!r} (declare a 'category' to plan it opaquely)")
+        if not n.outputs:
+            raise GraphError(f"node {n.name!r} has no outputs")
+        for t in n.outputs:
+            if not t:
+                continue
+            if t in produced:
+                raise GraphError(f"tensor {t!r} is produced by both {produced[t]!r} and {n.name!r}")
+            if t in g.inputs or (t in tensors and tensors[t].constant):
+                raise GraphError(f"node {n.name!r} writes {t!r}, which is a graph input or constant")
+            produced[t] = n.name
+    for name in g.inputs:
+        if name not in tensors:
+            raise GraphError(f"graph input {name!r} is not declared in tensors")
+        if tensors[name].shape is None:
+            raise GraphError(f"graph input {name!r} has no shape")
+    if len(set(g.inputs)) != len(g.inputs):
+        raise GraphError("duplicate name in graph inputs")
+    for n in nodes:
+        for t in n.inputs:
+            if t and t not in produced and t not in g.inputs and not (t in tensors and tensors[t].constant):
+                raise GraphError(f"node {n.name!r} reads unknown tensor {t!r} "
+                                 f"(not a graph input, constant or node output)")
+    for t in g.outputs:
+        if t not in produced and t not in g.inputs and not (t in tensors and tensors[t].constant):
+            raise GraphError(f"graph output {t!r} is not produced by any node")
+    for name, t in tensors.items():
+        if t.constant and t.shape is None:
+            if t.value is None:
+                raise GraphError(f"constant {name!r} has no shape")
+            t.shape = list(np.asarray(t.value).shape)
+    pre = Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=nodes)
+    order = pre.index.order  # raises on a cycle
+    node = pre.index.node
+    out_nodes = []
+    for name in order:
+        n = node[name]
+        _infer(n, tensors, pre)
+        out_nodes.append(n)
+    unused = [k for k in tensors if k not in produced and k not in g.inputs and not tensors[k].constant]
+    for k in unused:
+        if not any(k in n.inputs for n in nodes) and k not in g.outputs:
+            del tensors[k]
+    return Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=out_nodes)
+
+
+def _check_shape(name: str, shape: list[int], dtype: str) -> None:
+    if any((not isinstance(d, int)) or d < 0 for d in shape):
+        raise GraphError(f"tensor {name!r}: bad shape {shape} (dimensions must be integers >= 0)")
+    total = DTYPE_SIZES[dtype]
+    for d in shape:
+        total *= d
+        if total > MAX_TENSOR_BYTES:
+            raise GraphError(f"tensor {name!r}: shape {shape} is absurdly large (over {MAX_TENSOR_BYTES} bytes)")
+
+
+def _infer(n: Node, tensors: dict[str, Tensor], pre: Graph) -> None:
+    """Infer the outputs of one node in place; check declared shapes agree."""
+    ins = []
+    for t in n.inputs:
+        if t:
+            ins.append((tuple(tensors[t].shape), tensors[t].dtype))
+        else:
+            ins.append((None, None))
+    declared = [tensors.get(t) for t in n.outputs]
+    if n.op not in OPS:
+        for t, d in zip(n.outputs, declared):
+            if t and (d is None or d.shape is None):
+                raise GraphError(f"node {n.name!r} (unknown op {n.op!r}): output {t!r} needs a declared shape")
+        return
+    values = [pre.constant_value(t) if t else None for t in n.inputs]
+    real_ins = [i for i in ins if i[0] is not None]
+    if not real_ins and n.op != "ConstantOfShape":
+        raise GraphError(f"node {n.name!r} ({n.op}) has no inputs")
+    try:
+        attrs = dict(n.attributes)
+        if n.op == "Split":
+            attrs["_num_outputs"] = len(n.outputs)
+        if n.op == "ConstantOfShape" and declared and declared[0] is not None:
+            attrs["_dtype"] = declared[0].dtype
+        outs = infer_node(n.op, attrs, ins, values)
+    except ShapeError as e:
+        raise GraphError(f"node {n.name!r} ({n.op}): {e}") from None
+    except (KeyError, IndexError, TypeError) as e:
+        raise GraphError(f"node {n.name!r} ({n.op}): missing or malformed input/attribute ({e})") from None
+    for t, d, (shape, dtype) in zip(n.outputs, declared, outs):
+        if not t:
+            continue
+        if d is not None and d.shape is not None and tuple(d.shape) != tuple(shape):
+            raise GraphError(f"node {n.name!r} ({n.op}): output {t!r} declared shape {d.shape} "
+                             f"but inputs give {list(shape)}")
+        _check_shape(t, list(shape), dtype)
+        tensors[t] = Tensor(shape=list(shape), dtype=dtype if d is None else DTYPE_ALIASES.get(d.dtype, d.dtype))
+
+
+def from_networkx(dg, name: str = "graph") -> Graph:
+    """Build a checked Graph from a networkx DiGraph.
+
+    Each graph node is an op with attributes ``op`` (ONNX name), ``shape`` (its single output's
+    shape), optional ``dtype`` (default float32), ``attributes`` and ``category``. A node with no
+    predecessors and ``op == "Input"`` is a graph input; ``op == "Constant"`` a constant.
+    Nodes without successors are graph outputs. Edge order follows ``dg.predecessors``; an edge
+    attribute ``index`` fixes the input position.
+
+    >>> import networkx as nx
+    >>> d = nx.DiGraph()
+    >>> d.add_node("x", op="Input", shape=[8]); d.add_node("r", op="Relu"); d.add_edge("x", "r")
+    >>> from_networkx(d).tensors["r"].shape
+    [8]
+    """
+    tensors: dict[str, dict] = {}
+    nodes, inputs = [], []
+    for v, data in dg.nodes(data=True):
+        op = data.get("op")
+        if op is None:
+            raise GraphError(f"networkx node {v!r} has no 'op' attribute")
+        if op in ("Input", "Constant"):
+            tensors[str(v)] = {"shape": data.get("shape"), "dtype": data.get("dtype", "float32"),
+                               "constant": op == "Constant", "fill": data.get("fill")}
+            if op == "Input":
+                inputs.append(str(v))
+            continue
+        preds = sorted(dg.predecessors(v), key=lambda u: dg.edges[u, v].get("index", 0))
+        t = {"dtype": data.get("dtype", "float32")}
+        if data.get("shape") is not None:
+            t["shape"] = data["shape"]
+        tensors[str(v)] = t
+        nodes.append({"name": str(v), "op": op, "inputs": [str(u) for u in preds],
+                      "outputs": [str(v)], "attributes": data.get("attributes", {}),
+                      **({"category": data["category"]} if data.get("category") else {})})
+    outputs = [str(v) for v in dg.nodes if dg.out_degree(v) == 0 and dg.nodes[v].get("op") not in ("Input", "Constant")]
+    return parse_graph({"format": FORMAT, "name": name, "tensors": tensors, "inputs": inputs,
+                        "outputs": outputs, "nodes": nodes})
+
+
+def load_graph(source: Union[str, os.PathLike, dict, Graph, Any]) -> Graph:
+    """Load a graph from a path (``.json`` or ``.onnx``), a dict, a Graph or a networkx DiGraph."""
+    if isinstance(source, Graph):
+        return source
+    if isinstance(source, dict):
+        return parse_graph(source)
+    if hasattr(source, "nodes") and hasattr(source, "edges") and hasattr(source, "predecessors"):
+        return from_networkx(source)
+    path = Path(source)
+    if not path.exists():
+        raise GraphError(f"{path}: no such file")
+    if path.suffix.lower() == ".onnx":
+        from .onnx_import import import_onnx
+        return import_onnx(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as e:
+        raise GraphError(f"{path}: cannot read ({e})") from None
+    try:
+        return parse_graph(text)
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from None
+
+
+def graph_schema() -> dict:
+    """The published JSON Schema of ``solverfuse-graph/1``."""
+    schema = Graph.model_json_schema()
+    schema["$id"] = "https://solverfuse.dev/schema/solverfuse-graph-1.json"
+    schema["title"] = "solverfuse-graph/1"
+    return schema

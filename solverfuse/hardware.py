@@ -1,0 +1,160 @@
+"""Hardware profiles: a pydantic model, the bundled JSON files, and ``detect()`` for the host.
+
+A profile holds what the mapping and cost models need: the register budget of one thread (GPU)
+or the vector register file (CPU), the L1/shared bytes one kernel's tile may use, caches, DRAM
+bandwidth, peak flops, core count, launch overhead, and the GEMM tile its anchors run. Every
+number in a bundled profile has its public source in ``sources``.
+
+>>> hw = load_hardware("nvidia-h100")
+>>> hw.kind, hw.register_budget, hw.l1_bytes // 1024
+('gpu', 255, 227)
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib import resources
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import HardwareError
+
+
+class GemmTile(BaseModel):
+    """The register/L1 tiling an anchor (MatMul/Conv as implicit GEMM) runs with."""
+    model_config = ConfigDict(extra="forbid")
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+    stages: int = Field(1, gt=0, description="pipelined copies of the operand tiles")
+    accumulator_registers: int = Field(gt=0, description="registers (per thread / vector) of the output micro-tile")
+
+
+class Hardware(BaseModel):
+    """One target. Sizes in bytes, bandwidth in bytes/s, flops in flop/s, times in seconds."""
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str
+    kind: Literal["gpu", "cpu"]
+    register_budget: int = Field(gt=0, description="registers per thread (GPU) / vector registers (CPU) a kernel may use before spilling")
+    kernel_base_registers: int = Field(ge=0, description="registers every kernel needs for indices and addresses")
+    register_bytes: int = Field(gt=0, description="bytes one register holds (4 on a GPU thread, the vector width on a CPU)")
+    l1_bytes: int = Field(gt=0, description="L1/shared memory one kernel's tile may use (per SM or core)")
+    l2_bytes: int = Field(gt=0)
+    l3_bytes: Optional[int] = Field(None, gt=0)
+    dram_bandwidth: float = Field(gt=0, description="bytes/s")
+    peak_flops: dict[str, float] = Field(description="flop/s per dtype")
+    cores: int = Field(gt=0, description="SMs or CPU cores")
+    launch_overhead_s: float = Field(ge=0)
+    gemm_tile: GemmTile
+    window_tile_elements: int = Field(gt=0, description="output elements a pooling/LRN tile computes at once")
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("peak_flops")
+    @classmethod
+    def _positive(cls, v):
+        if not v or any(x <= 0 for x in v.values()):
+            raise ValueError("peak_flops needs positive entries")
+        return v
+
+    def peak(self, dtype: str) -> float:
+        """Peak flop/s for a dtype (falls back to float32)."""
+        return self.peak_flops.get(dtype, self.peak_flops.get("float32", max(self.peak_flops.values())))
+
+
+def _bundled() -> dict[str, Path]:
+    root = resources.files("solverfuse.profiles")
+    return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".json")}
+
+
+def list_hardware() -> list[str]:
+    """Names of the bundled profiles (plus ``detect``).
+
+    >>> "nvidia-a100" in list_hardware() and "detect" in list_hardware()
+    True
+    """
+    return sorted(_bundled()) + ["detect"]
+
+
+def load_hardware(spec: Union[str, os.PathLike, Hardware, None] = "nvidia-h100") -> Hardware:
+    """A profile by bundled name, ``detect``, a JSON file path, or a Hardware (returned as is)."""
+    if isinstance(spec, Hardware):
+        return spec
+    if spec is None:
+        spec = "nvidia-h100"
+    spec = str(spec)
+    if spec == "detect":
+        return detect()
+    bundled = _bundled()
+    if spec in bundled:
+        text, where = bundled[spec].read_text(), spec
+    elif spec.endswith(".json") or os.path.sep in spec:
+        path = Path(spec)
+        if not path.exists():
+            raise HardwareError(f"hardware file {spec!r} does not exist")
+        text, where = path.read_text(), spec
+    else:
+        raise HardwareError(f"unknown hardware {spec!r} (known: {', '.join(list_hardware())})")
+    try:
+        return Hardware.model_validate(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise HardwareError(f"{where}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise HardwareError(f"{where}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def _cache_sizes() -> dict[int, int]:
+    """Data/unified cache size per level from sysfs (Linux); empty elsewhere."""
+    out: dict[int, int] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for d in sorted(base.glob("index*")) if base.exists() else []:
+        try:
+            if (d / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((d / "level").read_text())
+            size = (d / "size").read_text().strip()
+            mult = {"K": 1024, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+            out[level] = int(size.rstrip("KMG")) * mult
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def detect() -> Hardware:
+    """A CPU profile for this host: core count and caches from the OS, vector width from cpuinfo.
+
+    DRAM bandwidth and peak flops cannot be read from the OS; they are estimated (8 GB/s and
+    16 fp32 flop/cycle at 2.5 GHz per core) and marked as such in ``sources``.
+    """
+    caches = _cache_sizes()
+    cores = os.cpu_count() or 1
+    flags = ""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pass
+    machine = platform.machine().lower()
+    if "avx512f" in flags:
+        vregs, vbytes = 32, 64
+    elif machine in ("aarch64", "arm64"):
+        vregs, vbytes = 32, 16
+    else:
+        vregs, vbytes = 16, 32
+    model = next((ln.split(":", 1)[1].strip() for ln in flags.splitlines() if ln.startswith("model name")),
+                 platform.processor() or machine)
+    return Hardware(
+        name="detect", description=f"this host: {model}, {cores} cores", kind="cpu",
+        register_budget=vregs, kernel_base_registers=4, register_bytes=vbytes,
+        l1_bytes=caches.get(1, 32 * 1024), l2_bytes=caches.get(2, 1 << 20), l3_bytes=caches.get(3),
+        dram_bandwidth=8e9 * cores, peak_flops={"float32": 2.5e9 * 16 * cores},
+        cores=cores, launch_overhead_s=2e-6,
+        gemm_tile={"m": 6, "n": 2 * vbytes // 4, "k": 256, "stages": 1, "accumulator_registers": 12},
+        window_tile_elements=vbytes // 4,
+        sources={"cores": "os.cpu_count()", "caches": "/sys/devices/system/cpu/cpu0/cache",
+                 "register_budget": "/proc/cpuinfo flags (avx512f -> 32 zmm, else 16 ymm; arm64 -> 32 v)",
+                 "dram_bandwidth": "estimate: 8 GB/s per core (not measured)",
+                 "peak_flops": "estimate: 2.5 GHz x 16 fp32 flop/cycle per core (not measured)"})

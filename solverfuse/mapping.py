@@ -1,0 +1,117 @@
+"""Hardware mapping: what one fused kernel needs in registers and L1/shared memory.
+
+The model is *additive* so the integer program can state it exactly (a linear sum over the ops
+assigned to a group; see ``formulations/hardware-mapping.md``)::
+
+    registers(G) = hw.kernel_base_registers + sum(op_registers(v) for v in G)
+    l1_bytes(G)  = sum(op_l1_bytes(v) for v in G)
+
+* ``op_registers`` -- the live values the op adds to the kernel's schedule: its output value plus
+  the temporaries of its scalar code (op table ``registers``); an anchor (MatMul/Conv/Gemm) adds
+  its output micro-tile of accumulators (``hw.gemm_tile.accumulator_registers``).
+* ``op_l1_bytes`` -- data the op keeps resident in L1/shared while the kernel runs:
+  a reduction keeps one *row* (its reduced extent, e.g. the softmax axis or the layer-norm
+  features) so that the row's producers and consumers run in the same row loop; an anchor keeps
+  its operand tiles ``(m*k + k*n) * itemsize * stages`` (tile clipped to the problem size); a
+  window op (pooling, LRN) keeps ``window elements * window_tile_elements * itemsize``.
+
+A group of two or more ops is legal only if both sums are within ``hw.register_budget`` and
+``hw.l1_bytes``. A single-op kernel is always schedulable (it streams from global memory), which is
+why an op that alone exceeds a limit is simply never fused.
+
+>>> from solverfuse.graph import load_graph
+>>> from solverfuse.hardware import load_hardware
+>>> g = load_graph({"tensors": {"x": {"shape": [8, 1024]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["x"], "outputs": ["h"]},
+...               {"name": "s", "op": "Softmax", "inputs": ["h"], "outputs": ["y"]}]})
+>>> hw = load_hardware("nvidia-h100")
+>>> op_footprint(g, "s", hw), group_footprint(g, ["e", "s"], hw)
+(Footprint(registers=2, l1_bytes=4096), Footprint(registers=20, l1_bytes=4096))
+"""
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+from .graph import Graph
+from .hardware import Hardware
+from .ops import DTYPE_SIZES, OPS, numel, reduce_axes
+
+
+class Footprint(NamedTuple):
+    registers: int
+    l1_bytes: int
+
+
+def row_elements(graph: Graph, node: str) -> int:
+    """Elements of the row a reduction op keeps resident (its reduced extent)."""
+    n = graph.index.node[node]
+    x = graph.tensors[n.inputs[0]].shape
+    rank = len(x)
+    if n.op in ("Softmax", "LogSoftmax"):
+        return x[n.attributes.get("axis", -1) % rank] if rank else 1
+    if n.op == "LayerNormalization":
+        return numel(x[n.attributes.get("axis", -1) % rank:]) if rank else 1
+    if n.op in ("GlobalAveragePool", "GlobalMaxPool"):
+        return numel(x[2:])
+    ins = [(tuple(graph.tensors[t].shape), graph.tensors[t].dtype) if t else (None, None) for t in n.inputs]
+    values = [graph.constant_value(t) if t else None for t in n.inputs]
+    return numel([x[a] for a in reduce_axes(n.attributes, ins, values)])
+
+
+def gemm_dims(graph: Graph, node: str) -> tuple[int, int, int]:
+    """(M, N, K) of an anchor seen as a GEMM (Conv as implicit GEMM)."""
+    n = graph.index.node[node]
+    a = graph.tensors[n.inputs[0]].shape
+    b = graph.tensors[n.inputs[1]].shape
+    out = graph.tensors[n.outputs[0]].shape
+    if n.op == "Conv":
+        return numel([out[0]] + out[2:]), out[1], numel(b[1:])
+    if n.op == "Gemm":
+        k = a[0] if n.attributes.get("transA", 0) else a[1]
+        return out[0], out[1], k
+    return (numel(out[:-1]) if len(out) > 1 else 1), (out[-1] if len(b) > 1 else 1), a[-1]
+
+
+def op_footprint(graph: Graph, node: str, hw: Hardware) -> Footprint:
+    """Registers and L1 bytes that ``node`` adds to any group containing it."""
+    n = graph.index.node[node]
+    info = OPS.get(n.op)
+    if info is None:
+        return Footprint(0, 0)
+    itemsize = DTYPE_SIZES[graph.tensors[n.inputs[0]].dtype] if n.inputs and n.inputs[0] else 4
+    regs = hw.gemm_tile.accumulator_registers if info.role == "anchor" else info.registers
+    if info.l1 == "row":
+        l1 = row_elements(graph, node) * itemsize
+    elif info.l1 == "gemm":
+        m, nn, k = gemm_dims(graph, node)
+        t = hw.gemm_tile
+        tm, tn, tk = min(t.m, m), min(t.n, nn), min(t.k, k)
+        l1 = (tm * tk + tk * tn) * itemsize * t.stages
+    elif info.l1 == "window":
+        window = n.attributes.get("size", 1) if n.op == "LRN" else numel(n.attributes.get("kernel_shape", [1]))
+        l1 = window * hw.window_tile_elements * itemsize
+    else:
+        l1 = 0
+    return Footprint(regs, l1)
+
+
+def group_footprint(graph: Graph, nodes: Iterable[str], hw: Hardware) -> Footprint:
+    """Registers (including the kernel's base registers) and L1 bytes of a group's kernel."""
+    regs, l1 = hw.kernel_base_registers, 0
+    for v in nodes:
+        fp = op_footprint(graph, v, hw)
+        regs += fp.registers
+        l1 += fp.l1_bytes
+    return Footprint(regs, l1)
+
+
+def capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | None:
+    """Why a group exceeds registers or L1 (None if it fits; single ops always fit)."""
+    if len(nodes) < 2:
+        return None
+    fp = group_footprint(graph, nodes, hw)
+    if fp.registers > hw.register_budget:
+        return f"needs {fp.registers} registers > budget {hw.register_budget} of {hw.name}"
+    if fp.l1_bytes > hw.l1_bytes:
+        return f"needs {fp.l1_bytes} bytes of L1/shared > {hw.l1_bytes} of {hw.name}"
+    return None

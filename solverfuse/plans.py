@@ -1,0 +1,271 @@
+"""Plans (``solverfuse-plan/1``): the Plan/Group models, the independent validator, JSON in/out.
+
+A plan partitions the graph's ops into groups listed in an executable order. :func:`build_plan`
+turns any list of groups (from a solver, a greedy baseline or a user) into a filled, ordered and
+validated Plan; :func:`validate` re-checks a plan from scratch using only the graph, the hardware
+profile and the cost model -- it trusts no number written in the plan.
+
+>>> from solverfuse.graph import load_graph
+>>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+>>> p = build_plan(g, "nvidia-h100", [["b", "a"]], strategy="manual")
+>>> [grp.nodes for grp in p.groups], p.traffic_bytes, p.unfused_traffic_bytes
+([['a', 'b']], 2048, 4096)
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal, Optional, Sequence, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from . import cost
+from .errors import PlanError
+from .graph import Graph
+from .hardware import Hardware, load_hardware
+from .mapping import group_footprint
+
+FORMAT = "solverfuse-plan/1"
+Status = Literal["optimal", "feasible", "heuristic", "infeasible", "unknown"]
+
+
+class Group(BaseModel):
+    """One kernel: its ops (in a topological order), what it reads and writes, its cost."""
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    nodes: list[str]
+    reads: list[str]
+    writes: list[str]
+    traffic_bytes: int
+    registers: int
+    l1_bytes: int
+
+
+class Plan(BaseModel):
+    """A fusion plan; ``groups`` are in execution order. See DESIGN section 2b."""
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["solverfuse-plan/1"] = FORMAT
+    strategy: str
+    hardware: str
+    status: Status
+    traffic_bytes: int
+    bound_bytes: Optional[int] = None
+    lower_bound_bytes: int
+    unfused_traffic_bytes: int
+    solve_seconds: float = 0.0
+    graph_name: str
+    graph_sha256: str
+    groups: list[Group]
+    graph: Optional[Graph] = None
+    graph_path: Optional[str] = None
+    hardware_profile: Optional[Hardware] = None
+
+    @property
+    def gap(self) -> Optional[float]:
+        """Relative gap (traffic - bound) / traffic, or None without a bound."""
+        if self.bound_bytes is None:
+            return None
+        return 0.0 if self.traffic_bytes == 0 else (self.traffic_bytes - self.bound_bytes) / self.traffic_bytes
+
+    def group_nodes(self) -> list[list[str]]:
+        return [g.nodes for g in self.groups]
+
+
+def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Groups in an executable order (quotient graph topologically sorted), ops inside each
+    group in graph order. Raises PlanError if the quotient graph has a cycle."""
+    pos = graph.index.position
+    groups = [sorted(g, key=pos.__getitem__) for g in groups]
+    where = {v: i for i, g in enumerate(groups) for v in g}
+    succ: list[set[int]] = [set() for _ in groups]
+    indeg = [0] * len(groups)
+    for i, g in enumerate(groups):
+        for v in g:
+            for w in graph.index.succs[v]:
+                j = where.get(w)
+                if j is not None and j != i and j not in succ[i]:
+                    succ[i].add(j)
+                    indeg[j] += 1
+    heap = [(pos[g[0]], i) for i, g in enumerate(groups) if indeg[i] == 0 and g]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        out.append(groups[i])
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(heap, (pos[groups[j][0]], j))
+    if len(out) != sum(1 for g in groups if g):
+        stuck = next(groups[i][0] for i in range(len(groups)) if indeg[i] > 0)
+        raise PlanError(f"groups form a cycle (the group of {stuck!r} depends on itself)")
+    return out
+
+
+def build_plan(graph: Graph, hardware: Union[str, Hardware], groups: Sequence[Sequence[str]], *,
+               strategy: str, status: Status = "heuristic", bound_bytes: Optional[int] = None,
+               solve_seconds: float = 0.0, embed_graph: bool = True) -> Plan:
+    """Order, fill in and validate a plan from a partition of the graph's ops."""
+    hw = load_hardware(hardware)
+    ordered = order_groups(graph, groups)
+    out = []
+    for i, nodes in enumerate(ordered):
+        fp = group_footprint(graph, nodes, hw)
+        out.append(Group(name=f"k{i}", nodes=nodes, reads=cost.group_reads(graph, nodes),
+                         writes=cost.group_writes(graph, nodes),
+                         traffic_bytes=cost.group_traffic(graph, nodes),
+                         registers=fp.registers, l1_bytes=fp.l1_bytes))
+    traffic = sum(g.traffic_bytes for g in out)
+    if status == "optimal" and bound_bytes is None:
+        bound_bytes = traffic
+    plan = Plan(strategy=strategy, hardware=hw.name, status=status, traffic_bytes=traffic,
+                bound_bytes=bound_bytes, lower_bound_bytes=cost.q_min(graph),
+                unfused_traffic_bytes=cost.unfused_traffic(graph), solve_seconds=round(solve_seconds, 6),
+                graph_name=graph.name, graph_sha256=graph.digest(), groups=out,
+                graph=graph if embed_graph else None, hardware_profile=hw)
+    validate(plan, graph, hw)
+    return plan
+
+
+def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Hardware, None] = None) -> None:
+    """Check a plan independently of whoever made it; raise PlanError naming the first problem.
+
+    Checks: the graph matches (sha256); the groups partition the ops; in the listed order every
+    edge between groups goes forward (so every group is convex and the quotient is acyclic);
+    every group obeys the fusion rules and fits capacity; every recorded number equals the cost
+    model's; the bound is not above the traffic (equal when status is ``optimal``).
+    """
+    graph = graph or plan.graph
+    if graph is None:
+        raise PlanError("plan has no embedded graph and none was given")
+    hw = load_hardware(hardware or plan.hardware_profile or plan.hardware)
+    if plan.graph_sha256 != graph.digest():
+        raise PlanError(f"plan was made for another graph (sha256 {plan.graph_sha256[:12]}... "
+                        f"!= {graph.digest()[:12]}...)")
+    where: dict[str, int] = {}
+    for i, g in enumerate(plan.groups):
+        if not g.nodes:
+            raise PlanError(f"group {g.name!r} is empty")
+        for v in g.nodes:
+            if v not in graph.index.node:
+                raise PlanError(f"group {g.name!r} names unknown node {v!r}")
+            if v in where:
+                raise PlanError(f"node {v!r} is in groups {plan.groups[where[v]].name!r} and {g.name!r}")
+            where[v] = i
+    missing = [v for v in graph.index.order if v not in where]
+    if missing:
+        raise PlanError(f"node {missing[0]!r} is in no group")
+    for i, g in enumerate(plan.groups):
+        bad = _convexity_violation(graph, g.nodes)
+        if bad:
+            raise PlanError(f"group {g.name!r} is not convex: {bad}")
+    for u in graph.index.order:
+        for w in graph.index.succs[u]:
+            if where[u] > where[w]:
+                raise PlanError(f"groups out of order: {plan.groups[where[u]].name!r} (node {u!r}) must run "
+                                f"before {plan.groups[where[w]].name!r} (node {w!r}) -- cyclic or misordered")
+    for g in plan.groups:
+        why = cost.group_violation(graph, g.nodes, hw)
+        if why:
+            raise PlanError(f"group {g.name!r} is illegal: {why}")
+        fp = group_footprint(graph, g.nodes, hw)
+        expect = dict(reads=cost.group_reads(graph, g.nodes), writes=cost.group_writes(graph, g.nodes),
+                      traffic_bytes=cost.group_traffic(graph, g.nodes), registers=fp.registers,
+                      l1_bytes=fp.l1_bytes)
+        for key, val in expect.items():
+            have = getattr(g, key)
+            if (sorted(have) if isinstance(val, list) else have) != (sorted(val) if isinstance(val, list) else val):
+                raise PlanError(f"group {g.name!r}: {key} is {have}, the cost model says {val}")
+    total = sum(g.traffic_bytes for g in plan.groups)
+    checks = [("traffic_bytes", plan.traffic_bytes, total),
+              ("lower_bound_bytes", plan.lower_bound_bytes, cost.q_min(graph)),
+              ("unfused_traffic_bytes", plan.unfused_traffic_bytes, cost.unfused_traffic(graph))]
+    for key, have, want in checks:
+        if have != want:
+            raise PlanError(f"plan {key} is {have}, the cost model says {want}")
+    if plan.bound_bytes is not None and plan.bound_bytes > plan.traffic_bytes:
+        raise PlanError(f"bound_bytes {plan.bound_bytes} exceeds traffic_bytes {plan.traffic_bytes}")
+    if plan.status == "optimal" and plan.bound_bytes != plan.traffic_bytes:
+        raise PlanError("status is optimal but bound_bytes != traffic_bytes")
+
+
+def _convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
+    """A path that leaves the group and re-enters it, if any (as text)."""
+    members = set(nodes)
+    succs = graph.index.succs
+    parent: dict[str, str] = {}
+    stack = []
+    for v in nodes:
+        for w in succs[v]:
+            if w not in members and w not in parent:
+                parent[w] = v
+                stack.append(w)
+    while stack:
+        x = stack.pop()
+        for w in succs[x]:
+            if w in members:
+                path = [w, x]
+                while path[-1] in parent:
+                    path.append(parent[path[-1]])
+                return " -> ".join(repr(p) for p in reversed(path))
+            if w not in parent:
+                parent[w] = x
+                stack.append(w)
+    return None
+
+
+def plan_to_json(plan: Plan) -> str:
+    return json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False)
+
+
+def write_atomic(path: Union[str, os.PathLike], text: str) -> None:
+    """Write a file so that a failure never leaves a half-written file behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_plan(plan: Plan, path: Union[str, os.PathLike]) -> None:
+    """Validate, then write the plan JSON atomically."""
+    validate(plan)
+    write_atomic(path, plan_to_json(plan))
+
+
+def load_plan(path: Union[str, os.PathLike], graph: Optional[Graph] = None) -> Plan:
+    """Read a plan JSON; the graph comes embedded, via ``graph_path``, or from ``graph``. Validated."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PlanError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PlanError(f"{path}: not a {FORMAT} file")
+    if graph is None and "graph" in data:
+        from .graph import parse_graph
+        data["graph"] = parse_graph(data["graph"]).model_dump(mode="json")
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise PlanError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    if graph is None and plan.graph is None and plan.graph_path:
+        from .graph import load_graph
+        graph = load_graph((path.parent / plan.graph_path) if not os.path.isabs(plan.graph_path) else plan.graph_path)
+    if graph is not None:
+        plan.graph = graph
+    validate(plan)
+    return plan
