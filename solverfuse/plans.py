@@ -80,7 +80,13 @@ def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str
     """Groups in an executable order (quotient graph topologically sorted), ops inside each
     group in graph order. Raises PlanError if the quotient graph has a cycle."""
     pos = graph.index.position
+    for v in (v for g in groups for v in g if v not in pos):
+        raise PlanError(f"group names unknown node {v!r}")
     groups = [sorted(g, key=pos.__getitem__) for g in groups]
+    for g in groups:
+        bad = _convexity_violation(graph, g) if len(g) > 1 else None
+        if bad:
+            raise PlanError(f"group of {g[0]!r} is not convex: {bad}")
     where = {v: i for i, g in enumerate(groups) for v in g}
     succ: list[set[int]] = [set() for _ in groups]
     indeg = [0] * len(groups)
@@ -197,12 +203,13 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
 def _convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
     """A path that leaves the group and re-enters it, if any (as text)."""
     members = set(nodes)
-    succs = graph.index.succs
+    succs, pos = graph.index.succs, graph.index.position
+    last = max(pos[v] for v in nodes)  # a path that re-enters the group ends at or before `last`
     parent: dict[str, str] = {}
     stack = []
     for v in nodes:
         for w in succs[v]:
-            if w not in members and w not in parent:
+            if w not in members and w not in parent and pos[w] < last:
                 parent[w] = v
                 stack.append(w)
     while stack:
@@ -213,7 +220,7 @@ def _convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
                 while path[-1] in parent:
                     path.append(parent[path[-1]])
                 return " -> ".join(repr(p) for p in reversed(path))
-            if w not in parent:
+            if w not in parent and pos[w] < last:
                 parent[w] = x
                 stack.append(w)
     return None
