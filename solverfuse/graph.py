@@ -310,7 +310,10 @@ def _infer(n: Node, tensors: dict[str, Tensor], pre: Graph) -> None:
             if t and (d is None or d.shape is None):
                 raise GraphError(f"node {n.name!r} (unknown op {n.op!r}): output {t!r} needs a declared shape")
         return
-    values = [pre.constant_value(t) if t else None for t in n.inputs]
+    # Only integer constants steer shapes (Reshape/Slice/Expand/axes inputs); float weights never do,
+    # and materialising a filled weight just to ignore it would cost seconds on real models.
+    values = [pre.constant_value(t) if t and tensors[t].dtype in ("int64", "int32") else None
+              for t in n.inputs]
     real_ins = [i for i in ins if i[0] is not None]
     if not real_ins and n.op != "ConstantOfShape":
         raise GraphError(f"node {n.name!r} ({n.op}) has no inputs")
