@@ -387,12 +387,17 @@ def _expand(attrs, ins, values):
 def slice_params(attrs: dict, ins: list, values: list) -> list[tuple[int, int, int, int]]:
     """(axis, start, end, step) per sliced axis, clamped as ONNX Slice does."""
     x = ins[0][0]
-    starts = _need_value(values, 1, "Slice starts").tolist()
-    ends = _need_value(values, 2, "Slice ends").tolist()
-    axes = _need_value(values, 3, "Slice axes").tolist() if len(ins) > 3 and ins[3][0] is not None \
-        else list(range(len(starts)))
-    steps = _need_value(values, 4, "Slice steps").tolist() if len(ins) > 4 and ins[4][0] is not None \
-        else [1] * len(starts)
+    if "starts" in attrs:  # opset < 10: starts/ends/axes are attributes, steps are 1
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        axes = list(attrs.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts = _need_value(values, 1, "Slice starts").tolist()
+        ends = _need_value(values, 2, "Slice ends").tolist()
+        axes = _need_value(values, 3, "Slice axes").tolist() if len(ins) > 3 and ins[3][0] is not None \
+            else list(range(len(starts)))
+        steps = _need_value(values, 4, "Slice steps").tolist() if len(ins) > 4 and ins[4][0] is not None \
+            else [1] * len(starts)
     out = []
     for a, s, e, st in zip(axes, starts, ends, steps):
         a = _axis(a, len(x))

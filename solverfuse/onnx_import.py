@@ -1,0 +1,501 @@
+"""ONNX -> :class:`~solverfuse.graph.Graph`: shape inference, constant folding, Dropout/Identity elision.
+
+:func:`import_onnx` reads a model (path, bytes or ``ModelProto``) and returns a checked graph in
+which every tensor is shaped. The steps, in order:
+
+1. **Shape inference** with ONNX's own ``infer_shapes`` (strict, with data propagation; if strict
+   inference fails the non-strict result is used and solverfuse's op table infers the rest, so a
+   shape that cannot be inferred is still reported by name). Symbolic input dimensions must be
+   given a value (``dims={"N": 1}``).
+2. **Constants.** Initializers (also those that old IR versions list among the graph inputs) and
+   ``Constant`` nodes become constant tensors. A uniform tensor gets ``fill``; a small one
+   (<= :data:`VALUE_MAX_ELEMENTS` elements) gets ``value``; a large non-uniform one gets neither,
+   so it is executed with seeded random data (its *bytes* are what planning needs; its values
+   only matter for numerics, which are then checked against a reference on the same data).
+3. **Constant folding** of shape-only subgraphs: ``ConstantOfShape``, ``Shape``/``Size`` of a
+   shaped tensor, and layout/index/arithmetic ops (Unsqueeze, Concat, Reshape, Gather, Cast,
+   Slice, ...) whose inputs are all constant become constant tensors, when the result can be
+   represented (uniform, or small). Uniform data is folded without materialising it, so the
+   light models' ``ConstantOfShape`` weights (up to 400 MB) cost nothing.
+4. **Elision**: ``Dropout`` (inference mode) and ``Identity`` are removed and their consumers
+   rewired; when the elided output is a graph output, the producer is renamed so graph outputs
+   keep their names.
+
+Node and tensor names are kept exactly (empty or duplicate node names get a unique
+``<op>_<index>`` name). Ops keep the attributes of the model's opset; the only rewrite is
+``Softmax``/``LogSoftmax`` below opset 13, whose 2-D coercion is made explicit (an explicit
+``axis`` when it is the last one, otherwise Flatten -> Softmax -> Reshape). Every failure raises
+:class:`GraphError` with one line naming the node or tensor.
+
+>>> import onnx
+>>> from onnx import helper, TensorProto
+>>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+>>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])
+>>> shape = helper.make_tensor("shape", TensorProto.INT64, [1], [6])
+>>> g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["r"], name="flat"),
+...                        helper.make_node("Dropout", ["r"], ["y"], name="drop")],
+...                       "tiny", [x], [y], [shape])
+>>> graph = import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+>>> [(n.name, n.op, n.outputs) for n in graph.nodes], graph.tensors["shape"].value
+([('flat', 'Reshape', ['y'])], [6])
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from .errors import GraphError
+from .graph import Graph, Node, Tensor, _np_dtype, check_graph
+from .ops import DTYPE_SIZES, ONNX_DTYPE_CODES, OPS, ShapeError, infer_node, numel
+
+#: Constants with at most this many elements carry their ``value`` in the graph JSON.
+VALUE_MAX_ELEMENTS = 4096
+#: Uniform constants are materialised for general (numpy) folding only up to this size.
+_MATERIALISE_MAX = 1 << 16
+
+ELIDED_OPS = ("Dropout", "Identity")
+# Ops whose output is uniform when their data input (input 0) is: folded without materialising.
+_UNIFORM_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Expand", "Slice",
+                "Gather", "Split", "Cast", "Tile"}
+# Ops folded by evaluating them in numpy when every input is a known constant.
+_FOLDABLE = {"ConstantOfShape", "Shape", "Size", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
+             "Transpose", "Concat", "Gather", "Cast", "Slice", "Expand", "Split", "Range",
+             "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Equal", "Less", "Greater",
+             "Where", "Not", "ReduceProd", "Sqrt", "Floor", "Ceil"}
+
+
+@dataclass
+class _Const:
+    """A constant during import: shape/dtype plus either a uniform ``fill`` or an ``array``."""
+    shape: tuple
+    dtype: str
+    fill: Any = None
+    array: Optional[np.ndarray] = None
+
+    def materialise(self) -> Optional[np.ndarray]:
+        if self.array is not None:
+            return self.array
+        if self.fill is not None and numel(self.shape) <= _MATERIALISE_MAX:
+            return np.full(self.shape, self.fill, dtype=_np_dtype(self.dtype))
+        return None
+
+
+def _from_array(arr: np.ndarray, dtype: str) -> _Const:
+    """Wrap an array, recording a fill when every element is equal (checked once)."""
+    arr = np.asarray(arr)
+    fill = None
+    if arr.size and (arr.size == 1 or bool(np.all(arr == arr.flat[0]))):
+        fill = arr.flat[0].item()
+    return _Const(tuple(int(d) for d in arr.shape), dtype, fill, arr)
+
+
+def _dtype(code: int, where: str) -> str:
+    if code not in ONNX_DTYPE_CODES:
+        import onnx
+        name = onnx.TensorProto.DataType.Name(code) if code in onnx.TensorProto.DataType.values() else code
+        raise GraphError(f"{where}: unsupported ONNX element type {name}")
+    return ONNX_DTYPE_CODES[code]
+
+
+def _load(source) -> "onnx.ModelProto":
+    import onnx
+    if isinstance(source, onnx.ModelProto):
+        return source
+    try:
+        if isinstance(source, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(source))
+        path = Path(source)
+        if not path.exists():
+            raise GraphError(f"{path}: no such file")
+        model = onnx.load(str(path))
+    except GraphError:
+        raise
+    except Exception as e:  # protobuf DecodeError, OSError, external-data errors ...
+        raise GraphError(f"{source}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    if not model.graph.node and not model.graph.output:
+        raise GraphError(f"{source}: not a readable ONNX model (empty graph)")
+    return model
+
+
+def _set_dims(model, dims: dict[str, int]) -> None:
+    """Replace symbolic input dimensions by the values given (in place)."""
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in dims:
+                d.dim_value = int(dims[d.dim_param])
+
+
+def _infer_shapes(model):
+    """ONNX shape inference: strict if the model allows it, else best effort."""
+    from onnx import shape_inference
+    try:
+        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception:
+        try:
+            return shape_inference.infer_shapes(model)
+        except Exception:
+            return model
+
+
+def _value_type(vi) -> tuple[Optional[tuple], Optional[int]]:
+    """(static shape or None, elem type or None) of a ValueInfoProto."""
+    tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    if tt is None:
+        return None, None
+    code = tt.elem_type or None
+    if not tt.HasField("shape"):
+        return None, code
+    shape = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value"):
+            return None, code
+        shape.append(int(d.dim_value))
+    return tuple(shape), code
+
+
+def _attributes(node) -> dict[str, Any]:
+    """ONNX attributes as JSON-ready Python values (bytes decoded, tensors as nested lists)."""
+    from onnx import AttributeProto, helper, numpy_helper
+    out = {}
+    for a in node.attribute:
+        if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+            raise GraphError(f"node {node.name!r} ({node.op_type}): subgraph attributes are not supported")
+        v = helper.get_attribute_value(a)
+        if a.type == AttributeProto.TENSOR:
+            v = numpy_helper.to_array(v).tolist()
+        elif a.type == AttributeProto.TENSORS:
+            v = [numpy_helper.to_array(t).tolist() for t in v]
+        elif isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list):
+            v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+        out[a.name] = v
+    return out
+
+
+def _constant_node(node, attrs: dict) -> _Const:
+    """The value of a ``Constant`` node (any of its value_* attributes)."""
+    from onnx import numpy_helper
+    for a in node.attribute:
+        if a.name == "value":
+            arr = numpy_helper.to_array(a.t)
+            return _from_array(arr, _dtype(a.t.data_type, f"node {node.name!r}"))
+    for key, dtype in (("value_float", "float32"), ("value_floats", "float32"),
+                       ("value_int", "int64"), ("value_ints", "int64")):
+        if key in attrs:
+            return _from_array(np.asarray(attrs[key], dtype=_np_dtype(dtype)), dtype)
+    raise GraphError(f"node {node.name!r}: Constant without a supported value attribute")
+
+
+# ---- folding -------------------------------------------------------------------------------
+
+def _fold_uniform(op: str, attrs: dict, ins: list, consts: list, out_names: list) -> Optional[list[_Const]]:
+    """Fold a layout op on uniform data by shape alone (no array is built)."""
+    data = consts[0]
+    if op not in _UNIFORM_OPS or data is None or data.fill is None or data.array is not None and data.array.size <= VALUE_MAX_ELEMENTS:
+        return None
+    values = [c.materialise() if c is not None and i > 0 else None for i, c in enumerate(consts)]
+    if op == "Split":
+        attrs = {**attrs, "_num_outputs": len(out_names)}
+    outs = infer_node(op, attrs, ins, values)
+    fill = data.fill
+    if op == "Cast":
+        fill = np.asarray(fill).astype(_np_dtype(outs[0][1])).item()
+    return [_Const(tuple(s), dt, fill) for s, dt in outs]
+
+
+def _np_eval(op: str, attrs: dict, ins: list, arrays: list, n_out: int, out_shapes: list) -> list[np.ndarray]:
+    """Evaluate one foldable op in numpy (ONNX semantics, any opset form the op table accepts)."""
+    a = arrays[0] if arrays else None
+    if op == "Shape":
+        dims = list(ins[0][0])
+        start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+        return [np.asarray(dims[slice(start, end)], dtype=np.int64)]
+    if op == "Size":
+        return [np.asarray(numel(ins[0][0]), dtype=np.int64)]
+    if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand"):
+        return [np.broadcast_to(a, out_shapes[0]).copy() if op == "Expand" else a.reshape(out_shapes[0])]
+    if op == "Transpose":
+        perm = attrs.get("perm", list(range(a.ndim))[::-1])
+        return [np.transpose(a, perm)]
+    if op == "Concat":
+        return [np.concatenate(arrays, axis=attrs.get("axis", 0))]
+    if op == "Gather":
+        return [np.take(a, arrays[1].astype(np.int64), axis=attrs.get("axis", 0))]
+    if op == "Cast":
+        return [a.astype(_np_dtype(ONNX_DTYPE_CODES[attrs.get("to", 1)]))]
+    if op == "Slice":
+        from .ops import slice_params
+        idx = [slice(None)] * a.ndim
+        for axis, s, e, st in slice_params(attrs, ins, arrays):
+            idx[axis] = slice(s, e if e >= 0 else None, st)
+        return [a[tuple(idx)]]
+    if op == "Split":
+        sizes = [s[attrs.get("axis", 0) % a.ndim] for s in out_shapes]
+        return np.split(a, np.cumsum(sizes)[:-1], axis=attrs.get("axis", 0))
+    if op == "Range":
+        return [np.arange(a.item(), arrays[1].item(), arrays[2].item(), dtype=a.dtype)]
+    if op == "ReduceProd":
+        from .ops import reduce_axes
+        axes = tuple(reduce_axes(attrs, ins, [a] + list(arrays[1:])))
+        return [np.prod(a, axis=axes, keepdims=True).astype(a.dtype).reshape(out_shapes[0])]
+    if op == "Div" and a.dtype.kind in "iu":
+        b = arrays[1]
+        return [(np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))).astype(a.dtype)]
+    unary = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Sqrt": np.sqrt,
+             "Floor": np.floor, "Ceil": np.ceil}
+    if op in unary:
+        return [unary[op](a).astype(a.dtype)]
+    binary = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+              "Min": np.minimum, "Max": np.maximum, "Equal": np.equal, "Less": np.less,
+              "Greater": np.greater}
+    if op in binary:
+        out = arrays[0]
+        for b in arrays[1:]:
+            out = binary[op](out, b)
+        return [out if op in ("Equal", "Less", "Greater") else out.astype(a.dtype)]
+    if op == "Where":
+        return [np.where(arrays[0], arrays[1], arrays[2])]
+    raise KeyError(op)
+
+
+def _fold(node, name: str, attrs: dict, inputs: list[str], consts: dict[str, _Const],
+          known: dict[str, tuple]) -> Optional[list[_Const]]:
+    """Fold one node into constants, or return None to keep it as an op."""
+    op = node.op_type
+    if op not in _FOLDABLE:
+        return None
+    real = [t for t in inputs if t]
+    if op in ("Shape", "Size"):
+        if not real or known.get(real[0], (None,))[0] is None:
+            return None
+    elif not real and op != "ConstantOfShape" or any(t not in consts for t in real):
+        return None
+    if op == "ConstantOfShape" and (not real or real[0] not in consts):
+        return None
+    ins = [(tuple(known[t][0]), known[t][1]) if t else (None, None) for t in inputs]
+    cs = [consts.get(t) if t else None for t in inputs]
+    try:
+        if op == "ConstantOfShape":
+            shape = tuple(int(d) for d in cs[0].materialise().reshape(-1))
+            value = np.asarray(attrs.get("value", [0.0])).reshape(-1)
+            dtype = _dtype(node.attribute[0].t.data_type, f"node {name!r}") if "value" in attrs else "float32"
+            if numel(shape) > VALUE_MAX_ELEMENTS:
+                return [_Const(shape, dtype, value[0].item())]
+            return [_from_array(np.full(shape, value[0], dtype=_np_dtype(dtype)), dtype)]
+        uniform = _fold_uniform(op, attrs, ins, cs, list(node.output))
+        if uniform is not None:
+            return uniform
+        arrays = [c.materialise() if c is not None else None for c in cs]
+        if op not in ("Shape", "Size") and any(x is None for t, x in zip(inputs, arrays) if t):
+            return None
+        a_vals = [x if t else None for t, x in zip(inputs, arrays)]
+        fattrs = {**attrs, "_num_outputs": len(node.output)} if op == "Split" else attrs
+        outs = [] if op in ("Shape", "Size", "Range") else infer_node(op, fattrs, ins, a_vals)
+        results = _np_eval(op, attrs, ins, [x for x in arrays if x is not None] if op != "Slice" else arrays,
+                           len(node.output), [s for s, _ in outs])
+    except (ShapeError, KeyError, IndexError, ValueError, TypeError) as e:
+        raise GraphError(f"node {name!r} ({op}): cannot fold constant inputs ({e})") from None
+    dtypes = [dt for _, dt in outs] or [ONNX_DTYPE_CODES.get(7) if op != "Range" else None]
+    folded = []
+    for i, r in enumerate(results):
+        r = np.asarray(r)
+        dt = dtypes[i] if i < len(dtypes) and dtypes[i] else _dtype_of_array(r)
+        c = _from_array(r.astype(_np_dtype(dt)), dt)
+        if c.fill is None and r.size > VALUE_MAX_ELEMENTS:
+            return None  # not representable: keep the op
+        folded.append(c)
+    return folded
+
+
+def _dtype_of_array(arr: np.ndarray) -> str:
+    name = "bool" if arr.dtype == np.bool_ else str(arr.dtype)
+    if name not in DTYPE_SIZES:
+        raise GraphError(f"unsupported constant dtype {name}")
+    return name
+
+
+# ---- the importer --------------------------------------------------------------------------
+
+class _Names:
+    """Unique node names: the ONNX name when it is set and free, else ``<op>_<index>``."""
+
+    def __init__(self):
+        self.used: set[str] = set()
+
+    def take(self, wanted: str, op: str, index: int) -> str:
+        name = wanted if wanted and wanted not in self.used else f"{wanted or op}_{index}"
+        k = 1
+        while name in self.used:
+            name, k = f"{wanted or op}_{index}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+
+def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[dict[str, int]] = None,
+                name: Optional[str] = None) -> Graph:
+    """Import an ONNX model (path, serialized bytes or ``onnx.ModelProto``) as a checked Graph.
+
+    ``dims`` gives values to symbolic input dimensions (e.g. ``{"batch": 1}``); ``name`` overrides
+    the graph name (default: the ONNX graph name, else the file stem). Raises GraphError.
+    """
+    import onnx
+    model = _load(source)
+    if dims:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        _set_dims(copy, dims)
+        model = copy
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
+    inferred = _infer_shapes(model)
+    g = inferred.graph
+    graph_name = name or g.name or (Path(source).stem if isinstance(source, (str, os.PathLike)) else "onnx")
+
+    from onnx import numpy_helper
+    consts: dict[str, _Const] = {}
+    for init in g.initializer:
+        try:
+            arr = numpy_helper.to_array(init)
+        except Exception as e:
+            raise GraphError(f"initializer {init.name!r}: cannot read its data ({e})") from None
+        consts[init.name] = _from_array(arr, _dtype(init.data_type, f"initializer {init.name!r}"))
+    # known: tensor -> (shape|None, dtype) from ONNX inference (refined by folding below).
+    known: dict[str, tuple] = {}
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        shape, code = _value_type(vi)
+        if code is not None:
+            known[vi.name] = (shape, _dtype(code, f"tensor {vi.name!r}"))
+    for t, c in consts.items():
+        known[t] = (c.shape, c.dtype)
+
+    inputs = []
+    for vi in g.input:
+        if vi.name in consts:
+            continue  # IR < 4 lists initializers among the inputs: they are constants
+        shape, code = _value_type(vi)
+        if code is None:
+            raise GraphError(f"graph input {vi.name!r} is not a tensor with a known element type")
+        if shape is None:
+            dims_ = [d.dim_param or "?" for d in vi.type.tensor_type.shape.dim if not d.HasField("dim_value")]
+            raise GraphError(f"graph input {vi.name!r} has symbolic or unknown dimensions {dims_} "
+                             f"(give them values, e.g. dims={{{dims_[0]!r}: 1}})" if dims_ else
+                             f"graph input {vi.name!r} has no shape")
+        inputs.append(vi.name)
+
+    alias: dict[str, str] = {}  # elided tensor -> the tensor it equals
+    elided_by: dict[str, str] = {}  # elided tensor -> name of the node that produced it
+    names = _Names()
+    nodes: list[Node] = []
+    for i, onode in enumerate(g.node):
+        label = onode.name or f"{onode.op_type}_{i}"
+        if onode.domain not in ("", "ai.onnx"):
+            raise GraphError(f"node {label!r}: op {onode.domain}.{onode.op_type} is not supported (custom domain)")
+        attrs = _attributes(onode)
+        ins = [alias.get(t, t) for t in onode.input]
+        op = onode.op_type
+        if op == "Constant":
+            consts[onode.output[0]] = c = _constant_node(onode, attrs)
+            known[onode.output[0]] = (c.shape, c.dtype)
+            continue
+        if op in ELIDED_OPS and ins and ins[0]:
+            alias[onode.output[0]] = ins[0]
+            elided_by[onode.output[0]] = label
+            for extra in onode.output[1:]:  # Dropout's mask: all true in inference
+                if extra and ins[0] in known and known[ins[0]][0] is not None:
+                    consts[extra] = _Const(tuple(known[ins[0]][0]), "bool", True)
+                    known[extra] = (consts[extra].shape, "bool")
+            continue
+        folded = _fold(onode, label, attrs, ins, consts, known)
+        if folded is not None:
+            for t, c in zip(onode.output, folded):
+                if t:
+                    consts[t] = c
+                    known[t] = (c.shape, c.dtype)
+            continue
+        if op not in OPS:
+            raise GraphError(f"node {label!r}: unsupported op {op!r} (not in the op table)")
+        node_name = names.take(onode.name, op, i)
+        outs = list(onode.output)
+        if op in ("Softmax", "LogSoftmax") and opset < 13:
+            nodes.extend(_old_softmax(node_name, op, attrs, ins[0], outs[0], known, consts, names))
+            continue
+        nodes.append(Node(name=node_name, op=op, inputs=ins, outputs=outs, attributes=attrs))
+
+    outputs = [o.name for o in g.output]
+    nodes = _rename_elided_outputs(nodes, outputs, alias, elided_by, names)
+
+    used = {t for n in nodes for t in n.inputs if t} | set(outputs) | set(inputs)
+    tensors: dict[str, Tensor] = {}
+    for t in inputs:
+        tensors[t] = Tensor(shape=list(known[t][0]), dtype=known[t][1])
+    for t, c in consts.items():
+        if t in used:
+            tensors[t] = _tensor_of(c)
+    for n in nodes:
+        for t in n.outputs:
+            if t and t in known and known[t][0] is not None and t not in consts:
+                tensors[t] = Tensor(shape=list(known[t][0]), dtype=known[t][1])
+    graph = Graph.model_construct(name=graph_name, tensors=tensors, inputs=inputs, outputs=outputs,
+                                  nodes=nodes, format="solverfuse-graph/1")
+    return check_graph(graph)
+
+
+def _tensor_of(c: _Const) -> Tensor:
+    """The graph tensor of a constant: fill if uniform, value if small, else neither."""
+    if c.fill is not None:
+        return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, fill=float(c.fill))
+    if c.array is not None and c.array.size <= VALUE_MAX_ELEMENTS:
+        return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, value=c.array.tolist())
+    return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True)
+
+
+def _rename_elided_outputs(nodes, outputs, alias, elided_by, names) -> list[Node]:
+    """Keep graph-output names when an elided Dropout/Identity produced them.
+
+    The producer of the aliased tensor is renamed to write the output name directly; when that is
+    impossible (the source is an input, a constant, or another output) an Identity node is kept.
+    """
+    renames: dict[str, str] = {}
+    extra: list[Node] = []
+    producers = {t for n in nodes for t in n.outputs}
+    claimed: set[str] = set()
+    for o in outputs:
+        if o not in alias:
+            continue
+        src = alias[o]
+        if src in producers and src not in outputs and src not in claimed:
+            renames[src] = o
+            claimed.add(src)
+        else:
+            extra.append(Node(name=names.take(elided_by[o], "Identity", len(nodes) + len(extra)),
+                              op="Identity", inputs=[src], outputs=[o]))
+    if renames:
+        nodes = [n.model_copy(update={"inputs": [renames.get(t, t) for t in n.inputs],
+                                      "outputs": [renames.get(t, t) for t in n.outputs]})
+                 for n in nodes]
+        extra = [n.model_copy(update={"inputs": [renames.get(t, t) for t in n.inputs]}) for n in extra]
+    return nodes + extra
+
+
+def _old_softmax(name, op, attrs, x, y, known, consts, names) -> list[Node]:
+    """Softmax/LogSoftmax below opset 13 normalise over the input coerced to 2-D at ``axis``."""
+    shape = known.get(x, (None,))[0]
+    if shape is None:
+        raise GraphError(f"node {name!r} ({op}): input {x!r} has no inferred shape")
+    rank = len(shape)
+    axis = attrs.get("axis", 1)
+    axis = axis + rank if axis < 0 else axis
+    if numel(shape[axis + 1:]) == 1:  # the coerced row is this one axis: opset-13 semantics agree
+        return [Node(name=name, op=op, inputs=[x], outputs=[y], attributes={**attrs, "axis": axis})]
+    flat, soft, target = f"{y}/flat", f"{y}/{op.lower()}", f"{y}/shape"
+    consts[target] = _from_array(np.asarray(shape, dtype=np.int64), "int64")
+    known[target] = ((rank,), "int64")
+    return [Node(name=names.take(f"{name}/flatten", "Flatten", 0), op="Flatten", inputs=[x],
+                 outputs=[flat], attributes={"axis": axis}),
+            Node(name=name, op=op, inputs=[flat], outputs=[soft], attributes={"axis": -1}),
+            Node(name=names.take(f"{name}/reshape", "Reshape", 0), op="Reshape",
+                 inputs=[soft, target], outputs=[y])]
