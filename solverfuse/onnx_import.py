@@ -8,8 +8,8 @@ which every tensor is shaped. The steps, in order:
    shape that cannot be inferred is still reported by name). Symbolic input dimensions must be
    given a value (``dims={"N": 1}``).
 2. **Constants.** Initializers (also those that old IR versions list among the graph inputs) and
-   ``Constant`` nodes become constant tensors. A uniform tensor gets ``fill``; a small one
-   (<= :data:`VALUE_MAX_ELEMENTS` elements) gets ``value``; a large non-uniform one gets neither,
+   ``Constant`` nodes become constant tensors. A small one (<= :data:`VALUE_MAX_ELEMENTS` elements)
+   gets its exact ``value``; a larger uniform one gets ``fill``; a large non-uniform one gets neither,
    so it is executed with seeded random data (its *bytes* are what planning needs; its values
    only matter for numerics, which are then checked against a reference on the same data).
 3. **Constant folding** of shape-only subgraphs: ``ConstantOfShape``, ``Shape``/``Size`` of a
@@ -445,11 +445,12 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
 
 
 def _tensor_of(c: _Const) -> Tensor:
-    """The graph tensor of a constant: fill if uniform, value if small, else neither."""
+    """The graph tensor of a constant: value if small (exact, also for int64), fill if uniform."""
+    small = c.materialise() if numel(c.shape) <= VALUE_MAX_ELEMENTS else None
+    if small is not None:
+        return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, value=small.tolist())
     if c.fill is not None:
         return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, fill=float(c.fill))
-    if c.array is not None and c.array.size <= VALUE_MAX_ELEMENTS:
-        return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, value=c.array.tolist())
     return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True)
 
 
