@@ -1,0 +1,240 @@
+"""Representative-assignment formulation of fusion planning (one part of the graph at a time).
+
+The math, with these variable names, is in ``formulations/representative-assignment.md``:
+
+* ``assign[r, v]`` -- op ``v`` runs in the group whose representative (earliest op) is ``r``;
+  ``assign[v, v]`` says ``v`` is a representative. Only presolve candidates get a variable.
+* ``same[u, v]`` -- for a DAG edge ``u -> v`` that can be fused: both ops share a group.
+* ``level[v]`` -- an integer ordering potential: equal inside a group, non-decreasing along every
+  edge, strictly increasing along every edge that leaves a group. This makes every group convex and
+  the quotient acyclic, and sorting groups by level gives an execution order.
+* ``reads[t, r]`` -- group ``r`` reads tensor ``t`` from global memory; ``writes[t]`` -- ``t`` is
+  written because a consumer is in another group (graph outputs / tensors read by other parts are
+  written whatever the plan does).
+
+The objective is ``cost.plan_traffic`` exactly, for every solution (the read/write indicators are
+pinned from both sides, not just pushed down by the minimisation), so an incumbent's objective is
+its plan's traffic, and the solver's bound is a bound on it.
+
+>>> from solverfuse.graph import load_graph
+>>> from solverfuse.hardware import load_hardware
+>>> from solverfuse.formulations.presolve import presolve
+>>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
+...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["y"]},
+...               {"name": "b", "op": "Exp", "inputs": ["x"], "outputs": ["z"]}]})
+>>> hw = load_hardware("nvidia-h100")
+>>> pre = presolve(g, hw)
+>>> f = build(g, hw, pre, pre.parts[0])
+>>> from ortools.sat.python import cp_model
+>>> s = cp_model.CpSolver(); s.parameters.num_workers = 1
+>>> s.Solve(f.model) == cp_model.OPTIMAL, f.decode(s.Value), f.objective_value(s.Value)
+(True, [['a', 'b']], 3072)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ortools.sat.python import cp_model
+
+from .. import cost
+from ..graph import Graph
+from ..hardware import Hardware
+from ..mapping import op_footprint
+from .presolve import Presolve
+
+NAME = "representative-assignment"
+
+
+@dataclass
+class Formulation:
+    """A built CP-SAT model for one part, its decoder and its exact objective terms."""
+    model: cp_model.CpModel
+    nodes: list[str]
+    assign: dict[tuple[str, str], cp_model.IntVar]
+    level: dict[str, cp_model.IntVar]
+    terms: list[tuple[int, cp_model.IntVar]]
+    constant: int
+    same: dict[tuple[str, str], cp_model.IntVar]
+    reads: dict[tuple[str, str], tuple[cp_model.IntVar, list[str], str | None]]
+    writes: dict[str, tuple[cp_model.IntVar, str, list[str]]]
+
+    def decode(self, value: Callable[[cp_model.IntVar], int]) -> list[list[str]]:
+        """Groups (lists of op names, graph order) of a solution; ``value`` reads a variable."""
+        groups: dict[str, list[str]] = {}
+        for (r, v), x in self.assign.items():
+            if value(x):
+                groups.setdefault(r, []).append(v)
+        return [groups[r] for r in self.nodes if r in groups]
+
+    def objective_value(self, value: Callable[[cp_model.IntVar], int]) -> int:
+        """The objective of a solution, in exact integer arithmetic."""
+        return self.constant + sum(c * value(x) for c, x in self.terms)
+
+    def hint(self, groups: Sequence[Sequence[str]]) -> None:
+        """Hint a solution: this part's groups in an executable order, each op list in graph
+        order (so its first op is the representative); the level of a group is its index."""
+        self.model.ClearHints()
+        rep, lev = {}, {}
+        for i, g in enumerate(groups):
+            for v in g:
+                rep[v], lev[v] = g[0], i
+        missing = [(r, v) for v, r in rep.items() if (r, v) not in self.assign]
+        if missing:
+            raise ValueError(f"bug: hint puts {missing[0][1]!r} with {missing[0][0]!r}, which presolve excluded")
+        for (r, v), x in self.assign.items():
+            self.model.AddHint(x, int(rep[v] == r))
+        for v, lv in self.level.items():
+            self.model.AddHint(lv, lev[v])
+        for (u, v), s in self.same.items():
+            self.model.AddHint(s, int(rep[u] == rep[v]))
+        for (t, r), (x, cons, prod) in self.reads.items():
+            self.model.AddHint(x, int(any(rep[c] == r for c in cons) and rep.get(prod) != r))
+        for t, (x, u, cons) in self.writes.items():
+            self.model.AddHint(x, int(any(rep[c] != rep[u] for c in cons)))
+
+
+def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> Formulation:
+    """Build the CP-SAT model of one presolve part (see the module doc and the .md document)."""
+    model = cp_model.CpModel()
+    nodes = list(part)
+    members = set(nodes)
+    idx = graph.index
+    cand = pre.cand
+    assign: dict[tuple[str, str], cp_model.IntVar] = {}
+    by_rep: dict[str, list[str]] = {r: [] for r in nodes}
+    for v in nodes:
+        for r in cand[v]:
+            assign[r, v] = model.NewBoolVar(f"assign[{r},{v}]")
+            by_rep[r].append(v)
+
+    # partition: every op runs in exactly one group; only a representative's group has members
+    for v in nodes:
+        model.AddExactlyOne(assign[r, v] for r in cand[v])
+        for r in cand[v]:
+            if r != v:
+                model.AddImplication(assign[r, v], assign[r, r])
+
+    # fusion rules: at most one anchor/gather per group (opaque ops have no candidates; in-edges of
+    # materialised-input roles are never fusable, see the level constraints below)
+    exclusive = {v for v in nodes if cost.role(graph, v) in ("anchor", "gather")}
+    for r, vs in by_rep.items():
+        ex = [assign[r, v] for v in vs if v in exclusive]
+        if len(ex) > 1:
+            model.AddAtMostOne(ex)
+
+    # capacity, exactly mapping.group_footprint: base + sum(registers) <= budget, sum(l1) <= L1,
+    # for every group of >= 2 ops (every op of a multi-op part fits alone: presolve)
+    fp = {v: op_footprint(graph, v, hw) for v in nodes}
+    reg_cap = hw.register_budget - hw.kernel_base_registers
+    for r, vs in by_rep.items():
+        if len(vs) < 2:
+            continue
+        regs = [(fp[v].registers, assign[r, v]) for v in vs]
+        if sum(c for c, _ in regs) > reg_cap:
+            model.Add(sum(c * x for c, x in regs) <= reg_cap)
+        l1 = [(fp[v].l1_bytes, assign[r, v]) for v in vs if fp[v].l1_bytes]
+        if sum(c for c, _ in l1) > hw.l1_bytes:
+            model.Add(sum(c * x for c, x in l1) <= hw.l1_bytes)
+
+    # same[u, v] for a DAG edge inside the part whose ends share a candidate representative
+    same: dict[tuple[str, str], cp_model.IntVar] = {}
+    for u in nodes:
+        for v in idx.succs[u]:
+            if v not in members or not edge_may_fuse(graph, u, v, cand):
+                continue
+            s = model.NewBoolVar(f"same[{u},{v}]")
+            same[u, v] = s
+            for r in set(cand[u]) | set(cand[v]):
+                xu, xv = assign.get((r, u)), assign.get((r, v))
+                if xu is None or xv is None:
+                    model.AddImplication(s, (xu if xv is None else xv).Not())
+                else:
+                    model.Add(xu == xv).OnlyEnforceIf(s)
+
+    # convexity + acyclic quotient: level equal inside a group, +1 across every cut edge
+    n = len(nodes)
+    level = {v: model.NewIntVar(0, n - 1, f"level[{v}]") for v in nodes}
+    for (r, v), x in assign.items():
+        if r != v:
+            model.Add(level[v] == level[r]).OnlyEnforceIf(x)
+    for u in nodes:
+        for v in idx.succs[u]:
+            if v in members:
+                s = same.get((u, v))
+                model.Add(level[v] >= level[u] + (1 if s is None else 1 - s))
+
+    # objective: exact traffic of this part's groups
+    terms: list[tuple[int, cp_model.IntVar]] = []
+    constant = 0
+    reads: dict = {}
+    writes: dict = {}
+    outputs = set(graph.outputs)
+    tensors_read: dict[str, None] = {}
+    for v in nodes:
+        for t in idx.node[v].inputs:
+            if t:
+                tensors_read[t] = None
+    for t in tensors_read:
+        nb = graph.nbytes(t)
+        prod = idx.producer.get(t)
+        inside = [c for c in idx.consumers[t] if c in members]
+        reps: dict[str, list[str]] = {}
+        for c in inside:
+            for r in cand[c]:
+                reps.setdefault(r, []).append(c)
+        for r, cs in reps.items():
+            xs = [assign[r, c] for c in cs]
+            xp = assign.get((r, prod)) if prod in members else None
+            if xp is None and len(xs) == 1:
+                terms.append((nb, xs[0]))  # read iff that consumer is in r's group
+                continue
+            rd = model.NewBoolVar(f"reads[{t},{r}]")
+            for x in xs:
+                model.Add(rd >= x - (xp if xp is not None else 0))
+            model.Add(rd <= sum(xs))
+            if xp is not None:
+                model.AddImplication(xp, rd.Not())
+            terms.append((nb, rd))
+            reads[t, r] = (rd, cs, prod)
+    for u in nodes:
+        for t in idx.node[u].outputs:
+            if not t:
+                continue
+            nb = graph.nbytes(t)
+            cons = idx.consumers.get(t, [])
+            if t in outputs or any((u, c) not in same for c in cons):
+                if t in outputs or cons:
+                    constant += nb
+                continue
+            if not cons:
+                continue
+            cut = [same[u, c] for c in cons]
+            if len(cut) == 1:
+                # written iff the single consumer is in another group
+                constant += nb
+                terms.append((-nb, cut[0]))
+                continue
+            wr = model.NewBoolVar(f"writes[{t}]")
+            for s in cut:
+                model.AddImplication(s.Not(), wr)
+            model.Add(wr <= sum(1 - s for s in cut))
+            terms.append((nb, wr))
+            writes[t] = (wr, u, cons)
+    objective = sum(c * x for c, x in terms) + constant
+    # redundant bound: no partition of the part beats fusing it whole (reads/writes only shrink
+    # under union), which gives the LP relaxation a floor it cannot see through the big-M rows
+    model.Add(objective >= cost.group_traffic(graph, nodes))
+    model.Minimize(objective)
+    return Formulation(model=model, nodes=nodes, assign=assign, level=level, terms=terms,
+                       constant=constant, same=same, reads=reads, writes=writes)
+
+
+def edge_may_fuse(graph: Graph, u: str, v: str, cand: dict[str, list[str]]) -> bool:
+    """A DAG edge can be inside a group only if the op table allows it and u is a candidate
+    representative of v or both share one."""
+    if not cost.edge_fusable(graph, u, v):
+        return False
+    return bool(set(cand[u]) & set(cand[v]))
+
+

@@ -1,0 +1,215 @@
+"""Safe presolve shared by the formulations: which pairs of ops can ever share a group, which
+independent parts the problem splits into, and which representatives each op may be assigned to.
+
+Everything here removes only choices that *no optimal plan needs*; the argument for each step is
+in ``formulations/representative-assignment.md`` (section "Presolve"):
+
+* **connected groups suffice.** Call two ops *affine* when one reads a tensor the other produces
+  (a DAG edge) or both read the same tensor (siblings). If a legal group is not connected under
+  affinity, splitting it into its affine components keeps every part legal (the rules and the
+  additive capacity are monotone under taking subsets; a component of a convex group is convex)
+  and does not change the traffic (no tensor is shared between the components). So some optimal
+  plan has only affine-connected groups, and we search only those.
+* **pair legality.** Two ops ``u`` (earlier) and ``v`` can be in one convex group only if the group
+  holds their *hull* -- every op on a path ``u -> v`` -- so the pair is *compatible* only if
+  ``cost.group_violation(hull)`` is None. Affinity edges between incompatible pairs are dropped.
+* **parts.** Connected components of the compatible-affinity graph; components whose quotient
+  graph has a cycle are merged (strongly connected components), so no path leaves a part and
+  re-enters it. Then a plan legal inside every part is legal globally (parts run in topological
+  order) and the traffic is the sum over parts: each part is solved on its own, exactly.
+* **candidates.** A group's representative is its earliest op; ``v`` may join ``r``'s group only
+  if ``(r, v)`` is compatible and an affine path inside the part joins them whose registers
+  (+ the kernel's base registers) fit the budget.
+
+>>> from solverfuse.graph import load_graph
+>>> from solverfuse.hardware import load_hardware
+>>> g = load_graph({"tensors": {"x": {"shape": [64, 64]}, "w": {"shape": [64, 64], "constant": True}},
+...     "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+...               {"name": "m", "op": "MatMul", "inputs": ["h", "w"], "outputs": ["z"]},
+...               {"name": "b", "op": "Exp", "inputs": ["z"], "outputs": ["y"]}]})
+>>> pre = presolve(g, load_hardware("nvidia-h100"))
+>>> pre.parts, pre.cand["b"]
+([['a'], ['m', 'b']], ['m', 'b'])
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from .. import cost
+from ..graph import Graph
+from ..hardware import Hardware
+from ..mapping import op_footprint
+from ..ops import MATERIALISED_INPUT_ROLES
+
+
+@dataclass
+class Presolve:
+    """What the formulations need about one (graph, hardware) pair."""
+    order: list[str]
+    pos: dict[str, int]
+    parts: list[list[str]]                      # in an executable order, ops in graph order
+    cand: dict[str, list[str]]                  # representatives v may join (graph order, incl. v)
+    part_of: dict[str, int] = field(default_factory=dict)
+    compatible_pairs: int = 0
+
+
+def _bits(mask: int):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+class _Reach:
+    """Descendant / ancestor bitsets over topological positions, and cheap hull legality."""
+
+    def __init__(self, graph: Graph, hw: Hardware):
+        self.graph, self.hw = graph, hw
+        order = graph.index.order
+        self.order = order
+        self.pos = graph.index.position
+        n = len(order)
+        self.desc = [0] * n
+        self.anc = [0] * n
+        for i in range(n - 1, -1, -1):
+            m = 0
+            for w in graph.index.succs[order[i]]:
+                j = self.pos[w]
+                m |= (1 << j) | self.desc[j]
+            self.desc[i] = m
+        for i in range(n):
+            m = 0
+            for u in graph.index.preds[order[i]]:
+                j = self.pos[u]
+                m |= (1 << j) | self.anc[j]
+            self.anc[i] = m
+        roles = [cost.role(graph, v) for v in order]
+        self.materialised = sum(1 << i for i, r in enumerate(roles) if r in MATERIALISED_INPUT_ROLES)
+        self.exclusive = sum(1 << i for i, r in enumerate(roles) if r in ("anchor", "gather"))
+        self.opaque = sum(1 << i for i, r in enumerate(roles) if r == "opaque")
+        fps = [op_footprint(graph, v, hw) for v in order]
+        self.regs = [f.registers for f in fps]
+        self.l1 = [f.l1_bytes for f in fps]
+        self.cache: dict[tuple[int, int], bool] = {}
+
+    def compatible(self, i: int, j: int) -> bool:
+        """Can ops at positions i < j share a convex legal group (is their hull legal)?"""
+        key = (i, j)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        ends = (1 << i) | (1 << j)
+        hull = (self.desc[i] & self.anc[j]) | ends
+        ok = not (hull & self.opaque)
+        # any materialised op in the hull other than its first op reads from inside the hull
+        ok = ok and not (hull & self.materialised & ~(1 << i))
+        ok = ok and bin(hull & self.exclusive).count("1") <= 1
+        if ok:
+            nodes = [self.order[k] for k in _bits(hull)]
+            ok = cost.group_violation(self.graph, nodes, self.hw) is None
+        self.cache[key] = ok
+        return ok
+
+
+def presolve(graph: Graph, hw: Hardware) -> Presolve:
+    """Compatible affinities, independent parts and candidate representatives (see module doc)."""
+    reach = _Reach(graph, hw)
+    order, pos = reach.order, reach.pos
+    n = len(order)
+    adj: list[set[int]] = [set() for _ in range(n)]
+
+    def link(a: int, b: int) -> None:
+        i, j = (a, b) if a < b else (b, a)
+        if i != j and j not in adj[i] and reach.compatible(i, j):
+            adj[i].add(j)
+            adj[j].add(i)
+
+    for v in order:
+        for w in graph.index.succs[v]:
+            link(pos[v], pos[w])
+    for t, cons in graph.index.consumers.items():
+        idx = sorted(pos[c] for c in cons)
+        for a in range(len(idx)):
+            for b in range(a + 1, len(idx)):
+                link(idx[a], idx[b])
+
+    # components of the compatible-affinity graph (union-find)
+    parent = list(range(n))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for i in range(n):
+        for j in adj[i]:
+            ri, rj = find(i), find(j)
+            if ri != rj:
+                parent[max(ri, rj)] = min(ri, rj)
+    comp = [find(i) for i in range(n)]
+    parts_idx = _merge_cycles(graph, reach, comp)
+
+    # candidates: compatible earlier ops reachable by an affine path that fits the register budget
+    limit = hw.register_budget - hw.kernel_base_registers
+    cand: dict[str, list[str]] = {}
+    part_of: dict[str, int] = {}
+    pairs = 0
+    for p, members in enumerate(parts_idx):
+        for i in members:
+            part_of[order[i]] = p
+        if len(members) == 1:
+            cand[order[members[0]]] = [order[members[0]]]
+            continue
+        later: dict[int, list[int]] = {i: [i] for i in members}
+        for i in members:
+            for j in _within_budget(i, adj, reach.regs, limit):
+                if j > i and reach.compatible(i, j):
+                    later[j].append(i)
+                    pairs += 1
+        for j in members:
+            cand[order[j]] = [order[i] for i in sorted(later[j])]
+    parts = [[order[i] for i in m] for m in parts_idx]
+    return Presolve(order=order, pos=pos, parts=parts, cand=cand, part_of=part_of, compatible_pairs=pairs)
+
+
+def _within_budget(src: int, adj: list[set[int]], regs: list[int], limit: int) -> list[int]:
+    """Ops joined to ``src`` by an affine path whose summed registers fit ``limit`` (Dijkstra)."""
+    best = {src: regs[src]}
+    heap = [(regs[src], src)]
+    out = []
+    while heap:
+        d, i = heapq.heappop(heap)
+        if d > best.get(i, d):
+            continue
+        out.append(i)
+        for j in adj[i]:
+            nd = d + regs[j]
+            if nd <= limit and nd < best.get(j, limit + 1):
+                best[j] = nd
+                heapq.heappush(heap, (nd, j))
+    return out
+
+
+def _merge_cycles(graph: Graph, reach: _Reach, comp: list[int]) -> list[list[int]]:
+    """Merge components into parts so that the parts' quotient graph is acyclic; parts come in a
+    topological order, each part's ops in graph order."""
+    import networkx as nx
+    order, pos = reach.order, reach.pos
+    q = nx.DiGraph()
+    q.add_nodes_from(set(comp))
+    for i, v in enumerate(order):
+        for w in graph.index.succs[v]:
+            a, b = comp[i], comp[pos[w]]
+            if a != b:
+                q.add_edge(a, b)
+    cond = nx.condensation(q)
+    members: dict[int, list[int]] = {}
+    for i, c in enumerate(comp):
+        members.setdefault(cond.graph["mapping"][c], []).append(i)
+    # a deterministic topological order of the parts: by their earliest op
+    first = {s: min(m) for s, m in members.items()}
+    ordered = list(nx.lexicographical_topological_sort(cond, key=lambda s: first[s]))
+    return [sorted(members[s]) for s in ordered]

@@ -1,0 +1,233 @@
+"""The optimal planner: presolve, one CP-SAT model per independent part, solve, decode, validate.
+
+This is the only module that runs ``CpSolver``. It maps CP-SAT's statuses to plan statuses in one
+place (:data:`STATUS`), honours the time limit over the whole solve, seeds the search, hints the
+best legal greedy partition (or the unfused one), logs every incumbent (time, traffic, bound) and
+reports them to a ``progress`` callback, and checks that the objective equals
+``cost.plan_traffic`` of the decoded plan exactly. Every plan goes through ``plans.build_plan``,
+which validates it.
+
+Parts (see :mod:`solverfuse.formulations.presolve`) are solved one after another, smallest first,
+each with a share of the remaining time proportional to its size; the plan is ``optimal`` only if
+every part is proven optimal, and its bound is the sum of the parts' bounds.
+
+>>> from solverfuse.graph import load_graph
+>>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+>>> p = solve(g, "nvidia-h100", workers=1)
+>>> p.status, p.traffic_bytes, p.bound_bytes, [grp.nodes for grp in p.groups]
+('optimal', 8192, 8192, [['a', 'b']])
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+from ortools.sat.python import cp_model
+
+from . import cost
+from .errors import PlanError
+from .graph import Graph
+from .hardware import Hardware, load_hardware
+from .plans import Plan, build_plan, order_groups
+from .formulations import assign
+from .formulations.presolve import Presolve, presolve
+
+#: CP-SAT status -> what it means for one part (the only place statuses are mapped).
+STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.UNKNOWN: "no-solution",
+          cp_model.INFEASIBLE: "infeasible", cp_model.MODEL_INVALID: "invalid"}
+
+
+@dataclass
+class Incumbent:
+    """One improvement seen while solving: whole-plan traffic and bound at ``seconds``."""
+    seconds: float
+    traffic_bytes: int
+    bound_bytes: int
+
+
+@dataclass
+class SolveReport:
+    """The plan plus how it was found."""
+    plan: Plan
+    log: list[Incumbent] = field(default_factory=list)
+    parts: int = 0
+    largest_part: int = 0
+    variables: int = 0
+    presolve_seconds: float = 0.0
+
+
+def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
+          seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
+          progress: Optional[Callable[[float, int, int], None]] = None) -> Plan:
+    """An optimal (or, when time runs out, the best found + its bound) fusion plan.
+
+    ``hints`` are partitions (lists of groups of op names), e.g. greedy plans; the best legal one
+    seeds the search. ``progress(seconds, traffic_bytes, bound_bytes)`` is called on every new
+    incumbent of the whole plan.
+    """
+    return solve_report(graph, hw, time_limit=time_limit, workers=workers, seed=seed, hints=hints,
+                        progress=progress).plan
+
+
+def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
+                 seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
+                 progress: Optional[Callable[[float, int, int], None]] = None) -> SolveReport:
+    """:func:`solve`, also returning the incumbent log and the size of the decomposition."""
+    hw = load_hardware(hw)
+    start = time.monotonic()
+    pre = presolve(graph, hw)
+    report = SolveReport(plan=None, parts=len(pre.parts),  # type: ignore[arg-type]
+                         largest_part=max((len(p) for p in pre.parts), default=0),
+                         presolve_seconds=time.monotonic() - start)
+    start_groups = best_hint(graph, hw, hints)
+    per_part: list[list[list[str]]] = [[] for _ in pre.parts]
+    for g in start_groups:
+        per_part[pre.part_of[g[0]]].append(g)
+    # current value and bound of every part; trivial parts are final already
+    value = [cost.plan_traffic(graph, gs) for gs in per_part]
+    bound = [cost.group_traffic(graph, p) if len(p) > 1 else value[i] for i, p in enumerate(pre.parts)]
+    status_all = "optimal"
+    todo = sorted((i for i, p in enumerate(pre.parts) if len(p) > 1), key=lambda i: (len(pre.parts[i]), i))
+    left = sum(len(pre.parts[i]) for i in todo)
+
+    def notify(i: int, val: int, bnd: int) -> None:
+        tot_v = sum(value) - value[i] + val
+        tot_b = sum(bound) - bound[i] + bnd
+        report.log.append(Incumbent(round(time.monotonic() - start, 6), tot_v, tot_b))
+        if progress:
+            progress(time.monotonic() - start, tot_v, tot_b)
+
+    for i in todo:
+        part = pre.parts[i]
+        remaining = max(0.0, time_limit - (time.monotonic() - start))
+        share = remaining * len(part) / left if left else remaining
+        left -= len(part)
+        f = assign.build(graph, hw, pre, part)
+        report.variables += len(f.model.Proto().variables)
+        hint = order_groups(graph, per_part[i])
+        f.hint(hint)
+        status, groups, val, bnd = _run(f, share, workers, seed, lambda v, b, i=i: notify(i, v, b))
+        if status == "infeasible":
+            raise PlanError(f"bug: CP-SAT says part {i} ({len(part)} ops, first {part[0]!r}) is infeasible, "
+                            "but every op alone is legal")
+        if status == "invalid":
+            raise PlanError(f"bug: CP-SAT rejected the model of part {i} as invalid")
+        if groups is not None:
+            per_part[i] = groups
+            value[i] = val
+        bound[i] = min(max(bnd, bound[i]), value[i])
+        if status != "optimal":
+            status_all = "feasible"
+    groups = [g for gs in per_part for g in gs]
+    traffic = cost.plan_traffic(graph, groups)
+    if traffic != sum(value):
+        raise PlanError(f"bug: CP-SAT objective {sum(value)} != cost model traffic {traffic}")
+    total_bound = sum(bound)
+    if status_all == "optimal" and total_bound != traffic:
+        raise PlanError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
+    report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,
+                             bound_bytes=total_bound, solve_seconds=time.monotonic() - start)
+    return report
+
+
+class _Log(cp_model.CpSolverSolutionCallback):
+    def __init__(self, f: assign.Formulation, notify: Callable[[int, int], None]):
+        super().__init__()
+        self.f, self.notify = f, notify
+
+    def on_solution_callback(self) -> None:
+        self.notify(self.f.objective_value(self.Value), _floor(self.BestObjectiveBound()))
+
+
+def _floor(bound: float) -> int:
+    """An integer lower bound from CP-SAT's float bound (objective values are integers)."""
+    return int(math.floor(bound + 1e-6 * max(1.0, abs(bound) * 1e-9)))
+
+
+def _run(f: assign.Formulation, seconds: float, workers: int, seed: int,
+         notify: Callable[[int, int], None]):
+    """Solve one part: (status, groups or None, objective, bound)."""
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.max_time_in_seconds = max(seconds, 0.01)
+    p.num_workers = max(1, workers)
+    p.random_seed = seed
+    # deterministic for a fixed seed and worker count: workers run interleaved, not racing
+    p.interleave_search = workers > 1
+    code = solver.Solve(f.model, _Log(f, notify))
+    status = STATUS[code]
+    if status in ("optimal", "feasible"):
+        val = f.objective_value(solver.Value)
+        if abs(val - solver.ObjectiveValue()) > 1e-9 * max(1.0, abs(val)):
+            raise PlanError(f"bug: objective terms {val} != CP-SAT objective {solver.ObjectiveValue()}")
+        bnd = val if status == "optimal" else _floor(solver.BestObjectiveBound())
+        return status, f.decode(solver.Value), val, bnd
+    return status, None, 0, _floor(solver.BestObjectiveBound()) if status == "no-solution" else 0
+
+
+def normalise(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Split every group into its affine-connected pieces (ops joined by a tensor one produces and
+    the other reads, or both read): same traffic, still legal, and the form the formulation uses.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}, "y": {"shape": [4]}}, "inputs": ["x", "y"],
+    ...     "outputs": ["a", "b"], "nodes": [{"name": "p", "op": "Relu", "inputs": ["x"], "outputs": ["a"]},
+    ...                                     {"name": "q", "op": "Relu", "inputs": ["y"], "outputs": ["b"]}]})
+    >>> normalise(g, [["p", "q"]])
+    [['p'], ['q']]
+    """
+    out = []
+    pos = graph.index.position
+    for g in groups:
+        members = set(g)
+        parent = {v: v for v in g}
+
+        def find(a):
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        seen: dict[str, str] = {}
+        for v in g:
+            for t in graph.index.node[v].inputs:
+                if not t:
+                    continue
+                p = graph.index.producer.get(t)
+                for other in ([p] if p in members else []) + ([seen[t]] if t in seen else []):
+                    a, b = find(v), find(other)
+                    if a != b:
+                        parent[a] = b
+                seen.setdefault(t, v)
+        pieces: dict[str, list[str]] = {}
+        for v in sorted(g, key=pos.__getitem__):
+            pieces.setdefault(find(v), []).append(v)
+        out.extend(pieces.values())
+    return out
+
+
+def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequence[str]]]]) -> list[list[str]]:
+    """The legal partition of least traffic among ``hints`` and the unfused plan, normalised."""
+    best = [[v] for v in graph.index.order]
+    best_traffic = cost.plan_traffic(graph, best)
+    for h in hints or []:
+        groups = [list(g) for g in h if g]
+        if sorted(v for g in groups for v in g) != sorted(graph.index.order):
+            continue
+        if any(cost.group_violation(graph, g, hw) for g in groups):
+            continue
+        try:
+            order_groups(graph, groups)
+        except PlanError:
+            continue
+        t = cost.plan_traffic(graph, groups)
+        if t < best_traffic:
+            best, best_traffic = groups, t
+    return order_groups(graph, normalise(graph, best))
+
+
+__all__ = ["solve", "solve_report", "SolveReport", "Incumbent", "normalise", "best_hint", "STATUS", "Presolve"]
