@@ -144,8 +144,20 @@ def to_onnx(graph: Graph, constants: Mapping[str, np.ndarray], *,
     missing = next((c for c in consts if c not in constants), None)
     if missing is not None:
         raise EmitError(f"constant {missing!r} has no data")
-    inits = [_tensor(c, np.asarray(constants[c], dtype=np_dtype(graph.tensors[c].dtype))
-                     .reshape(graph.tensors[c].shape)) for c in consts] + extra
+    inits = []
+    for c in consts:
+        t = graph.tensors[c]
+        arr = np.asarray(constants[c], dtype=np_dtype(t.dtype)).reshape(t.shape)
+        if arr.size > 1024 and t.fill is not None and (arr == arr.flat[0]).all():
+            # A filled weight (the ONNX light models' are) becomes ConstantOfShape: a 400 MB
+            # initializer would cost seconds to serialise and gigabytes to hold twice.
+            shape_name = f"{c}::shape"
+            extra.append(_tensor(shape_name, np.asarray(t.shape, dtype=np.int64)))
+            nodes.insert(0, helper.make_node("ConstantOfShape", [shape_name], [c], name=f"{c}::fill",
+                                             value=_tensor("value", arr.reshape(-1)[:1])))
+        else:
+            inits.append(_tensor(c, arr))
+    inits += extra
 
     def info(name):
         t = graph.tensors[name]
