@@ -109,6 +109,41 @@ def import_cmd(model: Path = typer.Argument(..., help="ONNX model"),
         typer.echo(text)
 
 
+@app.command("run")
+@handles_errors
+def run_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
+            plan: Optional[Path] = typer.Option(None, "--plan", help="plan JSON to execute (default: plan now)"),
+            strategy: str = typer.Option("optimal", "--strategy", help="optimal or a greedy baseline name"),
+            hardware: str = typer.Option("nvidia-h100", "--hardware", help="hardware profile (for planning)"),
+            inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz keyed by input name (default: seeded random)"),
+            output: Optional[Path] = typer.Option(None, "-o", "--output", help=".npz to write the outputs to"),
+            threads: int = typer.Option(1, "--threads", min=1, help="OpenMP threads"),
+            check: bool = typer.Option(False, "--check", help="compare with ONNX's reference / ONNX Runtime"),
+            engine: str = typer.Option("auto", "--engine", help="reference engine: auto, reference, onnxruntime"),
+            rtol: float = typer.Option(1e-3, "--rtol", help="relative tolerance of --check"),
+            atol: float = typer.Option(1e-4, "--atol", help="absolute tolerance of --check"),
+            time: bool = typer.Option(False, "--time", help="median wall time of the kernels over repeats"),
+            repeats: int = typer.Option(10, "--repeats", min=1, help="runs for --time"),
+            seed: int = typer.Option(0, "--seed", help="seed of random inputs/constants and the solver"),
+            time_limit: float = typer.Option(10.0, "--time-limit", help="solver time limit (seconds)"),
+            as_json: bool = typer.Option(False, "--json", help="print one JSON object")):
+    """Compile a plan to C, run it, write outputs; optionally check numerics and time it.
+
+    Exit code 1 when --check finds an output beyond tolerance."""
+    from .runner import format_result, run_graph
+    if plan is not None and strategy != "optimal":
+        fail("give either --plan or --strategy, not both")
+    if engine not in ("auto", "reference", "onnxruntime"):
+        fail(f"unknown engine {engine!r} (auto, reference, onnxruntime)")
+    result = run_graph(graph, plan_path=plan, strategy=strategy, hardware=hardware, inputs=inputs,
+                       output=output, seed=seed, threads=threads, check=check, engine=engine,
+                       rtol=rtol, atol=atol, time=time, repeats=repeats, time_limit=time_limit)
+    result.pop("arrays", None)
+    emit_json(result) if as_json else typer.echo(format_result(result))
+    if check and not result["check"]["ok"]:
+        raise typer.Exit(1)
+
+
 def main():  # pragma: no cover - console entry
     app()
 

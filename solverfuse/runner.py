@@ -1,0 +1,209 @@
+"""The library behind ``solverfuse run``: graph -> plan -> compiled C -> outputs, checked and timed.
+
+One call, :func:`run_graph`, does the whole pipeline and returns a JSON-ready result dict; the CLI
+only parses arguments and prints it. Inputs come from an ``.npz`` file (:func:`load_inputs`,
+which names the offending tensor on any mismatch) or are seeded random
+(:func:`solverfuse.emit.data.random_inputs`); outputs go to an ``.npz`` keyed by tensor name,
+written atomically (:func:`save_outputs`).
+
+``check`` compares every graph output with ONNX's reference evaluator (small graphs) or ONNX
+Runtime: an output passes when ``|got - want| <= atol + rtol * |want|`` elementwise (NumPy's
+``isclose``; integer and bool outputs must be equal). Reported errors: ``max_abs_error`` and
+``max_rel_error`` = the largest ``|got - want| / max(|want|, atol)``.
+
+>>> import numpy as np
+>>> compare({"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 2.001])}, rtol=1e-3, atol=1e-6)["ok"]
+True
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+
+from .errors import EmitError, SolverfuseError
+from .graph import Graph, load_graph
+from .hardware import load_hardware
+
+#: Graphs with at most this many flops are checked with ONNX's (slow, pure NumPy) reference
+#: evaluator under ``engine="auto"``; larger ones with ONNX Runtime.
+REFERENCE_MAX_FLOPS = 20_000_000
+RTOL, ATOL = 1e-3, 1e-4
+
+
+def load_inputs(path: Union[str, os.PathLike], graph: Graph) -> dict[str, np.ndarray]:
+    """Read graph inputs from an ``.npz`` (keys = tensor names); EmitError names any problem.
+
+    Unknown keys are an error too (a typo would otherwise silently run on other data).
+    """
+    from .emit.reference import check_inputs
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            data = {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise EmitError(f"{path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise EmitError(f"{path}: not a readable .npz file ({e})") from None
+    if not isinstance(data, dict):
+        raise EmitError(f"{path}: not an .npz archive (a single .npy array?)")
+    wanted = {x for x in graph.inputs if not graph.tensors[x].constant}
+    extra = sorted(set(data) - wanted)
+    if extra:
+        raise EmitError(f"{path}: {extra[0]!r} is not a graph input "
+                        f"(inputs: {', '.join(repr(x) for x in graph.inputs)})")
+    try:
+        return check_inputs(graph, data)
+    except EmitError as e:
+        raise EmitError(f"{path}: {e}") from None
+
+
+def save_outputs(path: Union[str, os.PathLike], arrays: Mapping[str, np.ndarray]) -> None:
+    """Write arrays to an ``.npz`` keyed by tensor name, atomically (no half-written file)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                               prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
+            rtol: float = RTOL, atol: float = ATOL) -> dict[str, Any]:
+    """Max abs/rel error per output and overall, and whether every output is within tolerance.
+
+    >>> r = compare({"y": np.array([0.0, 10.0])}, {"y": np.array([0.0, 10.5])}, rtol=1e-3, atol=1e-6)
+    >>> r["ok"], r["max_abs_error"], round(r["max_rel_error"], 4)
+    (False, 0.5, 0.0476)
+    """
+    per = {}
+    for name, ref in want.items():
+        a = np.asarray(got[name])
+        b = np.asarray(ref)
+        if a.shape != b.shape:
+            per[name] = {"ok": False, "max_abs_error": float("inf"), "max_rel_error": float("inf"),
+                         "why": f"shape {list(a.shape)} != reference {list(b.shape)}"}
+            continue
+        if b.dtype.kind in "biu":
+            diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            ok = bool(np.array_equal(a, b))
+            rel = diff / np.maximum(np.abs(b.astype(np.float64)), 1.0)
+        else:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            ok = bool(np.isclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True).all())
+            both_nan = np.isnan(a64) & np.isnan(b64)
+            diff = np.where(both_nan, 0.0, np.abs(a64 - b64))
+            diff = np.where(np.isnan(diff), np.inf, diff)
+            rel = diff / np.maximum(np.abs(b64), atol)
+        per[name] = {"ok": ok, "max_abs_error": float(diff.max(initial=0.0)),
+                     "max_rel_error": float(rel.max(initial=0.0))}
+    return {"ok": all(p["ok"] for p in per.values()),
+            "max_abs_error": max((p["max_abs_error"] for p in per.values()), default=0.0),
+            "max_rel_error": max((p["max_rel_error"] for p in per.values()), default=0.0),
+            "rtol": rtol, "atol": atol, "outputs": per}
+
+
+def choose_engine(graph: Graph, engine: str = "auto") -> str:
+    """``reference`` for small graphs (ONNX's own evaluator), ``onnxruntime`` otherwise."""
+    if engine != "auto":
+        return engine
+    flops = sum(graph.flops(n.name) for n in graph.nodes)
+    return "reference" if flops <= REFERENCE_MAX_FLOPS else "onnxruntime"
+
+
+def get_plan(graph: Graph, hardware: str = "nvidia-h100", *, plan_path=None,
+             strategy: str = "optimal", time_limit: float = 10.0, workers: int = 1, seed: int = 0):
+    """The plan to execute: read from ``plan_path`` (validated against ``graph``) or made now."""
+    if plan_path is not None:
+        from .plans import load_plan
+        return load_plan(plan_path, graph)
+    from .api import plan
+    return plan(graph, hardware, strategy=strategy, time_limit=time_limit, workers=workers, seed=seed)
+
+
+def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, strategy: str = "optimal",
+              hardware: str = "nvidia-h100", inputs: Union[None, str, os.PathLike, Mapping] = None,
+              output: Union[None, str, os.PathLike] = None, seed: int = 0, threads: int = 1,
+              check: bool = False, engine: str = "auto", rtol: float = RTOL, atol: float = ATOL,
+              time: bool = False, repeats: int = 10, time_limit: float = 10.0, workers: int = 1,
+              cache_dir=None) -> dict[str, Any]:
+    """Plan (or load a plan), compile, run, optionally check and time; a JSON-ready result.
+
+    Keys: ``graph``, ``strategy``, ``status``, ``groups``, ``traffic_bytes``, ``outputs``
+    (name -> shape), ``output_file``; with ``check``: ``check`` (see :func:`compare`) plus
+    ``engine``; with ``time``: ``median_seconds``, ``times``. The arrays are in ``result["arrays"]``
+    (dropped by the CLI before printing).
+    """
+    from .emit.build import compile_plan
+    from .emit.data import constants, random_inputs
+    g = load_graph(graph)
+    hw = load_hardware(hardware)
+    plan = get_plan(g, hw, plan_path=plan_path, strategy=strategy, time_limit=time_limit,
+                    workers=workers, seed=seed)
+    if isinstance(inputs, (str, os.PathLike)):
+        feeds = load_inputs(inputs, g)
+    elif inputs is None:
+        feeds = random_inputs(g, seed)
+    else:
+        from .emit.reference import check_inputs
+        feeds = check_inputs(g, inputs)
+    consts = constants(g, seed)
+    program = compile_plan(plan, g, threads=threads, cache_dir=cache_dir)
+    outs = program.run(feeds, consts)
+    arrays = {name: np.asarray(outs[name]) for name in g.outputs}
+    result: dict[str, Any] = {
+        "graph": g.name, "strategy": plan.strategy, "status": plan.status, "hardware": plan.hardware,
+        "groups": len(plan.groups), "traffic_bytes": plan.traffic_bytes, "threads": threads,
+        "outputs": {k: list(v.shape) for k, v in arrays.items()}}
+    if output is not None:
+        save_outputs(output, arrays)
+        result["output_file"] = str(output)
+    if check:
+        from .emit.reference import reference_outputs
+        eng = choose_engine(g, engine)
+        try:
+            want = reference_outputs(g, feeds, consts, eng)
+        except SolverfuseError:
+            raise
+        except Exception as e:  # the reference itself failed (unsupported by ORT, ...)
+            raise EmitError(f"the {eng} reference could not run this graph: "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        result["engine"] = eng
+        result["check"] = compare(arrays, want, rtol=rtol, atol=atol)
+    if time:
+        times = [float(t) for t in program.time(feeds, consts, repeats=repeats)]
+        result["median_seconds"] = statistics.median(times)
+        result["times"] = times
+    result["arrays"] = arrays
+    return result
+
+
+def format_result(result: Mapping[str, Any]) -> str:
+    """A few readable lines for the terminal."""
+    lines = [f"{result['graph']}: {result['strategy']} plan ({result['status']}), "
+             f"{result['groups']} kernels, {result['traffic_bytes']} bytes planned traffic"]
+    for name, shape in result["outputs"].items():
+        lines.append(f"  output {name!r} {shape}")
+    if "check" in result:
+        c = result["check"]
+        lines.append(f"check vs {result['engine']}: {'OK' if c['ok'] else 'MISMATCH'} "
+                     f"max abs error {c['max_abs_error']:.3g}, max rel error {c['max_rel_error']:.3g} "
+                     f"(rtol {c['rtol']:g}, atol {c['atol']:g})")
+        for name, p in c["outputs"].items():
+            if not p["ok"]:
+                lines.append(f"  {name!r}: {p.get('why') or 'max abs error %.3g' % p['max_abs_error']}")
+    if "median_seconds" in result:
+        lines.append(f"time: median {result['median_seconds'] * 1e3:.3f} ms over {len(result['times'])} runs")
+    if "output_file" in result:
+        lines.append(f"wrote {result['output_file']}")
+    return "\n".join(lines)
