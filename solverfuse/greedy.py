@@ -383,16 +383,19 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
             cost.group_time(graph, nodes, hw1)
         return (saved, gs) if saved >= 0 else None
 
+    # A producer's priority depends on its group and its consumers' groups only, so after a
+    # merge only the new group and its producers are recomputed (XLA's UpdatePriorities).
+    cache = {p: candidate(p) for p in part.members}
     while True:
-        ranked = []
-        for p in part.members:
-            c = candidate(p)
-            if c is not None:
-                ranked.append((c[0], part.first[p], c[1]))
-        ranked.sort(key=lambda r: (r[0], r[1]), reverse=True)
+        ranked = sorted(((c[0], part.first[p], c[1]) for p, c in cache.items() if c is not None),
+                        key=lambda r: (r[0], r[1]), reverse=True)
         for _, _, gs in ranked:
             if part.why_not(gs) is None:
-                part.merge(gs)
+                k = part.merge(gs)
+                for g in gs:
+                    cache.pop(g, None)
+                for g in [k, *part.pred(k)]:
+                    cache[g] = candidate(g)
                 break
         else:
             break
@@ -583,17 +586,16 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
     while progress:
         progress = False
         for kind in kinds:
-            for a, b in pairs(kind):
-                if saved([a, b]) <= 0:
+            # Pairs name groups by their first op, resolved to the current group when tried.
+            for va, vb in [(part.members[a][0], part.members[b][0]) for a, b in pairs(kind)]:
+                a, b = part.gid[va], part.gid[vb]
+                if a == b or saved([a, b]) <= 0:
                     continue
                 if group_footprint(graph, part.nodes([a, b]), hw).registers > hw.register_budget:
                     continue  # the guide's first gate: the register budget
                 if part.why_not([a, b]) is None:
                     part.merge([a, b])
                     progress = True
-                    break
-            if progress:
-                break
     return part.groups()
 
 
