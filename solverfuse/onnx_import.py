@@ -365,7 +365,7 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
         consts[init.name] = _from_array(arr, _dtype(init.data_type, f"initializer {init.name!r}"))
     # known: tensor -> (shape|None, dtype) from ONNX inference (refined by folding below).
     known: dict[str, tuple] = {}
-    for vi in list(g.value_info) + list(g.output) + list(g.input):
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
         shape, code = _value_type(vi)
         if code is not None:
             known[vi.name] = (shape, _dtype(code, f"tensor {vi.name!r}"))
