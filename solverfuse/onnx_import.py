@@ -193,14 +193,14 @@ def _constant_node(node, attrs: dict) -> _Const:
 
 # ---- folding -------------------------------------------------------------------------------
 
-def _fold_uniform(op: str, attrs: dict, ins: list, consts: list, out_names: list) -> Optional[list[_Const]]:
-    """Fold a layout op on uniform data by shape alone (no array is built)."""
+def _fold_uniform(op: str, attrs: dict, ins: list, consts: list, n_out: int) -> Optional[list[_Const]]:
+    """Fold a layout op on large uniform data by shape alone (no array is built)."""
     data = consts[0]
-    if op not in _UNIFORM_OPS or data is None or data.fill is None or data.array is not None and data.array.size <= VALUE_MAX_ELEMENTS:
+    if op not in _UNIFORM_OPS or data is None or data.fill is None or numel(data.shape) <= VALUE_MAX_ELEMENTS:
         return None
     values = [c.materialise() if c is not None and i > 0 else None for i, c in enumerate(consts)]
     if op == "Split":
-        attrs = {**attrs, "_num_outputs": len(out_names)}
+        attrs = {**attrs, "_num_outputs": n_out}
     outs = infer_node(op, attrs, ins, values)
     fill = data.fill
     if op == "Cast":
@@ -208,8 +208,11 @@ def _fold_uniform(op: str, attrs: dict, ins: list, consts: list, out_names: list
     return [_Const(tuple(s), dt, fill) for s, dt in outs]
 
 
-def _np_eval(op: str, attrs: dict, ins: list, arrays: list, n_out: int, out_shapes: list) -> list[np.ndarray]:
-    """Evaluate one foldable op in numpy (ONNX semantics, any opset form the op table accepts)."""
+def _np_eval(op: str, attrs: dict, ins: list, arrays: list, out_shapes: list) -> list[np.ndarray]:
+    """Evaluate one foldable op in numpy (ONNX semantics, any opset form the op table accepts).
+
+    ``arrays`` lines up with the inputs (None for an omitted one); ``out_shapes`` comes from the
+    op table's shape rule (empty for Shape/Size/Range, whose shapes are data)."""
     a = arrays[0] if arrays else None
     if op == "Shape":
         dims = list(ins[0][0])
@@ -270,44 +273,47 @@ def _fold(node, name: str, attrs: dict, inputs: list[str], consts: dict[str, _Co
     if op not in _FOLDABLE:
         return None
     real = [t for t in inputs if t]
-    if op in ("Shape", "Size"):
+    if op in ("Shape", "Size"):  # only the input's (inferred) shape matters
         if not real or known.get(real[0], (None,))[0] is None:
             return None
-    elif not real and op != "ConstantOfShape" or any(t not in consts for t in real):
-        return None
-    if op == "ConstantOfShape" and (not real or real[0] not in consts):
+    elif not real or any(t not in consts for t in real):
         return None
     ins = [(tuple(known[t][0]), known[t][1]) if t else (None, None) for t in inputs]
     cs = [consts.get(t) if t else None for t in inputs]
     try:
         if op == "ConstantOfShape":
-            shape = tuple(int(d) for d in cs[0].materialise().reshape(-1))
-            value = np.asarray(attrs.get("value", [0.0])).reshape(-1)
-            dtype = _dtype(node.attribute[0].t.data_type, f"node {name!r}") if "value" in attrs else "float32"
-            if numel(shape) > VALUE_MAX_ELEMENTS:
-                return [_Const(shape, dtype, value[0].item())]
-            return [_from_array(np.full(shape, value[0], dtype=_np_dtype(dtype)), dtype)]
-        uniform = _fold_uniform(op, attrs, ins, cs, list(node.output))
-        if uniform is not None:
-            return uniform
-        arrays = [c.materialise() if c is not None else None for c in cs]
-        if op not in ("Shape", "Size") and any(x is None for t, x in zip(inputs, arrays) if t):
-            return None
-        a_vals = [x if t else None for t, x in zip(inputs, arrays)]
-        fattrs = {**attrs, "_num_outputs": len(node.output)} if op == "Split" else attrs
-        outs = [] if op in ("Shape", "Size", "Range") else infer_node(op, fattrs, ins, a_vals)
-        results = _np_eval(op, attrs, ins, [x for x in arrays if x is not None] if op != "Slice" else arrays,
-                           len(node.output), [s for s, _ in outs])
+            return [_constant_of_shape(node, name, attrs, cs[0])]
+        folded = _fold_uniform(op, attrs, ins, cs, len(node.output))
+        return folded if folded is not None else _fold_arrays(op, attrs, ins, cs, len(node.output))
     except (ShapeError, KeyError, IndexError, ValueError, TypeError) as e:
-        raise GraphError(f"node {name!r} ({op}): cannot fold constant inputs ({e})") from None
-    dtypes = [dt for _, dt in outs] or [ONNX_DTYPE_CODES.get(7) if op != "Range" else None]
+        raise GraphError(f"node {name!r} ({op}): cannot fold its constant inputs ({e})") from None
+
+
+def _constant_of_shape(node, name: str, attrs: dict, shape_const: _Const) -> _Const:
+    """ConstantOfShape: always uniform, so it is recorded as a fill (small ones also as values)."""
+    shape = tuple(int(d) for d in shape_const.materialise().reshape(-1))
+    value = np.asarray(attrs.get("value", [0.0])).reshape(-1)[0]
+    dtype = _dtype(node.attribute[0].t.data_type, f"node {name!r}") if "value" in attrs else "float32"
+    if numel(shape) > VALUE_MAX_ELEMENTS:
+        return _Const(shape, dtype, value.item())
+    return _from_array(np.full(shape, value, dtype=_np_dtype(dtype)), dtype)
+
+
+def _fold_arrays(op: str, attrs: dict, ins: list, cs: list, n_out: int) -> Optional[list[_Const]]:
+    """Fold by evaluating in numpy; None when an input is too large to materialise or the
+    result could not be represented (large and non-uniform)."""
+    arrays = [c.materialise() if c is not None else None for c in cs]
+    if op not in ("Shape", "Size") and any(a is None for a, (s, _) in zip(arrays, ins) if s is not None):
+        return None
+    outs = [] if op in ("Shape", "Size", "Range") else \
+        infer_node(op, {**attrs, "_num_outputs": n_out} if op == "Split" else attrs, ins, arrays)
     folded = []
-    for i, r in enumerate(results):
+    for i, r in enumerate(_np_eval(op, attrs, ins, arrays, [s for s, _ in outs])):
         r = np.asarray(r)
-        dt = dtypes[i] if i < len(dtypes) and dtypes[i] else _dtype_of_array(r)
+        dt = outs[i][1] if outs else _dtype_of_array(r)
         c = _from_array(r.astype(_np_dtype(dt)), dt)
         if c.fill is None and r.size > VALUE_MAX_ELEMENTS:
-            return None  # not representable: keep the op
+            return None
         folded.append(c)
     return folded
 

@@ -171,6 +171,48 @@ def test_shape_gather_unsqueeze_concat_reshape_folds():
     np.testing.assert_array_equal(got, want)
 
 
+def test_shape_arithmetic_folds_like_onnxruntime():
+    """Slice/Gather(-1)/Mul/Div/Cast/Concat/Range/Expand on shapes and Constant nodes all fold;
+    the shapes they produce are the ones ONNX Runtime computes."""
+    i64 = TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Constant", [], ["c1"], name="k1", value_ints=[1]),
+             helper.make_node("Constant", [], ["c3"], name="k3",
+                              value=numpy_helper.from_array(np.array([3], np.int64))),
+             helper.make_node("Slice", ["s", "c1", "c3"], ["mid"], name="slice"),  # [3, 4]
+             helper.make_node("ReduceProd", ["mid"], ["prod"], name="prod", keepdims=1),  # [12]
+             helper.make_node("Div", ["prod", "c3"], ["q"], name="div"),  # [4]
+             helper.make_node("Cast", ["q"], ["q32"], name="cast", to=TensorProto.INT32),
+             helper.make_node("Cast", ["q32"], ["q64"], name="cast_back", to=i64),
+             helper.make_node("Gather", ["s", "neg1"], ["last"], name="gather", axis=0),  # [5]
+             helper.make_node("Mul", ["last", "c3"], ["last3"], name="mul"),  # [15]
+             helper.make_node("Concat", ["c1", "q64", "last3", "minus1"], ["target"], name="cat", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),  # [1, 4, 15, 2]
+             helper.make_node("Range", ["r0", "r5", "r1"], ["rng"], name="range"),
+             helper.make_node("Cast", ["rng"], ["rngf"], name="castf", to=F),
+             helper.make_node("Expand", ["rngf", "eshape"], ["ex"], name="expand"),
+             helper.make_node("Add", ["ex", "z"], ["w"], name="add")]
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "neg1"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+             numpy_helper.from_array(np.array(0, np.int64), "r0"),
+             numpy_helper.from_array(np.array(5, np.int64), "r5"),
+             numpy_helper.from_array(np.array(1, np.int64), "r1"),
+             numpy_helper.from_array(np.array([3, 1, 5], np.int64), "eshape")]
+    model = _model(nodes, [_vi("x", [2, 3, 4, 5]), _vi("z", [3, 2, 5])], [_vi("y", None), _vi("w", None)], inits)
+    g = import_onnx(model)
+    assert [n.op for n in g.nodes] == ["Reshape", "Add"]
+    assert g.tensors["target"].value == [1, 4, 15, -1]
+    assert g.tensors["ex"].constant and np.array_equal(
+        g.constant_value("ex"), np.broadcast_to(np.arange(5, dtype=np.float32), (3, 1, 5)))
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32),
+             "z": rng.standard_normal((3, 2, 5)).astype(np.float32)}
+    want = _ort(model, feeds)
+    assert [g.tensors[t].shape for t in g.outputs] == [list(w.shape) for w in want]
+    for a, b in zip(_ort(_export(g), feeds), want):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_opset9_attribute_forms():
     """Opset-9 Slice/Unsqueeze/Squeeze carry axes and starts as attributes."""
     nodes = [helper.make_node("Slice", ["x"], ["s"], name="slice", starts=[1, 0], ends=[3, 100], axes=[1, 2]),
