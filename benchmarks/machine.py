@@ -1,0 +1,80 @@
+"""What the benchmark ran on, and the machine's bandwidth limit measured in the same run.
+
+:func:`describe` collects the CPU model, cores, caches (sysfs, via ``hardware.detect``), the C
+compiler, library versions and the date. :func:`triad` compiles ``triad.c`` (a STREAM-style
+triad) with the emitter's own compiler flags and returns its best and median bandwidth.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Optional, Sequence
+
+HERE = Path(__file__).resolve().parent
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def compiler() -> str:
+    """``cc --version`` first line (the compiler the emitter uses)."""
+    cc = os.environ.get("CC", "cc")
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return out.splitlines()[0].strip() if out else cc
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{cc}: not found"
+
+
+def describe() -> dict:
+    """Machine description for RESULTS.md (every field read, none assumed)."""
+    from solverfuse.hardware import detect
+    hw = detect()
+    model = hw.description.split(":", 1)[-1].rsplit(",", 1)[0].strip()
+    mem = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    simd = [f for f in ("avx512f", "avx2", "fma", "neon", "sve") if f" {f}" in flags]
+    return {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": model, "cores": hw.cores, "simd": simd, "machine": platform.machine(),
+        "l1d_bytes": hw.l1_bytes, "l2_bytes": hw.l2_bytes, "l3_bytes": hw.l3_bytes,
+        "memory_bytes": mem, "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(), "compiler": compiler(),
+        "versions": {p: _version(p) for p in ("numpy", "onnx", "onnxruntime", "ortools", "torch")},
+        "valgrind": shutil.which("valgrind") is not None,
+    }
+
+
+def triad(n: int, repeats: int, threads: int, cflags: Sequence[str], cc: str = "cc",
+          workdir: Optional[Path] = None) -> dict:
+    """Compile and run the triad on ``n`` floats per array; GB/s by STREAM's 3-array count."""
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        exe = Path(tmp) / "triad"
+        flags = list(cflags)
+        if threads > 1 and "-fopenmp" not in flags:
+            flags.append("-fopenmp")
+        subprocess.run([cc, *flags, str(HERE / "triad.c"), "-o", str(exe)], check=True,
+                       capture_output=True, text=True, timeout=120)
+        out = subprocess.run([str(exe), str(n), str(repeats), str(threads)], check=True,
+                             capture_output=True, text=True, timeout=600).stdout
+    times = [float(x) for x in out.split()][1:] or [float(x) for x in out.split()]  # first pass warms up
+    nbytes = 3 * n * 4
+    return {"n": n, "bytes": nbytes, "threads": threads, "flags": flags, "seconds": times,
+            "best_gbs": nbytes / min(times) / 1e9, "median_gbs": nbytes / statistics.median(times) / 1e9}

@@ -1,0 +1,431 @@
+"""solverfuse benchmarks: one entry point, everything measured side by side in one run.
+
+    python benchmarks/run.py            # full run (about 30-40 minutes on 2 cores)
+    python benchmarks/run.py --quick    # smoke run (a minute or two), written to a temp folder
+
+Writes ``RESULTS.md`` (machine description + tables + what each number means), ``results/*.png``
+and ``results/results.json`` (raw numbers) under ``--out`` (default: this folder for a full run).
+
+Sections (see ``issues show 6``):
+
+1. **solve scaling** -- optimal planner on the 9 ONNX light models, BERT and GPT-2 blocks, and
+   synthetic DAGs of 100 / 1,000 / 10,000 ops: status, time to proven optimum, gap;
+2. **plan quality** -- traffic of every greedy baseline and of no fusion against the optimum and
+   Q_min on the same graphs (the same plans as section 1);
+3. **runtime** -- the memory-bound motifs at sizes far above the last-level cache: emitted C for
+   the optimal, unfused and every greedy plan, ONNX Runtime and (if installed) torch.compile, all
+   at the same thread count, interleaved round by round so machine noise hits every side alike;
+   achieved GB/s against a STREAM triad measured in the same run; the light models end-to-end;
+4. **model fidelity** -- predicted bytes vs the emitter's instrumented counters, and cachegrind's
+   last-level misses for one motif vs the predicted DRAM bytes.
+
+Every failure of one measurement is recorded as text in the results (and the table says so)
+instead of stopping the run: a benchmark that dies on the last graph reports nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import machine  # noqa: E402  (benchmarks/machine.py)
+from solverfuse import cost, zoo  # noqa: E402
+
+LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+                "shufflenet", "squeezenet", "vgg19", "zfnet512"]
+
+
+def log(*args) -> None:
+    print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
+
+
+def guarded(fn: Callable[[], Any]) -> Any:
+    """Run one measurement; on failure return ``{"error": one line}`` instead of raising."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 -- a benchmark records every failure and goes on
+        log("  failed:", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+        if "--debug" in sys.argv:
+            traceback.print_exc()
+        return {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+
+
+# ------------------------------------------------------------------ graphs
+
+def light_model(name: str):
+    """An ONNX light model (shipped inside the onnx package) imported as a Graph."""
+    import onnx
+    from solverfuse.onnx_import import import_onnx
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    return import_onnx(path)
+
+
+def planning_graphs(quick: bool) -> list[tuple[str, Callable]]:
+    """(name, builder) for sections 1 and 2."""
+    out: list[tuple[str, Callable]] = [(m, (lambda m=m: light_model(m))) for m in
+                                       (LIGHT_MODELS[:2] if quick else LIGHT_MODELS)]
+    if quick:
+        out += [("bert (1 layer, h128)", lambda: zoo.bert_block(1, 128, 32, 4)),
+                ("gpt2 (1 layer, h128)", lambda: zoo.gpt2_block(1, 128, 32, 4)),
+                ("synthetic 100", lambda: zoo.synthetic_graph(100))]
+    else:
+        out += [("bert (2 layers, h768, s128)", lambda: zoo.bert_block(2, 768, 128, 12)),
+                ("gpt2 (2 layers, h768, s128)", lambda: zoo.gpt2_block(2, 768, 128, 12))]
+        out += [(f"synthetic {n}", (lambda n=n: zoo.synthetic_graph(n))) for n in (100, 1000, 10000)]
+    return out
+
+
+# ------------------------------------------------------------------ sections 1 + 2
+
+def plan_all(graph, hw, time_limit: float, workers: int) -> dict:
+    """Every greedy baseline and the optimal plan for one graph, with wall times."""
+    from solverfuse import api, greedy
+    row: dict[str, Any] = {"ops": len(graph.nodes), "q_min": cost.q_min(graph),
+                           "unfused": cost.unfused_traffic(graph), "strategies": {}}
+    for name in greedy.STRATEGIES:
+        def one(name=name):
+            t = time.perf_counter()
+            p = greedy.greedy_plan(graph, hw, name)
+            return {"traffic": p.traffic_bytes, "groups": len(p.groups), "seconds": time.perf_counter() - t}
+        row["strategies"][name] = guarded(one)
+
+    def optimal():
+        t = time.perf_counter()
+        p = api.plan(graph, hw, strategy="optimal", time_limit=time_limit, workers=workers, seed=0)
+        return {"traffic": p.traffic_bytes, "groups": len(p.groups), "status": p.status,
+                "bound": p.bound_bytes, "gap": p.gap, "solve_seconds": p.solve_seconds,
+                "seconds": time.perf_counter() - t}
+    row["optimal"] = guarded(optimal)
+    return row
+
+
+def section_planning(quick: bool, hw_name: str, time_limit: float, workers: int) -> list[dict]:
+    from solverfuse.hardware import load_hardware
+    hw = load_hardware(hw_name)
+    rows = []
+    for name, build in planning_graphs(quick):
+        log("plan", name)
+        t = time.perf_counter()
+        g = guarded(build)
+        if isinstance(g, dict):
+            rows.append({"graph": name, **g})
+            continue
+        load_s = time.perf_counter() - t
+        row = {"graph": name, "load_seconds": load_s, **plan_all(g, hw, time_limit, workers)}
+        opt = row["optimal"]
+        log(f"  {row['ops']} ops, optimal: {opt.get('status', opt.get('error'))} "
+            f"{opt.get('seconds', 0):.1f}s")
+        rows.append(row)
+        del g
+        gc.collect()
+    return rows
+
+
+# ------------------------------------------------------------------ section 3
+
+def motif_graphs(llc_bytes: int, factor: float, hw) -> list[tuple[str, Any]]:
+    """The motifs with each large tensor at ``factor`` x the last-level cache."""
+    elems = int(factor * llc_bytes) // 4
+
+    def rows_for(cols: int) -> int:
+        return max(8, elems // cols // 8 * 8)
+    out = []
+    for name, build in zoo.MOTIFS.items():
+        if name == "l1_overflow":
+            g = zoo.l1_overflow(8, hw)
+            cols = g.tensors["x"].shape[1]
+            out.append((name, zoo.l1_overflow(rows_for(cols), hw)))
+        elif name == "matmul_bias_relu":
+            # k = 64: a thin MatMul whose output (and epilogue) is as large as the other motifs'
+            out.append((name, zoo.matmul_bias_relu(rows_for(256), 256, k=64)))
+        elif name == "residual_layernorm_gelu":
+            out.append((name, build(rows_for(768), 768)))
+        else:
+            out.append((name, build(rows_for(1024), 1024)))
+    return out
+
+
+def ort_session(graph, consts: dict, threads: int):
+    """ONNX Runtime session: every graph optimisation on, ``threads`` intra-op threads."""
+    import onnxruntime as ort
+    from solverfuse.emit.reference import to_onnx
+    model = to_onnx(graph, consts)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess
+
+
+def torch_function(graph, consts: dict, threads: int):
+    """torch.compile (Inductor's C++ backend) of the graph, interpreted node by node."""
+    import torch
+    torch.set_num_threads(threads)
+    const_t = {k: torch.from_numpy(v) for k, v in consts.items()}
+
+    def f(*xs):
+        env = dict(const_t)
+        env.update(zip(graph.inputs, xs))
+        for n in graph.nodes:
+            a = [env[t] if t else None for t in n.inputs]
+            env[n.outputs[0]] = _TORCH_OPS[n.op](a, n.attributes)
+        return tuple(env[t] for t in graph.outputs)
+    return torch.compile(f, backend="inductor", dynamic=False)
+
+
+def _layernorm_torch(a, attrs):
+    import torch
+    return torch.nn.functional.layer_norm(a[0], a[0].shape[-1:], a[1], a[2] if len(a) > 2 else None,
+                                          attrs.get("epsilon", 1e-5))
+
+
+def _reduce(fn):
+    return lambda a, attrs: fn(a[0], dim=tuple(attrs["axes"]), keepdim=bool(attrs.get("keepdims", 1)))
+
+
+def _torch_ops() -> dict:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    return {"Add": lambda a, _: a[0] + a[1], "Sub": lambda a, _: a[0] - a[1], "Mul": lambda a, _: a[0] * a[1],
+            "Div": lambda a, _: a[0] / a[1], "Relu": lambda a, _: torch.relu(a[0]),
+            "Abs": lambda a, _: torch.abs(a[0]), "Exp": lambda a, _: torch.exp(a[0]),
+            "Erf": lambda a, _: torch.erf(a[0]), "MatMul": lambda a, _: a[0] @ a[1],
+            "Softmax": lambda a, at: torch.softmax(a[0], dim=at.get("axis", -1)),
+            "LayerNormalization": _layernorm_torch,
+            "ReduceMax": _reduce(lambda x, dim, keepdim: torch.amax(x, dim=dim, keepdim=keepdim)),
+            "ReduceSum": _reduce(torch.sum), "ReduceMean": _reduce(torch.mean)}
+
+
+_TORCH_OPS: dict = {}
+
+
+def time_side_by_side(runners: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """Wall time of each runner, interleaved: round r runs every runner once, in rotated order."""
+    names = list(runners)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            t = time.perf_counter()
+            runners[k]()
+            times[k].append(time.perf_counter() - t)
+    return times
+
+
+def runtime_one(name: str, graph, hw, threads: int, rounds: int, time_limit: float,
+                with_greedy: bool = True, check: bool = True) -> dict:
+    """Emitted C of every plan vs ONNX Runtime (and torch.compile) on one graph."""
+    import numpy as np
+    from solverfuse import api, greedy
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.emit.data import constants, random_inputs
+    res: dict[str, Any] = {"graph": name, "ops": len(graph.nodes),
+                           "input_bytes": sum(graph.nbytes(t) for t in graph.inputs), "variants": {}}
+    plans = {"optimal": api.plan(graph, hw, strategy="optimal", time_limit=time_limit, workers=1)}
+    res["optimal_status"] = plans["optimal"].status
+    for s in (greedy.STRATEGIES if with_greedy else ["unfused"]):
+        p = guarded(lambda s=s: greedy.greedy_plan(graph, hw, s))
+        if not isinstance(p, dict):
+            plans[s] = p
+    inputs, consts = random_inputs(graph, seed=0), constants(graph, seed=0)
+    feeds = [inputs[t] for t in graph.inputs]
+    runners: dict[str, Callable] = {}
+    programs: dict[tuple, Any] = {}
+    for key, p in plans.items():
+        part = tuple(tuple(g.nodes) for g in p.groups)
+        res["variants"][key] = {"traffic": p.traffic_bytes, "groups": len(p.groups)}
+        if part not in programs:       # strategies that agree on the partition share one binary
+            prog = guarded(lambda p=p: compile_plan(p, graph, threads=threads))
+            if isinstance(prog, dict):
+                res["variants"][key].update(prog)
+                continue
+            programs[part] = prog
+        prog = programs[part]
+        runners[key] = (lambda prog=prog: prog.run(inputs, consts))
+    sess = guarded(lambda: ort_session(graph, consts, threads))
+    if isinstance(sess, dict):
+        res["variants"]["onnxruntime"] = sess
+    else:
+        ort_feed = {i.name: inputs[i.name] for i in sess.get_inputs()}
+        runners["onnxruntime"] = lambda: sess.run(None, ort_feed)
+        res["variants"]["onnxruntime"] = {}
+    if _TORCH_OPS and all(n.op in _TORCH_OPS for n in graph.nodes):
+        def build_torch():
+            import torch
+            fn = torch_function(graph, consts, threads)
+            args = [torch.from_numpy(np.ascontiguousarray(x)) for x in feeds]
+            t = time.perf_counter()
+            with torch.no_grad():
+                fn(*args)
+            return fn, args, time.perf_counter() - t
+        built = guarded(build_torch)
+        if isinstance(built, dict):
+            res["variants"]["torch.compile"] = built
+        else:
+            fn, args, compile_s = built
+            import torch
+
+            def run_torch(fn=fn, args=args):
+                with torch.no_grad():
+                    return fn(*args)
+            runners["torch.compile"] = run_torch
+            res["variants"]["torch.compile"] = {"compile_seconds": compile_s}
+    if check and "onnxruntime" in runners and "optimal" in runners:
+        want = runners["onnxruntime"]()
+        got = runners["optimal"]()
+        errs = []
+        for t, w in zip(graph.outputs, want):
+            gv = np.asarray(got[t] if isinstance(got, dict) else got[graph.outputs.index(t)], dtype=np.float64)
+            errs.append(float(np.max(np.abs(gv - w) / (np.abs(w) + 1e-3))) if w.size else 0.0)
+        res["max_rel_error_vs_ort"] = max(errs) if errs else 0.0
+    for k in runners:            # one warm-up each (page faults, lazy init)
+        guarded(runners[k])
+    times = time_side_by_side(runners, rounds)
+    for k, ts in times.items():
+        med = statistics.median(ts)
+        v = res["variants"][k]
+        v.update({"seconds": ts, "median_s": med})
+        if "traffic" in v:
+            v["gbs"] = v["traffic"] / med / 1e9
+    res["predicted_bytes_optimal"] = plans["optimal"].traffic_bytes
+    del programs, runners, inputs, consts
+    gc.collect()
+    return res
+
+
+def section_runtime(quick: bool, threads: int, time_limit: float, factor: float) -> dict:
+    from solverfuse.emit.build import CFLAGS
+    from solverfuse.hardware import detect
+    hw = detect()
+    llc = hw.l3_bytes or hw.l2_bytes
+    out: dict[str, Any] = {"hardware": hw.model_dump(mode="json"), "threads": threads,
+                           "llc_bytes": llc, "factor": factor}
+    n = int(factor * llc) // 4
+    log("triad", n, "floats per array")
+    out["triad"] = guarded(lambda: machine.triad(n, 6 if quick else 12, threads, CFLAGS))
+    rounds = 3 if quick else 9
+    motifs = []
+    for name, g in motif_graphs(llc, factor, hw):
+        log("runtime", name, g.tensors[g.inputs[0]].shape)
+        motifs.append({"graph": name, **guarded(lambda: runtime_one(name, g, hw, threads, rounds, time_limit))})
+    out["motifs"] = motifs
+    models = []
+    for m in (LIGHT_MODELS[:1] if quick else LIGHT_MODELS):
+        log("runtime (light model)", m)
+        g = guarded(lambda: light_model(m))
+        if isinstance(g, dict):
+            models.append({"graph": m, **g})
+            continue
+        models.append({"graph": m, **guarded(lambda: runtime_one(m, g, hw, threads, 3 if quick else 5,
+                                                                  time_limit, with_greedy=False))})
+    out["models"] = models
+    return out
+
+
+# ------------------------------------------------------------------ section 4
+
+def fidelity_one(name: str, graph, hw, time_limit: float) -> dict:
+    """Predicted bytes per group vs the instrumented build's counters."""
+    from solverfuse import api
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.emit.data import constants, random_inputs
+    p = api.plan(graph, hw, strategy="optimal", time_limit=time_limit, workers=1)
+    prog = compile_plan(p, graph, counters=True)
+    prog.run(random_inputs(graph, seed=0), constants(graph, seed=0))
+    counted = prog.counters
+    rows = []
+    for grp in p.groups:
+        c = counted[grp.name] if isinstance(counted, dict) else counted[p.groups.index(grp)]
+        c = dict(c)
+        rows.append({"group": grp.name, "predicted": grp.traffic_bytes,
+                     "counted": int(c["read_bytes"]) + int(c["written_bytes"])})
+    return {"graph": name, "groups": len(rows), "predicted": p.traffic_bytes,
+            "counted": sum(r["counted"] for r in rows),
+            "groups_equal": sum(r["predicted"] == r["counted"] for r in rows)}
+
+
+def section_fidelity(quick: bool, time_limit: float, cachegrind: bool) -> dict:
+    from solverfuse.hardware import detect
+    hw = detect()
+    cases = [(name, build(64, 256)) for name, build in zoo.MOTIFS.items() if name != "l1_overflow"]
+    cases.append(("l1_overflow", zoo.l1_overflow(16, hw)))
+    cases += [("bert (1 layer, h128)", zoo.bert_block(1, 128, 32, 4)),
+              ("gpt2 (1 layer, h128)", zoo.gpt2_block(1, 128, 32, 4))]
+    for m in (LIGHT_MODELS[:1] if quick else LIGHT_MODELS):
+        g = guarded(lambda: light_model(m))
+        if not isinstance(g, dict):
+            cases.append((m, g))
+    rows = []
+    for name, g in cases:
+        log("fidelity", name)
+        rows.append({"graph": name, **guarded(lambda: fidelity_one(name, g, hw, time_limit))})
+    out: dict[str, Any] = {"counters": rows}
+    if cachegrind:
+        import cachegrind_llc
+        log("cachegrind")
+        out["cachegrind"] = guarded(lambda: cachegrind_llc.measure(quick))
+    return out
+
+
+# ------------------------------------------------------------------ main
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default: benchmarks/, "
+                    "or a temp folder with --quick)")
+    ap.add_argument("--sections", default="1,3,4", help="comma list of 1 (=1+2), 3, 4")
+    ap.add_argument("--hardware", default="nvidia-h100", help="profile for sections 1-2")
+    ap.add_argument("--time-limit", type=float, default=None, help="CP-SAT seconds per graph")
+    ap.add_argument("--workers", type=int, default=2, help="CP-SAT workers for sections 1-2")
+    ap.add_argument("--threads", type=int, default=1, help="threads of C, ORT and torch")
+    ap.add_argument("--factor", type=float, default=None, help="motif tensor size / LLC")
+    ap.add_argument("--torch-path", default=None, help="extra sys.path entry where torch is installed")
+    ap.add_argument("--debug", action="store_true")
+    args = ap.parse_args(argv)
+    if args.torch_path:
+        sys.path.append(args.torch_path)
+    _TORCH_OPS.update(_torch_ops())
+    out = args.out or (Path(tempfile.mkdtemp(prefix="solverfuse-bench-")) if args.quick else HERE)
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    time_limit = args.time_limit or (5.0 if args.quick else 60.0)
+    factor = args.factor or (0.25 if args.quick else 4.0)
+    sections = set(args.sections.split(","))
+    t0 = time.time()
+    results: dict[str, Any] = {"machine": machine.describe(), "quick": args.quick,
+                               "settings": {"hardware": args.hardware, "time_limit": time_limit,
+                                            "workers": args.workers, "threads": args.threads,
+                                            "factor": factor}}
+    results["machine"]["torch"] = "installed" if _TORCH_OPS else "not installed"
+    if "1" in sections:
+        results["planning"] = section_planning(args.quick, args.hardware, time_limit, args.workers)
+    if "3" in sections:
+        results["runtime"] = guarded(lambda: section_runtime(args.quick, args.threads, time_limit, factor))
+    if "4" in sections:
+        results["fidelity"] = guarded(lambda: section_fidelity(args.quick, time_limit,
+                                                               cachegrind=results["machine"]["valgrind"]))
+    results["wall_seconds"] = time.time() - t0
+    import report
+    from solverfuse.plans import write_atomic
+    write_atomic(out / "results" / "results.json", json.dumps(results, indent=1, default=str))
+    report.write(results, out)
+    log("wrote", out / "RESULTS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+/* STREAM-style triad a[i] = b[i] + s * c[i] (McCalpin's STREAM kernel, float32).
+ *
+ * Usage: triad N REPEATS THREADS  -> prints one line per repeat: seconds of one triad pass.
+ * Bytes moved per pass, by STREAM's convention: 3 * N * sizeof(float) (reads of b and c, the
+ * write of a; write-allocate traffic is not counted -- the cost model does not count it either).
+ * Compiled with the same flags as the emitted kernels, so both sides see the same compiler.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) { fprintf(stderr, "usage: triad N REPEATS THREADS\n"); return 2; }
+    long n = atol(argv[1]);
+    int repeats = atoi(argv[2]);
+#ifdef _OPENMP
+    omp_set_num_threads(atoi(argv[3]));
+#endif
+    float *a = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+    float *b = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+    float *c = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+    if (!a || !b || !c) { fprintf(stderr, "out of memory\n"); return 1; }
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) { a[i] = 0.0f; b[i] = 1.0f; c[i] = 2.0f; }   /* first touch */
+    const float s = 3.0f;
+    double check = 0;
+    for (int r = 0; r < repeats; r++) {
+        double t0 = now();
+        #pragma omp parallel for schedule(static)
+        for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+        double t1 = now();
+        printf("%.9f\n", t1 - t0);
+        check += a[(r * 7919L) % n];
+    }
+    fprintf(stderr, "check %g\n", check);   /* keeps the stores observable */
+    free(a); free(b); free(c);
+    return 0;
+}
