@@ -103,8 +103,10 @@ class _Reach:
         ends = (1 << i) | (1 << j)
         hull = (self.desc[i] & self.anc[j]) | ends
         ok = not (hull & self.opaque)
-        # any materialised op in the hull other than its first op reads from inside the hull
-        ok = ok and not (hull & self.materialised & ~(1 << i))
+        # any materialised op in a path hull other than its first op reads from inside the hull;
+        # siblings (no path i -> j) form a hull of two that read nothing from each other
+        if self.desc[i] >> j & 1:
+            ok = ok and not (hull & self.materialised & ~(1 << i))
         ok = ok and bin(hull & self.exclusive).count("1") <= 1
         if ok:
             nodes = [self.order[k] for k in _bits(hull)]
