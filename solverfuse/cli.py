@@ -97,11 +97,18 @@ def inspect_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
 @app.command("import")
 @handles_errors
 def import_cmd(model: Path = typer.Argument(..., help="ONNX model"),
-               output: Optional[Path] = typer.Option(None, "-o", "--output", help="graph JSON to write (default: stdout)")):
+               output: Optional[Path] = typer.Option(None, "-o", "--output", help="graph JSON to write (default: stdout)"),
+               dim: list[str] = typer.Option([], "--dim", help="NAME=VALUE for a symbolic input dimension (repeatable)")):
     """Convert an ONNX model to solverfuse-graph/1 JSON."""
     from .onnx_import import import_onnx
     from .plans import write_atomic
-    text = import_onnx(model).to_json()
+    dims = {}
+    for d in dim:
+        name, _, value = d.rpartition("=")
+        if not name or not value.strip().isdigit():
+            fail(f"--dim {d!r}: expected NAME=VALUE with an integer VALUE")
+        dims[name] = int(value)
+    text = import_onnx(model, dims=dims).to_json()
     if output:
         write_atomic(output, text + "\n")
         typer.echo(f"wrote {output}", err=True)

@@ -361,3 +361,14 @@ def test_unsupported_dtype_names_the_tensor():
                    [_vi("x", [2], TensorProto.COMPLEX64)], [_vi("y", None, TensorProto.COMPLEX64)])
     with pytest.raises(GraphError, match="'x'.*COMPLEX64"):
         import_onnx(model)
+
+
+def test_cli_import_symbolic_dims(tmp_path):
+    path = tmp_path / "sym.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [_vi("x", ["batch", 8])],
+                     [_vi("y", None)]), str(path))
+    _one_line_error(runner.invoke(app, ["import", str(path)]), "'x'", "batch")
+    r = runner.invoke(app, ["import", str(path), "--dim", "batch=3"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["tensors"]["y"]["shape"] == [3, 8]
+    _one_line_error(runner.invoke(app, ["import", str(path), "--dim", "batch"]), "NAME=VALUE")
