@@ -1,0 +1,193 @@
+"""Greedy baselines: each reproduces its compiler's rule on hand-made graphs; all plans are legal
+and never beat the optimal planner."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from solverfuse import cost, greedy
+from solverfuse.api import plan as make_plan
+from solverfuse.graph import load_graph
+from solverfuse.hardware import load_hardware
+from solverfuse.plans import validate
+from solverfuse.zoo import synthetic_graph
+
+from .conftest import EXAMPLES, light_model_path
+
+H100 = load_hardware("nvidia-h100")
+
+
+def chain(ops, shape=(64, 64), extra_tensors=None, outputs=("y",)):
+    """x -> ops[0] -> ... -> y; each op given as (name, op, inputs, outputs[, attributes])."""
+    tensors = {"x": {"shape": list(shape)}}
+    tensors.update(extra_tensors or {})
+    nodes = [{"name": n, "op": op, "inputs": ins, "outputs": outs, "attributes": (a[0] if a else {})}
+             for n, op, ins, outs, *a in ops]
+    return load_graph({"tensors": tensors, "inputs": ["x"], "outputs": list(outputs), "nodes": nodes})
+
+
+def groups_of(fn, g, hw=H100):
+    return sorted(sorted(grp) for grp in fn(g, hw))
+
+
+# ---------------------------------------------------------------- TVM
+
+def conv_bn_relu():
+    return chain([("conv", "Conv", ["x", "w"], ["a"]),
+                  ("bn", "BatchNormalization", ["a", "c", "c", "c", "c"], ["b"]),
+                  ("relu", "Relu", ["b"], ["y"])], shape=(1, 8, 16, 16),
+                 extra_tensors={"w": {"shape": [8, 8, 3, 3], "constant": True},
+                                "c": {"shape": [8], "constant": True}})
+
+
+def test_tvm_fuses_conv_bn_relu():
+    assert groups_of(greedy.tvm, conv_bn_relu()) == [["bn", "conv", "relu"]]
+
+
+def test_tvm_stops_after_a_reduction():
+    """fuse_ops.cc: elementwise producers fuse *into* a comm-reduce, but a comm-reduce node is
+    never fused into its post-dominator ("do nothing"), so its consumers stay out -- even though
+    our own rules would allow the whole chain in one kernel."""
+    g = chain([("exp", "Exp", ["x"], ["e"]),
+               ("sum", "ReduceSum", ["e"], ["r"], {"axes": [1], "keepdims": 1}),
+               ("div", "Div", ["e", "r"], ["y"])])
+    assert cost.group_violation(g, ["exp", "sum", "div"], H100) is None
+    # exp's post-dominator is div (it feeds both); the path exp -> sum -> div crosses a
+    # comm-reduce group, which CheckPath allows only as the sink: nothing fuses at all.
+    assert groups_of(greedy.tvm, g) == [["div"], ["exp"], ["sum"]]
+    g2 = chain([("exp", "Exp", ["x"], ["e"]),
+                ("sum", "ReduceSum", ["e"], ["r"], {"axes": [1], "keepdims": 1}),
+                ("neg", "Neg", ["r"], ["y"])])
+    # exp's only consumer is the reduction (edge pattern comm-reduce): it fuses into it.
+    assert groups_of(greedy.tvm, g2) == [["exp", "sum"], ["neg"]]
+
+
+def test_tvm_conv_does_not_absorb_a_reduction():
+    """A conv (out-elemwise-fusable) fuses only through an *elemwise* edge to its post-dominator."""
+    g = chain([("conv", "Conv", ["x", "w"], ["a"]),
+               ("mean", "ReduceMean", ["a"], ["y"], {"axes": [2, 3], "keepdims": 1})],
+              shape=(1, 8, 16, 16), extra_tensors={"w": {"shape": [8, 8, 3, 3], "constant": True}})
+    assert groups_of(greedy.tvm, g) == [["conv"], ["mean"]]
+
+
+def test_tvm_producer_with_two_output_consumers_has_no_post_dominator():
+    g = chain([("exp", "Exp", ["x"], ["h"]), ("relu", "Relu", ["h"], ["y1"]),
+               ("neg", "Neg", ["h"], ["y2"])], outputs=("y1", "y2"))
+    assert groups_of(greedy.tvm, g) == [["exp"], ["neg"], ["relu"]]
+
+
+# ---------------------------------------------------------------- XLA
+
+def test_xla_fuses_a_producer_into_all_its_consumers():
+    g = chain([("exp", "Exp", ["x"], ["h"]), ("relu", "Relu", ["h"], ["y1"]),
+               ("neg", "Neg", ["h"], ["y2"])], outputs=("y1", "y2"))
+    assert groups_of(greedy.xla, g) == [["exp", "neg", "relu"]]
+
+
+def test_xla_does_not_fuse_a_reduction_into_a_reduction():
+    g = chain([("exp", "Exp", ["x"], ["e"]),
+               ("sum", "ReduceSum", ["e"], ["r"], {"axes": [1], "keepdims": 1}),
+               ("max", "ReduceMax", ["r"], ["y"], {"axes": [0], "keepdims": 1})])
+    # Our rules would allow all three together; XLA refuses reduce-into-reduce.
+    assert cost.group_violation(g, ["exp", "sum", "max"], H100) is None
+    assert groups_of(greedy.xla, g) == [["exp", "sum"], ["max"]]
+
+
+def test_xla_keeps_a_producer_whose_value_is_a_graph_output():
+    g = chain([("exp", "Exp", ["x"], ["h"]), ("relu", "Relu", ["h"], ["y"])], outputs=("h", "y"))
+    assert groups_of(greedy.xla, g) == [["exp"], ["relu"]]
+
+
+def test_xla_sibling_multi_output_fusion():
+    g = chain([("relu", "Relu", ["x"], ["y1"]), ("neg", "Neg", ["x"], ["y2"])], outputs=("y1", "y2"))
+    assert groups_of(greedy.xla, g) == [["neg", "relu"]]
+
+
+# ---------------------------------------------------------------- Inductor
+
+def test_inductor_fuses_siblings_that_share_a_buffer():
+    g = chain([("relu", "Relu", ["x"], ["y1"]), ("exp", "Exp", ["x"], ["y2"])], outputs=("y1", "y2"))
+    assert groups_of(greedy.inductor, g) == [["exp", "relu"]]
+
+
+def test_inductor_leaves_siblings_without_shared_data_apart():
+    g = load_graph({"tensors": {"x": {"shape": [64]}, "z": {"shape": [64]}}, "inputs": ["x", "z"],
+                    "outputs": ["y1", "y2"],
+                    "nodes": [{"name": "relu", "op": "Relu", "inputs": ["x"], "outputs": ["y1"]},
+                              {"name": "exp", "op": "Exp", "inputs": ["z"], "outputs": ["y2"]}]})
+    assert groups_of(greedy.inductor, g) == [["exp"], ["relu"]]
+
+
+def test_inductor_never_fuses_extern_matmul():
+    g = chain([("mm", "MatMul", ["x", "w"], ["a"]), ("relu", "Relu", ["a"], ["y"])],
+              extra_tensors={"w": {"shape": [64, 64], "constant": True}})
+    assert groups_of(greedy.inductor, g) == [["mm"], ["relu"]]
+
+
+def test_inductor_respects_max_fusion_size():
+    ops = [(f"n{i}", "Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}" if i < 69 else "y"]) for i in range(70)]
+    sizes = sorted(len(grp) for grp in greedy.inductor(chain(ops), H100))
+    assert max(sizes) <= greedy.INDUCTOR_MAX_FUSION_SIZE and sum(sizes) == 70 and len(sizes) >= 2
+
+
+# ---------------------------------------------------------------- the guide
+
+def test_guide_drops_a_pair_over_the_register_budget():
+    # registers: kernel base 16 + Relu 1 + Tanh 3 = 20 (op table), so a budget of 19 rejects it.
+    g = chain([("relu", "Relu", ["x"], ["h"]), ("tanh", "Tanh", ["h"], ["y"])])
+    tight = H100.model_copy(update={"register_budget": 19})
+    roomy = H100.model_copy(update={"register_budget": 20})
+    assert groups_of(greedy.guide, g, tight) == [["relu"], ["tanh"]]
+    assert groups_of(greedy.guide, g, roomy) == [["relu", "tanh"]]
+
+
+def test_guide_fuses_vertical_first_when_bandwidth_bound():
+    # a -> b -> c chain plus a sibling d of a: all memory-bound, vertical pairs first.
+    g = chain([("a", "Exp", ["x"], ["h"]), ("b", "Relu", ["h"], ["y"]), ("d", "Neg", ["x"], ["z"])],
+              outputs=("y", "z"))
+    assert greedy.guide(g, H100) and groups_of(greedy.guide, g) == [["a", "b", "d"]]
+
+
+# ---------------------------------------------------------------- every baseline: legal, never better than optimal
+
+def check_all(g, time_limit=5.0):
+    plans = {name: greedy.greedy_plan(g, H100, name) for name in greedy.STRATEGIES}
+    for p in plans.values():
+        validate(p, g, H100)
+    assert plans["unfused"].traffic_bytes == cost.unfused_traffic(g)
+    opt = make_plan(g, H100, strategy="optimal", time_limit=time_limit, workers=1, seed=0)
+    for name, p in plans.items():
+        assert opt.traffic_bytes <= p.traffic_bytes, (name, opt.traffic_bytes, p.traffic_bytes)
+        assert p.traffic_bytes >= cost.q_min(g)
+    return plans, opt
+
+
+def test_strategy_names():
+    assert list(greedy.STRATEGIES) == ["unfused", "tvm", "xla", "inductor", "guide"]
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda p: p.stem)
+def test_examples_legal_and_never_better_than_optimal(path):
+    plans, opt = check_all(load_graph(path))
+    assert all(p.traffic_bytes < plans["unfused"].traffic_bytes
+               for name, p in plans.items() if name in ("tvm", "xla", "guide"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 20), seed=st.integers(0, 10_000))
+def test_random_graphs_legal_and_never_better_than_optimal(n, seed):
+    check_all(synthetic_graph(n, seed=seed, dim=16), time_limit=5.0)
+
+
+@pytest.mark.parametrize("model", ["squeezenet", "resnet50"])
+def test_light_models_legal_and_never_better_than_optimal(model):
+    from solverfuse.onnx_import import import_onnx
+    g = import_onnx(light_model_path(model))
+    plans, opt = check_all(g, time_limit=10.0)
+    assert plans["tvm"].traffic_bytes < plans["unfused"].traffic_bytes
+
+
+def test_unknown_strategy_is_a_clear_error():
+    from solverfuse.errors import PlanError
+    with pytest.raises(PlanError, match="unknown greedy strategy 'nope'"):
+        greedy.greedy_plan(conv_bn_relu(), H100, "nope")
