@@ -7,8 +7,8 @@ which every tensor is shaped. The steps, in order:
    inference fails the non-strict result is used and solverfuse's op table infers the rest, so a
    shape that cannot be inferred is still reported by name). Symbolic input dimensions must be
    given a value (``dims={"N": 1}``).
-2. **Constants.** Initializers (also those that old IR versions list among the graph inputs) and
-   ``Constant`` nodes become constant tensors. A small one (<= :data:`VALUE_MAX_ELEMENTS` elements)
+2. **Constants.** Initializers and ``Constant`` nodes become constant tensors (an initializer
+   listed among the graph inputs, as IR < 4 does, is a constant too: its data is the default). A small one (<= :data:`VALUE_MAX_ELEMENTS` elements)
    gets its exact ``value``; a larger uniform one gets ``fill``; a large non-uniform one gets neither,
    so it is executed with seeded random data (its *bytes* are what planning needs; its values
    only matter for numerics, which are then checked against a reference on the same data).
@@ -60,7 +60,7 @@ _MATERIALISE_MAX = 1 << 16
 ELIDED_OPS = ("Dropout", "Identity")
 # Ops whose output is uniform when their data input (input 0) is: folded without materialising.
 _UNIFORM_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Expand", "Slice",
-                "Gather", "Split", "Cast", "Tile"}
+                "Gather", "Split", "Cast"}
 # Ops folded by evaluating them in numpy when every input is a known constant.
 _FOLDABLE = {"ConstantOfShape", "Shape", "Size", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
              "Transpose", "Concat", "Gather", "Cast", "Slice", "Expand", "Split", "Range",
