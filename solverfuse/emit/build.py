@@ -1,0 +1,261 @@
+"""Build, load, run and time the C of a plan: ``compile_plan(plan) -> Program``.
+
+The source from :func:`solverfuse.emit.c.render` is compiled with ``cc -O3 -march=native`` (retried
+without ``-march`` if the compiler rejects it; ``-fopenmp`` when ``threads > 1``) into a shared
+library, cached under a content hash of the source, compiler and flags, and loaded with ctypes.
+``sanitize=True`` builds a standalone executable under ``-fsanitize=address,undefined`` instead
+(an ASan library cannot be loaded into a plain Python); ``run`` then exchanges buffers through
+files. ``counters=True`` builds the instrumented variant whose per-kernel byte counts
+(:attr:`Program.counters`) must equal ``cost.group_reads``/``group_writes`` bytes.
+
+>>> import numpy as np
+>>> from solverfuse.graph import load_graph
+>>> from solverfuse.plans import build_plan
+>>> g = load_graph({"tensors": {"x": {"shape": [3]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+>>> prog = compile_plan(build_plan(g, "nvidia-h100", [["r"]], strategy="m"), counters=True)
+>>> prog.run({"x": np.array([-1, 2, -3], dtype=np.float32)})["y"].tolist(), prog.counters
+([0.0, 2.0, 0.0], [{'group': 'k0', 'read_bytes': 12, 'written_bytes': 12}])
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping, Optional, Union
+
+import numpy as np
+
+from ..errors import EmitError
+from ..graph import Graph
+from .c import RC_MESSAGES, BufferInfo, buffer_table, render
+
+BASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-Wall", "-Wextra"]
+SANITIZE_FLAGS = ["-O1", "-g", "-std=c11", "-Wall", "-Wextra", "-fsanitize=address,undefined",
+                  "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+#: Exit code the sanitizers use in the standalone build (distinct from the kernels' codes).
+SANITIZER_EXIT = 86
+
+HARNESS = r"""#include <stdio.h>
+#include <stdlib.h>
+#include "model.h"
+
+/* Standalone runner for sanitizer builds: buffer i is read from DIR/i.in (inputs, constants)
+   and written to DIR/i.out (everything else). */
+int main(int argc, char **argv)
+{
+    static void *B[SF_NUM_BUFFERS + 1];
+    char path[4096];
+    int rc = 0;
+    if (argc < 2) return 64;
+    for (int i = 0; i < SF_NUM_BUFFERS; i++) {
+        size_t n = (size_t)(sf_numel[i] * sf_isize[i]);
+        B[i] = calloc(n ? n : 1, 1);
+        if (!B[i]) return 65;
+        if (!sf_is_input[i]) continue;
+        snprintf(path, sizeof path, "%s/%d.in", argv[1], i);
+        FILE *f = fopen(path, "rb");
+        if (!f) return 66;
+        size_t got = fread(B[i], 1, n, f);
+        fclose(f);
+        if (got != n) return 67;
+    }
+    rc = sf_run(B);
+    for (int i = 0; i < SF_NUM_BUFFERS && !rc; i++) {
+        if (sf_is_input[i]) continue;
+        size_t n = (size_t)(sf_numel[i] * sf_isize[i]);
+        snprintf(path, sizeof path, "%s/%d.out", argv[1], i);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(B[i], 1, n, f) != n) rc = 68;
+        if (f) fclose(f);
+    }
+    for (int i = 0; i < SF_NUM_BUFFERS; i++) free(B[i]);
+    return rc;
+}
+"""
+
+
+def default_cache_dir() -> Path:
+    """``$SOLVERFUSE_CACHE``, else ``~/.cache/solverfuse``."""
+    env = os.environ.get("SOLVERFUSE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "solverfuse"
+
+
+def _np_dtype(dtype: str) -> np.dtype:
+    return np.dtype(np.bool_) if dtype == "bool" else np.dtype(dtype)
+
+
+def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str) -> Optional[str]:
+    """Run the compiler; None on success, else its first error lines."""
+    try:
+        r = subprocess.run([cc, *flags, "-o", out, *sources, "-lm"], cwd=cwd, capture_output=True,
+                           text=True, timeout=600)
+    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        raise EmitError(f"C compiler {cc!r} not found (set CC or pass cc=)") from None
+    except subprocess.TimeoutExpired:
+        return "compiler timed out"
+    if r.returncode == 0:
+        return None
+    errs = [ln for ln in r.stderr.splitlines() if "error" in ln] or r.stderr.splitlines() or ["(no output)"]
+    return "; ".join(errs[:3])
+
+
+def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, sanitize: bool = False,
+          strict: bool = False, cache_dir: Union[str, os.PathLike, None] = None) -> Path:
+    """Compile rendered files (cached by content hash); returns the library or executable path."""
+    cc = cc or os.environ.get("CC") or "cc"
+    flags = list(SANITIZE_FLAGS if sanitize else BASE_FLAGS) + (["-Werror"] if strict else [])
+    if threads > 1 and not sanitize:
+        flags.append("-fopenmp")
+    files = dict(files)
+    sources = ["model.c"]
+    if sanitize:
+        files["harness.c"] = HARNESS
+        sources.append("harness.c")
+    else:
+        flags.append("-shared")
+    artifact = "program" if sanitize else "model.so"
+    h = hashlib.sha256(repr((cc, flags)).encode())
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    final = root / h.hexdigest()[:32]
+    if (final / artifact).exists():
+        return final / artifact
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=root, prefix=".build-")
+    try:
+        for name, text in files.items():
+            Path(tmp, name).write_text(text, encoding="utf-8")
+        err = _compile(cc, flags + ["-march=native"], sources, artifact, tmp)
+        if err is not None:
+            err2 = _compile(cc, flags, sources, artifact, tmp)
+            if err2 is not None:
+                raise EmitError(f"C compiler {cc!r} failed: {err2}")
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process built the same program first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final / artifact
+
+
+class Program:
+    """A compiled plan: ``run`` it on inputs, ``time`` it, read per-kernel byte ``counters``."""
+
+    def __init__(self, plan, graph: Graph, table: list[BufferInfo], path: Path, *, sanitize: bool,
+                 counters: bool, threads: int):
+        self.plan, self.graph, self.table, self.path = plan, graph, table, path
+        self.sanitize, self.instrumented, self.threads = sanitize, counters, threads
+        self._counters: Optional[list[dict]] = None
+        self.lib = None
+        if not sanitize:
+            self.lib = ctypes.CDLL(str(path))
+            self.lib.sf_run.argtypes = [ctypes.c_void_p]
+            self.lib.sf_time.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+            self.lib.sf_counters.argtypes = [ctypes.c_void_p]
+
+    @property
+    def counters(self) -> list[dict]:
+        """Per group of the last run: ``{group, read_bytes, written_bytes}`` (needs counters=True)."""
+        if not self.instrumented:
+            raise EmitError("byte counters need a build with counters=True")
+        if self._counters is None:
+            raise EmitError("no run yet: call run() before reading counters")
+        return self._counters
+
+    def _arrays(self, inputs: Mapping[str, np.ndarray], constants: Optional[Mapping[str, np.ndarray]]):
+        if constants is None:
+            from .data import constants as make_constants
+            constants = make_constants(self.graph)
+        arrays = []
+        for b in self.table:
+            want = _np_dtype(b.dtype)
+            if b.role in ("input", "constant"):
+                source = inputs if b.role == "input" else constants
+                if b.tensor not in source:
+                    raise EmitError(f"missing {b.role} {b.tensor!r}")
+                arr = np.asarray(source[b.tensor], dtype=want, order="C")
+                if arr.shape != b.shape:
+                    raise EmitError(f"{b.role} {b.tensor!r} has shape {list(arr.shape)}, expected {list(b.shape)}")
+            else:
+                arr = np.empty(b.shape, dtype=want)
+            arrays.append(arr)
+        return arrays, constants
+
+    def _check(self, rc: int) -> None:
+        if rc:
+            raise EmitError(f"generated program failed (code {rc}): {RC_MESSAGES.get(rc, 'unknown error')}")
+
+    def run(self, inputs: Mapping[str, np.ndarray],
+            constants: Optional[Mapping[str, np.ndarray]] = None) -> dict[str, np.ndarray]:
+        """Execute every kernel once; graph outputs keyed by tensor name."""
+        arrays, constants = self._arrays(inputs, constants)
+        if self.sanitize:
+            self._run_standalone(arrays)
+        else:
+            ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[a.ctypes.data for a in arrays])
+            self._check(self.lib.sf_run(ptrs))
+            if self.instrumented:
+                cnt = (ctypes.c_longlong * (2 * len(self.plan.groups) + 1))()
+                self.lib.sf_counters(cnt)
+                self._counters = [dict(group=g.name, read_bytes=int(cnt[2 * i]), written_bytes=int(cnt[2 * i + 1]))
+                                  for i, g in enumerate(self.plan.groups)]
+        where = {b.tensor: i for i, b in enumerate(self.table)}
+        out = {}
+        for t in self.graph.outputs:
+            if t in where:
+                out[t] = arrays[where[t]]
+            else:  # a graph output that is an input or constant: no kernel touches it
+                src = inputs if t in inputs else constants
+                out[t] = np.array(src[t], dtype=_np_dtype(self.graph.tensors[t].dtype))
+        return out
+
+    def _run_standalone(self, arrays) -> None:
+        with tempfile.TemporaryDirectory(prefix="solverfuse-run-") as d:
+            for i, (b, a) in enumerate(zip(self.table, arrays)):
+                if b.role in ("input", "constant"):
+                    a.tofile(os.path.join(d, f"{i}.in"))
+            env = dict(os.environ, ASAN_OPTIONS=f"exitcode={SANITIZER_EXIT}:detect_leaks=1",
+                       UBSAN_OPTIONS=f"exitcode={SANITIZER_EXIT}:print_stacktrace=1:halt_on_error=1")
+            r = subprocess.run([str(self.path), d], capture_output=True, text=True, env=env, timeout=600)
+            if r.returncode:
+                if r.returncode in RC_MESSAGES:
+                    self._check(r.returncode)
+                tail = " | ".join(r.stderr.strip().splitlines()[:4])
+                raise EmitError(f"sanitized program failed (exit {r.returncode}): {tail}")
+            for i, (b, a) in enumerate(zip(self.table, arrays)):
+                if b.role not in ("input", "constant"):
+                    a[...] = np.fromfile(os.path.join(d, f"{i}.out"), dtype=a.dtype).reshape(a.shape)
+
+    def time(self, inputs: Mapping[str, np.ndarray], constants: Optional[Mapping[str, np.ndarray]] = None,
+             repeats: int = 10) -> list[float]:
+        """Seconds per full run of the kernels, measured inside C (clock_gettime), one per repeat."""
+        if self.sanitize:
+            raise EmitError("timing a sanitizer build is meaningless; build without sanitize")
+        arrays, _ = self._arrays(inputs, constants)
+        ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[a.ctypes.data for a in arrays])
+        secs = (ctypes.c_double * max(1, repeats))()
+        self._check(self.lib.sf_time(ptrs, int(repeats), secs))
+        return [float(secs[i]) for i in range(repeats)]
+
+
+def compile_plan(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False,
+                 sanitize: bool = False, cc: Optional[str] = None,
+                 cache_dir: Union[str, os.PathLike, None] = None, strict: bool = False) -> Program:
+    """Render, compile (cached) and load a plan. ``strict`` adds ``-Werror`` (used by the tests)."""
+    graph = graph or plan.graph
+    if graph is None:
+        raise EmitError("plan has no embedded graph and none was given")
+    threads = 1 if counters else max(1, int(threads))
+    files = render(plan, graph, threads=threads, counters=counters)
+    files.pop("buffers.json")
+    path = build(files, cc=cc, threads=threads, sanitize=sanitize, strict=strict, cache_dir=cache_dir)
+    return Program(plan, graph, buffer_table(plan, graph), path, sanitize=sanitize, counters=counters,
+                   threads=threads)

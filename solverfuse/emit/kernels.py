@@ -1,0 +1,726 @@
+"""The op table of the C renderer: op -> C expression of one output element (``code_for_op``).
+
+Every function here receives the :class:`~solverfuse.emit.c.Kernel` being rendered and asks it
+for input values at mapped indices (``k.value(tensor, idx)``); the kernel decides whether that is
+a global load, a scratch read or, for an in-group producer, more inlined code. So an op only says
+*what* its element is:
+
+* ``UNARY`` / ``NARY`` -- elementwise and broadcasting ops as C expression templates
+  (broadcasting is index arithmetic: a size-1 input dim reads index 0);
+* ``INDEX_MAPS`` -- layout ops (Transpose, Reshape, Slice, Concat, Split, ...) as index maps;
+* anchors (MatMul/Gemm/Conv) as an inner dot-product loop per element, plus ``TILES``: a row of
+  the output accumulated in a stack array with a vectorisable inner loop (used when the pass runs
+  over the anchor's own shape -- the fused-epilogue case);
+* windows (MaxPool/AveragePool/LRN) and Gather per element;
+* ``STATS`` (Softmax, LogSoftmax, LayerNormalization): a pass filling per-row statistics, after
+  which each output element is an expression; ``reduce_pass``: Reduce* and global pooling.
+
+>>> sorted(UNARY)[:4], "Concat" in INDEX_MAPS, sorted(TILES)
+(['Abs', 'Ceil', 'Cos', 'Elu'], True, ['Conv', 'Gemm', 'MatMul'])
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..errors import EmitError
+from ..ops import numel, reduce_axes, slice_params, transpose_perm
+
+
+def _lit(v, ct):
+    from .c import lit
+    return lit(v, ct)
+
+
+def _attr_str(v, default: str) -> str:
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def bmap(idx: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int]) -> tuple[str, ...]:
+    """Index of a broadcast input (right-aligned; size-1 dims read index 0).
+
+    >>> bmap(("i", "j", "k"), (2, 3, 4), (3, 1))
+    ('j', '0')
+    """
+    r = len(out_shape) - len(in_shape)
+    return tuple("0" if d == 1 else idx[r + j] for j, d in enumerate(in_shape))
+
+
+# ---- elementwise: (attrs, a, ct) -> expr
+def _gelu(at, a, ct):
+    one, half = _lit(1, ct), _lit(0.5, ct)
+    if _attr_str(at.get("approximate"), "none") == "tanh":
+        c = _lit(math.sqrt(2 / math.pi), ct)
+        return f"({half} * {a} * ({one} + tanh({c} * ({a} + {_lit(0.044715, ct)} * {a} * {a} * {a}))))"
+    return f"({half} * {a} * ({one} + erf({a} * {_lit(1 / math.sqrt(2), ct)})))"
+
+
+UNARY = {
+    "Relu": lambda at, a, ct: f"({a} > 0 ? {a} : {_lit(0, ct)})",
+    "Neg": lambda at, a, ct: f"(-{a})",
+    "Abs": lambda at, a, ct: f"({a} < 0 ? -{a} : {a})",
+    "Sqrt": lambda at, a, ct: f"sqrt({a})",
+    "Reciprocal": lambda at, a, ct: f"({_lit(1, ct)} / {a})",
+    "Exp": lambda at, a, ct: f"exp({a})",
+    "Log": lambda at, a, ct: f"log({a})",
+    "Tanh": lambda at, a, ct: f"tanh({a})",
+    "Erf": lambda at, a, ct: f"erf({a})",
+    "Sin": lambda at, a, ct: f"sin({a})",
+    "Cos": lambda at, a, ct: f"cos({a})",
+    "Floor": lambda at, a, ct: f"floor({a})",
+    "Ceil": lambda at, a, ct: f"ceil({a})",
+    "Sigmoid": lambda at, a, ct: f"({_lit(1, ct)} / ({_lit(1, ct)} + exp(-{a})))",
+    "Identity": lambda at, a, ct: a,
+    "Not": lambda at, a, ct: f"(!{a})",
+    "Sign": lambda at, a, ct: f"({ct})(({a} > 0) - ({a} < 0))",
+    "LeakyRelu": lambda at, a, ct: f"({a} < 0 ? {_lit(at.get('alpha', 0.01), ct)} * {a} : {a})",
+    "Elu": lambda at, a, ct: f"({a} < 0 ? {_lit(at.get('alpha', 1.0), ct)} * (exp({a}) - {_lit(1, ct)}) : {a})",
+    "HardSigmoid": lambda at, a, ct: (f"fmax({_lit(0, ct)}, fmin({_lit(1, ct)}, {_lit(at.get('alpha', 0.2), ct)}"
+                                       f" * {a} + {_lit(at.get('beta', 0.5), ct)}))"),
+    "Softplus": lambda at, a, ct: f"log({_lit(1, ct)} + exp({a}))",
+    "Gelu": _gelu,
+}
+
+
+# ---- broadcasting: (k, attrs, [values], ct, [input ctypes]) -> expr
+def _fold(k, vals, ct, pick):
+    acc = vals[0]
+    for v in vals[1:]:
+        acc = k.tmp(ct, pick(acc, v))
+    return acc
+
+
+def _mod(k, at, v, ct, cts):
+    a, b = v
+    if at.get("fmod", 0):
+        return f"fmod({a}, {b})"
+    r = k.tmp(ct, f"fmod({a}, {b})" if ct in ("float", "double") else f"{a} % {b}")
+    return f"(({r} != 0 && (({r} < 0) != ({b} < 0))) ? {r} + {b} : {r})"
+
+
+NARY = {
+    "Add": lambda k, at, v, ct, cts: f"{v[0]} + {v[1]}",
+    "Sub": lambda k, at, v, ct, cts: f"{v[0]} - {v[1]}",
+    "Mul": lambda k, at, v, ct, cts: f"{v[0]} * {v[1]}",
+    "Div": lambda k, at, v, ct, cts: f"{v[0]} / {v[1]}",
+    "Pow": lambda k, at, v, ct, cts: f"({ct})pow({v[0]}, {v[1]})",
+    "Sum": lambda k, at, v, ct, cts: " + ".join(v),
+    "Mean": lambda k, at, v, ct, cts: f"({' + '.join(v)}) / {_lit(len(v), ct)}",
+    "Max": lambda k, at, v, ct, cts: _fold(k, v, ct, lambda a, b: f"({a} > {b} ? {a} : {b})"),
+    "Min": lambda k, at, v, ct, cts: _fold(k, v, ct, lambda a, b: f"({a} < {b} ? {a} : {b})"),
+    "PRelu": lambda k, at, v, ct, cts: f"({v[0]} < 0 ? {v[0]} * {v[1]} : {v[0]})",
+    "And": lambda k, at, v, ct, cts: f"({v[0]} && {v[1]})",
+    "Or": lambda k, at, v, ct, cts: f"({v[0]} || {v[1]})",
+    "Mod": _mod,
+    "Equal": lambda k, at, v, ct, cts: f"({v[0]} == {v[1]})",
+    "Less": lambda k, at, v, ct, cts: f"({v[0]} < {v[1]})",
+    "Greater": lambda k, at, v, ct, cts: f"({v[0]} > {v[1]})",
+    "LessOrEqual": lambda k, at, v, ct, cts: f"({v[0]} <= {v[1]})",
+    "GreaterOrEqual": lambda k, at, v, ct, cts: f"({v[0]} >= {v[1]})",
+    "Where": lambda k, at, v, ct, cts: f"({v[0]} ? {v[1]} : {v[2]})",
+}
+
+
+# ---- layout ops as index maps: (k, node, pos, idx) -> expr
+def _reshape_like(k, node, pos, idx):
+    x, out = node.inputs[0], node.outputs[pos]
+    for t in node.inputs[1:]:
+        if t:
+            k.param_values(t)
+    xs, os_ = k.shape(x), k.shape(out)
+    if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
+        it = iter([i for i, d in zip(idx, os_) if d != 1])
+        return k.value(x, tuple("0" if d == 1 else next(it) for d in xs))
+    lin = k.index(_linear(os_, idx))
+    st = _strides(xs)
+    src = []
+    for j, (d, s) in enumerate(zip(xs, st)):
+        if d == 1:
+            src.append("0")
+        else:
+            e = lin if s == 1 else f"{lin} / {s}"
+            src.append(e if j == 0 else f"({e}) % {d}")
+    return k.value(x, tuple(src))
+
+
+def _linear(shape, idx):
+    from .c import linear
+    return linear(shape, idx)
+
+
+def _strides(shape):
+    from .c import strides
+    return strides(shape)
+
+
+def _transpose(k, node, pos, idx):
+    perm = transpose_perm(node.attributes, len(idx))
+    src = ["0"] * len(idx)
+    for j, p in enumerate(perm):
+        src[p] = idx[j]
+    return k.value(node.inputs[0], tuple(src))
+
+
+def _expand(k, node, pos, idx):
+    k.param_values(node.inputs[1])
+    return k.value(node.inputs[0], bmap(idx, k.shape(node.outputs[0]), k.shape(node.inputs[0])))
+
+
+def _ins(k, node):
+    return [(k.shape(t), k.graph.tensors[t].dtype) if t else (None, None) for t in node.inputs]
+
+
+def _slice(k, node, pos, idx):
+    values = [k.param_values(t) if (i and t) else None for i, t in enumerate(node.inputs)]
+    src = list(idx)
+    for a, s, _e, st in slice_params(node.attributes, _ins(k, node), values):
+        src[a] = str(s) if idx[a] == "0" else f"{s} + {st}*{idx[a]}" if st != 1 else f"{s} + {idx[a]}"
+    return k.value(node.inputs[0], tuple(src))
+
+
+def _concat(k, node, pos, idx):
+    out = node.outputs[0]
+    axis = node.attributes.get("axis", 0) % len(idx)
+    parts, off = [], 0
+    for t in node.inputs:
+        size = k.shape(t)[axis]
+        if size:
+            parts.append((t, off, size))
+        off += size
+    if len(parts) == 1:
+        t, o, _ = parts[0]
+        return k.value(t, idx[:axis] + (f"{idx[axis]} - {o}" if o else idx[axis],) + idx[axis + 1:])
+    res = k.fresh("c")
+    k.line(f"{k.ct(out)} {res} = 0;")
+    for n, (t, o, size) in enumerate(parts):
+        cond = f"({idx[axis]} < {o + size})"
+        header = f"if {cond}" if n == 0 else f"else if {cond}" if n < len(parts) - 1 else "else"
+        with k.block(header):
+            v = k.value(t, idx[:axis] + (f"{idx[axis]} - {o}" if o else idx[axis],) + idx[axis + 1:])
+            k.line(f"{res} = {v};")
+    return res
+
+
+def _split(k, node, pos, idx):
+    if len(node.inputs) > 1 and node.inputs[1]:
+        k.param_values(node.inputs[1])
+    axis = node.attributes.get("axis", 0) % len(idx)
+    off = sum(k.shape(t)[axis] for t in node.outputs[:pos])
+    return k.value(node.inputs[0], idx[:axis] + (f"{idx[axis]} + {off}" if off else idx[axis],) + idx[axis + 1:])
+
+
+def _identity(k, node, pos, idx):
+    if pos == 1:
+        return "1"  # Dropout's mask at inference: every element kept
+    return k.value(node.inputs[0], idx)
+
+
+def _shape_op(k, node, pos, idx):
+    dims = ", ".join(str(d) for d in k.shape(node.inputs[0])) or "0"
+    return f"((const int64_t[]){{{dims}}})[{idx[0]}]"
+
+
+def _constant_of_shape(k, node, pos, idx):
+    k.param_values(node.inputs[0])
+    v = node.attributes.get("value", 0)
+    while isinstance(v, (list, tuple)):
+        v = v[0] if v else 0
+    return _lit(v, k.ct(node.outputs[0]))
+
+
+INDEX_MAPS = {"Reshape": _reshape_like, "Flatten": _reshape_like, "Squeeze": _reshape_like,
+              "Unsqueeze": _reshape_like, "Transpose": _transpose, "Expand": _expand,
+              "Slice": _slice, "Concat": _concat, "Split": _split, "Identity": _identity,
+              "Dropout": _identity, "Shape": _shape_op, "ConstantOfShape": _constant_of_shape}
+
+
+# ---- broadcast ops with structure
+def _batchnorm(k, node, pos, idx):
+    at = node.attributes
+    ct = k.ct(node.outputs[0])
+    c = (idx[1],) if len(idx) > 1 else ("0",)
+    x = k.value(node.inputs[0], idx)
+    s, b, m, v = (k.value(t, c) for t in node.inputs[1:5])
+    return f"({x} - {m}) * ({s} / sqrt({v} + {_lit(at.get('epsilon', 1e-5), ct)})) + {b}"
+
+
+def _clip(k, node, pos, idx):
+    ct = k.ct(node.outputs[0])
+    a = k.value(node.inputs[0], idx)
+    lo = k.value(node.inputs[1], ()) if len(node.inputs) > 1 and node.inputs[1] else \
+        (_lit(node.attributes["min"], ct) if "min" in node.attributes else None)
+    hi = k.value(node.inputs[2], ()) if len(node.inputs) > 2 and node.inputs[2] else \
+        (_lit(node.attributes["max"], ct) if "max" in node.attributes else None)
+    if lo is not None:
+        a = k.tmp(ct, f"({a} < {lo} ? {lo} : {a})")
+    if hi is not None:
+        a = k.tmp(ct, f"({a} > {hi} ? {hi} : {a})")
+    return a
+
+
+def _cast(k, node, pos, idx):
+    a = k.value(node.inputs[0], idx)
+    if k.graph.tensors[node.outputs[0]].dtype == "bool":
+        return f"({a} != 0)"
+    return f"({k.ct(node.outputs[0])}){a}"
+
+
+# ---- anchors, per element (the general fallback; see TILES for the fused-epilogue fast path)
+def _mm_operands(k, node, full):
+    """(A index, B index) functions of k for MatMul at full (batch..., i, j) output index."""
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    a2 = a if len(a) > 1 else (1,) + a
+    b2 = b if len(b) > 1 else b + (1,)
+    batch = full[:-2]
+    oshape = tuple(max(x, y) for x, y in zip((1,) * (len(batch) - len(a2[:-2])) + a2[:-2],
+                                              (1,) * (len(batch) - len(b2[:-2])) + b2[:-2]))
+    ab, bb = bmap(batch, oshape, a2[:-2]), bmap(batch, oshape, b2[:-2])
+
+    def ai(kk):
+        return ab + ((full[-2], kk) if len(a) > 1 else (kk,))
+
+    def bi(kk):
+        return bb + ((kk, full[-1]) if len(b) > 1 else (kk,))
+    return ai, bi, a2[-1]
+
+
+def _matmul(k, node, pos, idx):
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    full = tuple(idx)
+    if len(a) == 1:
+        full = full[:-1] + ("0",) + full[-1:]
+    if len(b) == 1:
+        full = full + ("0",)
+    ai, bi, K = _mm_operands(k, node, full)
+    ct = k.ct(node.outputs[0])
+    acc, kk = k.fresh("acc"), k.fresh("k")
+    k.line(f"{ct} {acc} = 0;")
+    with k.block(f"for (long {kk} = 0; {kk} < {K}; {kk}++)"):
+        k.line(f"{acc} += {k.value(node.inputs[0], ai(kk))} * {k.value(node.inputs[1], bi(kk))};")
+    return acc
+
+
+def _gemm_idx(node, i, j, kk):
+    at = node.attributes
+    return ((kk, i) if at.get("transA", 0) else (i, kk)), ((j, kk) if at.get("transB", 0) else (kk, j))
+
+
+def _gemm_k(k, node):
+    a = k.shape(node.inputs[0])
+    return a[0] if node.attributes.get("transA", 0) else a[1]
+
+
+def _gemm_epilogue(k, node, acc, i, j):
+    at, ct = node.attributes, k.ct(node.outputs[0])
+    expr = f"{_lit(at.get('alpha', 1.0), ct)} * {acc}"
+    if len(node.inputs) > 2 and node.inputs[2]:
+        c = k.value(node.inputs[2], bmap((i, j), k.shape(node.outputs[0]), k.shape(node.inputs[2])))
+        expr += f" + {_lit(at.get('beta', 1.0), ct)} * {c}"
+    return expr
+
+
+def _gemm(k, node, pos, idx):
+    i, j = idx
+    ct = k.ct(node.outputs[0])
+    acc, kk = k.fresh("acc"), k.fresh("k")
+    k.line(f"{ct} {acc} = 0;")
+    ia, ib = _gemm_idx(node, i, j, kk)
+    with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
+        k.line(f"{acc} += {k.value(node.inputs[0], ia)} * {k.value(node.inputs[1], ib)};")
+    return _gemm_epilogue(k, node, acc, i, j)
+
+
+def window_geometry(attrs: dict, in_sp: Sequence[int], kernel: Sequence[int], out_sp: Sequence[int]):
+    """(strides, dilations, pads_begin) of a Conv/pool, resolving ``auto_pad``.
+
+    >>> window_geometry({"auto_pad": "SAME_UPPER", "strides": [2]}, [7], [3], [4])
+    ([2], [1], [1])
+    """
+    n = len(in_sp)
+    st = list(attrs.get("strides", [1] * n))
+    dil = list(attrs.get("dilations", [1] * n))
+    auto = _attr_str(attrs.get("auto_pad"), "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begin = []
+        for i in range(n):
+            total = max(0, (out_sp[i] - 1) * st[i] + (kernel[i] - 1) * dil[i] + 1 - in_sp[i])
+            begin.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+        return st, dil, begin
+    if auto == "VALID":
+        return st, dil, [0] * n
+    return st, dil, list(attrs.get("pads", [0] * (2 * n)))[:n]
+
+
+def _conv_geometry(k, node):
+    x, w, out = (k.shape(t) for t in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    kernel = list(node.attributes.get("kernel_shape", w[2:]))
+    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
+    group = node.attributes.get("group", 1)
+    return x, w, out, kernel, st, dil, pb, group
+
+
+def _conv(k, node, pos, idx):
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    ct = k.ct(node.outputs[0])
+    cg, mg = w[1], out[1] // group
+    n, m, osp = idx[0], idx[1], idx[2:]
+    acc, c = k.fresh("acc"), k.fresh("c")
+    bias = len(node.inputs) > 2 and node.inputs[2]
+    k.line(f"{ct} {acc} = {k.value(node.inputs[2], (m,)) if bias else _lit(0, ct)};")
+    ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
+    with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
+        kv = [k.fresh("r") for _ in kernel]
+        pos_ = [k.fresh("p") for _ in kernel]
+        opened = []
+        for d, (r, p) in enumerate(zip(kv, pos_)):
+            k.line(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++) {{")
+            k.depth += 1
+            opened.append(dict(k.cache))
+            k.line(f"const long {p} = {osp[d]}*{st[d]} - {pb[d]} + {r}*{dil[d]};")
+            k.line(f"if ({p} < 0 || {p} >= {x[2 + d]}) continue;")
+        xv = k.value(node.inputs[0], (n, ch) + tuple(pos_))
+        wv = k.value(node.inputs[1], (m, c) + tuple(kv))
+        k.line(f"{acc} += {xv} * {wv};")
+        for saved in reversed(opened):
+            k.depth -= 1
+            k.cache = saved
+            k.line("}")
+    return acc
+
+
+# ---- row tiles for anchors (fused epilogue fast path): fill k.tiles[t] for the row at `outer`
+def _tile_open(k, t):
+    ct, n = k.ct(t), k.shape(t)[-1]
+    arr, j = k.fresh("T"), k.fresh("j")
+    k.line(f"{ct} {arr}[{n}];")
+    k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = 0;")
+    k.tiles[t] = arr
+    return arr, ct, n
+
+
+def tile_matmul(k, t, outer):
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    arr, ct, n = _tile_open(k, t)
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    if len(a) < 2 or len(b) < 2:
+        j = k.fresh("j")
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            k.line(f"{arr}[{j}] = {_matmul(k, node, 0, tuple(outer) + (j,))};")
+        return
+    kk, j = k.fresh("k"), k.fresh("j")
+    ai, bi, K = _mm_operands(k, node, tuple(outer) + (j,))
+    with k.block(f"for (long {kk} = 0; {kk} < {K}; {kk}++)"):
+        av = k.value(node.inputs[0], ai(kk))
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], bi(kk))};")
+
+
+def tile_gemm(k, t, outer):
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    arr, ct, n = _tile_open(k, t)
+    i = outer[0]
+    kk, j = k.fresh("k"), k.fresh("j")
+    ia, ib = _gemm_idx(node, i, j, kk)
+    with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
+        av = k.value(node.inputs[0], ia)
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], ib)};")
+    with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+        k.line(f"{arr}[{j}] = {_gemm_epilogue(k, node, f'{arr}[{j}]', i, j)};")
+
+
+def tile_conv(k, t, outer):
+    """A row of Conv output along the last spatial axis: per (channel, kernel tap) one
+    contiguous, bounds-free inner loop over the valid output positions."""
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    arr, ct, n = _tile_open(k, t)
+    cg, mg = w[1], out[1] // group
+    nn, m, osp = outer[0], outer[1], outer[2:]
+    if len(node.inputs) > 2 and node.inputs[2]:
+        j = k.fresh("j")
+        bv = k.value(node.inputs[2], (m,))
+        k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = {bv};")
+    c = k.fresh("c")
+    ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
+    last = len(kernel) - 1
+    with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
+        kv = [k.fresh("r") for _ in kernel]
+        pos_ = [k.fresh("p") for _ in kernel[:-1]]
+        opened = []
+        for d in range(last):
+            k.line(f"for (long {kv[d]} = 0; {kv[d]} < {kernel[d]}; {kv[d]}++) {{")
+            k.depth += 1
+            opened.append(dict(k.cache))
+            k.line(f"const long {pos_[d]} = {osp[d]}*{st[d]} - {pb[d]} + {kv[d]}*{dil[d]};")
+            k.line(f"if ({pos_[d]} < 0 || {pos_[d]} >= {x[2 + d]}) continue;")
+        r, s, dl, p, size = kv[last], st[last], dil[last], pb[last], x[-1]
+        with k.block(f"for (long {r} = 0; {r} < {kernel[last]}; {r}++)"):
+            wv = k.value(node.inputs[1], (m, c) + tuple(kv))
+            lo, hi, j = k.fresh("lo"), k.fresh("hi"), k.fresh("j")
+            k.line(f"const long {lo} = sf_max(0, sf_cdiv({p} - {r}*{dl}, {s}));")
+            k.line(f"const long {hi} = sf_min({n}, sf_fdiv({size - 1 + p} - {r}*{dl}, {s}) + 1);")
+            with k.block(f"for (long {j} = {lo}; {j} < {hi}; {j}++)"):
+                xv = k.value(node.inputs[0], (nn, ch) + tuple(pos_) + (f"{j}*{s} - {p} + {r}*{dl}",))
+                k.line(f"{arr}[{j}] += {xv} * {wv};")
+        for saved in reversed(opened):
+            k.depth -= 1
+            k.cache = saved
+            k.line("}")
+
+
+TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv}
+
+
+# ---- windows and gather, per element
+def _window_loops(k, node, idx, body):
+    """Loop over the valid taps of a pooling window at output ``idx``; body(positions, in_pad)."""
+    x, out = k.shape(node.inputs[0]), k.shape(node.outputs[0])
+    kernel = list(node.attributes["kernel_shape"])
+    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
+    pads = list(node.attributes.get("pads", [0] * (2 * len(kernel))))
+    opened, pos_ = [], []
+    inpad = []
+    for d in range(len(kernel)):
+        r, p = k.fresh("r"), k.fresh("p")
+        k.line(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++) {{")
+        k.depth += 1
+        opened.append(dict(k.cache))
+        k.line(f"const long {p} = {idx[2 + d]}*{st[d]} - {pb[d]} + {r}*{dil[d]};")
+        pos_.append(p)
+        inpad.append(f"{p} < {x[2 + d] + (pads[len(kernel) + d] if len(pads) > d else 0)}")
+    inside = " && ".join(f"{p} >= 0 && {p} < {x[2 + d]}" for d, p in enumerate(pos_))
+    body(pos_, inside, " && ".join(inpad))
+    for saved in reversed(opened):
+        k.depth -= 1
+        k.cache = saved
+        k.line("}")
+
+
+def _maxpool(k, node, pos, idx):
+    if pos != 0:
+        raise EmitError(f"node {node.name!r}: MaxPool's Indices output is not supported by the C emitter")
+    ct = k.ct(node.outputs[0])
+    m, f = k.fresh("mx"), k.fresh("f")
+    k.line(f"{ct} {m} = 0; int {f} = 1;")
+
+    def body(p, inside, _):
+        with k.block(f"if ({inside})"):
+            v = k.value(node.inputs[0], (idx[0], idx[1]) + tuple(p))
+            k.line(f"if ({f} || {v} > {m}) {{ {m} = {v}; {f} = 0; }}")
+    _window_loops(k, node, idx, body)
+    return m
+
+
+def _avgpool(k, node, pos, idx):
+    ct = k.ct(node.outputs[0])
+    s, n = k.fresh("sum"), k.fresh("cnt")
+    k.line(f"{ct} {s} = 0; long {n} = 0;")
+    include = node.attributes.get("count_include_pad", 0)
+
+    def body(p, inside, inpad):
+        if include:
+            k.line(f"if ({inpad}) {n}++;")
+        with k.block(f"if ({inside})"):
+            k.line(f"{s} += {k.value(node.inputs[0], (idx[0], idx[1]) + tuple(p))};")
+            if not include:
+                k.line(f"{n}++;")
+    _window_loops(k, node, idx, body)
+    return f"({n} ? {s} / ({ct}){n} : {_lit(0, ct)})"
+
+
+def _lrn(k, node, pos, idx):
+    at, ct = node.attributes, k.ct(node.outputs[0])
+    size, channels = at["size"], k.shape(node.inputs[0])[1]
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    s, c = k.fresh("sq"), k.fresh("c")
+    k.line(f"{ct} {s} = 0;")
+    with k.block(f"for (long {c} = sf_max(0, {idx[1]} - {lo}); {c} <= sf_min({channels - 1}, {idx[1]} + {hi}); {c}++)"):
+        v = k.value(node.inputs[0], (idx[0], c) + tuple(idx[2:]))
+        k.line(f"{s} += {v} * {v};")
+    x = k.value(node.inputs[0], idx)
+    alpha, beta, bias = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0)
+    return f"{x} / pow({_lit(bias, ct)} + {_lit(alpha / size, ct)} * {s}, {_lit(beta, ct)})"
+
+
+def _gather(k, node, pos, idx):
+    data, ind = node.inputs[0], node.inputs[1]
+    d, q = k.shape(data), len(k.shape(ind))
+    axis = node.attributes.get("axis", 0) % len(d)
+    iv = k.value(ind, tuple(idx[axis:axis + q]))
+    ix = k.fresh("g")
+    k.line(f"long {ix} = (long){iv};")
+    k.line(f"if ({ix} < 0) {ix} += {d[axis]};")
+    with k.block(f"if ({ix} < 0 || {ix} >= {d[axis]})"):
+        if k.threads > 1:
+            k.lines.append("#pragma omp atomic write")
+        k.line("sf_error = 3;")
+        k.line(f"{ix} = 0;")
+    return k.value(data, tuple(idx[:axis]) + (ix,) + tuple(idx[axis + q:]))
+
+
+SPECIAL = {"BatchNormalization": _batchnorm, "Clip": _clip, "Cast": _cast, "MatMul": _matmul,
+           "Gemm": _gemm, "Conv": _conv, "MaxPool": _maxpool, "AveragePool": _avgpool,
+           "LRN": _lrn, "Gather": _gather, **INDEX_MAPS}
+
+
+def code_for_op(k, node, pos: int, idx: tuple[str, ...]) -> str:
+    """C expression of output ``pos`` of ``node`` at index ``idx`` (may emit statements first)."""
+    op, out = node.op, node.outputs[pos]
+    if op in UNARY:
+        return UNARY[op](node.attributes, k.value(node.inputs[0], idx), k.ct(out))
+    if op in NARY:
+        oshape = k.shape(out)
+        ins = [t for t in node.inputs if t]
+        vals = [k.value(t, bmap(idx, oshape, k.shape(t))) for t in ins]
+        return NARY[op](k, node.attributes, vals, k.ct(out), [k.ct(t) for t in ins])
+    if op in SPECIAL:
+        return SPECIAL[op](k, node, pos, idx)
+    if op in STATS_EXPR:
+        return STATS_EXPR[op](k, node, pos, idx)
+    raise EmitError(f"node {node.name!r}: op {op!r} is not supported by the C emitter")
+
+
+# ---- reductions: statistics passes and reduced outputs
+def _row_index(k, node, idx, rshape):
+    return _linear(rshape, tuple("0" if d == 1 else i for i, d in zip(idx, rshape)))
+
+
+def softmax_stats(k, node):
+    x = node.inputs[0]
+    shape = k.shape(x)
+    axis = node.attributes.get("axis", -1) % len(shape)
+    rshape = tuple(1 if i == axis else d for i, d in enumerate(shape))
+    mx, sm = k.alloc("float", numel(rshape), "row max"), k.alloc("float", numel(rshape), "row normaliser")
+    k.line(f"/* pass: {node.op} row statistics (online max and sum of exponentials) */")
+    with k.loops(rshape, parallel=True) as idx:
+        m, s, j = k.fresh("m"), k.fresh("s"), k.fresh("j")
+        k.line(f"float {m} = -INFINITY; double {s} = 0;")
+        with k.block(f"for (long {j} = 0; {j} < {shape[axis]}; {j}++)"):
+            v = k.value(x, idx[:axis] + (j,) + idx[axis + 1:])
+            k.line(f"if ({v} > {m}) {{ {s} = {s} * exp((double){m} - (double){v}) + 1; {m} = {v}; }}")
+            k.line(f"else {s} += exp((double){v} - (double){m});")
+        r = _linear(rshape, idx)
+        if node.op == "Softmax":
+            k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = (float)(1.0 / {s});")
+        else:
+            k.line(f"{mx}[{r}] = (float)((double){m} + log({s}));")
+    k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape}
+
+
+def layernorm_stats(k, node):
+    x = node.inputs[0]
+    shape = k.shape(x)
+    axis = node.attributes.get("axis", -1) % len(shape)
+    rshape = tuple(shape[:axis]) + (1,) * (len(shape) - axis)
+    n = numel(shape[axis:])
+    mean, inv = k.alloc("float", numel(rshape), "row mean"), k.alloc("float", numel(rshape), "row 1/stddev")
+    eps = node.attributes.get("epsilon", 1e-5)
+    k.line("/* pass: LayerNormalization row statistics */")
+    with k.loops(rshape, parallel=True) as idx:
+        s, q = k.fresh("s"), k.fresh("q")
+        k.line(f"double {s} = 0, {q} = 0;")
+        with k.loops(shape[axis:]) as inner:
+            v = k.value(x, tuple(idx[:axis]) + tuple(inner))
+            k.line(f"{s} += {v}; {q} += (double){v} * {v};")
+        r = _linear(rshape, idx)
+        mu = k.fresh("mu")
+        k.line(f"const double {mu} = {s} / {n};")
+        k.line(f"{mean}[{r}] = (float){mu};")
+        k.line(f"{inv}[{r}] = (float)(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}));")
+    k.stats[node.name] = {"a": mean, "b": inv, "shape": rshape}
+
+
+STATS = {"Softmax": softmax_stats, "LogSoftmax": softmax_stats, "LayerNormalization": layernorm_stats}
+
+
+def _softmax_expr(k, node, pos, idx):
+    st = k.stats[node.name]
+    r = k.index(_row_index(k, node, idx, st["shape"]))
+    x = k.value(node.inputs[0], idx)
+    if node.op == "Softmax":
+        return f"exp({x} - {st['a']}[{r}]) * {st['b']}[{r}]"
+    return f"({x} - {st['a']}[{r}])"
+
+
+def _layernorm_expr(k, node, pos, idx):
+    st = k.stats[node.name]
+    r = k.index(_row_index(k, node, idx, st["shape"]))
+    if pos == 1:
+        return f"{st['a']}[{r}]"
+    if pos == 2:
+        return f"{st['b']}[{r}]"
+    out = k.shape(node.outputs[0])
+    x = k.value(node.inputs[0], idx)
+    sc = k.value(node.inputs[1], bmap(idx, out, k.shape(node.inputs[1])))
+    expr = f"({x} - {st['a']}[{r}]) * {st['b']}[{r}] * {sc}"
+    if len(node.inputs) > 2 and node.inputs[2]:
+        expr += f" + {k.value(node.inputs[2], bmap(idx, out, k.shape(node.inputs[2])))}"
+    return expr
+
+
+STATS_EXPR = {"Softmax": _softmax_expr, "LogSoftmax": _softmax_expr, "LayerNormalization": _layernorm_expr}
+
+_ACC = {"ReduceSum": "sum", "ReduceMean": "mean", "GlobalAveragePool": "mean", "ReduceMax": "max",
+        "GlobalMaxPool": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceL2": "l2",
+        "ReduceSumSquare": "sumsq"}
+
+
+def reduce_pass(k, node):
+    """Reduce*/Global*Pool: a loop over the reduced output, an inner loop over the reduced axes.
+    Writes straight to global memory when nothing in the group reads the result."""
+    x, t = node.inputs[0], node.outputs[0]
+    xs, os_ = k.shape(x), k.shape(t)
+    if node.op.startswith("Global"):
+        axes, keep = list(range(2, len(xs))), 1
+    else:
+        values = [None] + [k.param_values(u) if u else None for u in node.inputs[1:]]
+        axes, keep = reduce_axes(node.attributes, _ins(k, node), values), node.attributes.get("keepdims", 1)
+    kind, ct = _ACC[node.op], k.ct(t)
+    floaty = ct in ("float", "double")
+    direct = t in k.writes and not any(c in k.members for c in k.graph.index.consumers.get(t, []))
+    dest = None if direct else k.alloc(ct, numel(os_), f"{node.op} result read by later ops")
+    k.line(f"/* pass: {node.op} */")
+    with k.loops(os_, parallel=True) as idx:
+        if keep:
+            base = [None if i in axes else idx[i] for i in range(len(xs))]
+        else:
+            it = iter(idx)
+            base = [None if i in axes else next(it) for i in range(len(xs))]
+        acc = k.fresh("acc")
+        at = ("double" if floaty else "int64_t") if kind in ("sum", "mean", "l2", "sumsq", "prod") else ct
+        init = {"prod": "1", "max": "-INFINITY" if floaty else None, "min": "INFINITY" if floaty else None}.get(kind, "0")
+        flag = None
+        if init is None:
+            flag = k.fresh("f")
+            k.line(f"{at} {acc} = 0; int {flag} = 1;")
+        else:
+            k.line(f"{at} {acc} = {init};")
+        with k.loops([xs[a] for a in axes]) as red:
+            full = list(base)
+            for a, r in zip(axes, red):
+                full[a] = r
+            v = k.value(x, tuple(full))
+            if kind in ("sum", "mean"):
+                k.line(f"{acc} += {v};")
+            elif kind in ("l2", "sumsq"):
+                k.line(f"{acc} += ({at}){v} * {v};")
+            elif kind == "prod":
+                k.line(f"{acc} *= {v};")
+            else:
+                cmp = ">" if kind == "max" else "<"
+                cond = f"{flag} || {v} {cmp} {acc}" if flag else f"{v} {cmp} {acc}"
+                k.line(f"if ({cond}) {{ {acc} = {v};{f' {flag} = 0;' if flag else ''} }}")
+        n = numel([xs[a] for a in axes])
+        res = {"mean": f"({ct})({acc} / {max(n, 1)})", "l2": f"({ct})sqrt({acc})"}.get(kind, f"({ct}){acc}")
+        if direct:
+            k.store(t, idx, res)
+        else:
+            k.line(f"{dest}[{_linear(os_, idx)}] = {res};")
+    if not direct:
+        k.scratch[t] = dest
+
+
+SUPPORTED = set(UNARY) | set(NARY) | set(SPECIAL) | set(STATS) | set(_ACC)
