@@ -1,0 +1,52 @@
+"""Smoke test of the benchmark harness (the benchmark itself is not part of the suite)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from solverfuse import cost, zoo
+from solverfuse.hardware import load_hardware
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_plan_all_scores_every_strategy_with_the_cost_model():
+    run = _load("run")
+    g = zoo.elementwise_chain(8, 32)
+    row = run.plan_all(g, load_hardware("nvidia-h100"), time_limit=5, workers=1)
+    assert row["unfused"] == cost.unfused_traffic(g) and row["q_min"] == cost.q_min(g)
+    assert row["optimal"]["status"] == "optimal"
+    # a single elementwise chain fuses into one kernel: optimal traffic is exactly Q_min
+    assert row["optimal"]["traffic"] == cost.q_min(g)
+    assert all(s["traffic"] >= row["optimal"]["traffic"] for s in row["strategies"].values())
+
+
+def test_side_by_side_timing_interleaves_and_report_renders(tmp_path):
+    run, report = _load("run"), _load("report")
+    calls = []
+    times = run.time_side_by_side({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2)
+    assert calls == ["a", "b", "b", "a"] and all(len(t) == 2 for t in times.values())
+    results = {"machine": _load("machine").describe(), "quick": True, "wall_seconds": 1.0,
+               "settings": {"hardware": "nvidia-h100", "time_limit": 5, "workers": 1, "threads": 1, "factor": 0.1},
+               "planning": [{"graph": "chain", "error": "ValueError: boom"}]}
+    report.write(results, tmp_path)
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "## Machine" in text and "error: ValueError: boom" in text
+
+
+def test_cachegrind_parser_sums_only_the_kernel_file():
+    cg = _load("cachegrind_llc")
+    text = "events: Ir DLmr DLmw\nfl=/t/model.c\nfn=k0\n1 5 1 2\nfi=/t/main.c\n2 7 7 7\nfe=/t/model.c\n3 1 1 1\n"
+    assert cg.parse(text, "model.c") == {"Ir": 6, "DLmr": 2, "DLmw": 3}
