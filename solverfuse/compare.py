@@ -1,0 +1,138 @@
+"""Every strategy on one graph: optimal vs each greedy baseline vs no fusion, as rows.
+
+:func:`compare` plans the graph with the optimal planner and every baseline of
+:data:`solverfuse.greedy.STRATEGIES`, scores each plan with the one cost model (traffic,
+roofline time) and returns one :class:`Row` per strategy; :func:`format_table`,
+:func:`format_markdown` and :func:`rows_json` render them. The optimal plan is never worse than a
+greedy one: if it were, that is a bug in the planner and :func:`compare` raises instead of
+printing a table that hides it.
+
+>>> from solverfuse.graph import load_graph
+>>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+>>> rows = compare(g, "nvidia-h100", time_limit=5, workers=1)
+>>> [(r.strategy, r.groups, r.traffic_bytes, r.x_unfused, r.x_qmin) for r in rows][:2]
+[('optimal', 1, 2048, 2.0, 1.0), ('unfused', 2, 4096, 1.0, 2.0)]
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Optional, Union
+
+from pydantic import BaseModel
+
+from . import cost, greedy
+from .errors import PlanError
+from .graph import Graph
+from .hardware import Hardware, load_hardware
+from .plans import Plan
+from .summary import human_bytes
+
+
+class Row(BaseModel):
+    """One strategy's plan, scored by the cost model."""
+    strategy: str
+    status: str
+    groups: int
+    traffic_bytes: int
+    x_unfused: float            # unfused traffic / this traffic (how many times less traffic)
+    gap_to_optimal_pct: float   # (traffic - optimal traffic) / optimal traffic, in percent
+    x_qmin: float               # this traffic / Q_min (1.0 = the lower bound)
+    predicted_seconds: float    # cost.plan_time: roofline time of the kernels run in sequence
+    planning_seconds: float     # wall time to make the plan
+    bound_bytes: Optional[int] = None
+
+
+def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
+             seed: int = 0) -> dict[str, tuple[Plan, float]]:
+    """Every strategy's plan and its planning wall time, optimal first."""
+    from .api import plan as make_plan
+    hw = load_hardware(hw)
+    out: dict[str, tuple[Plan, float]] = {}
+    start = time.perf_counter()
+    out["optimal"] = (make_plan(graph, hw, strategy="optimal", time_limit=time_limit, workers=workers,
+                                seed=seed), time.perf_counter() - start)
+    for name in greedy.STRATEGIES:
+        start = time.perf_counter()
+        out[name] = (greedy.greedy_plan(graph, hw, name), time.perf_counter() - start)
+    return out
+
+
+def rows_for(graph: Graph, hw: Union[str, Hardware], plans: dict[str, tuple[Plan, float]]) -> list[Row]:
+    """Score plans (``{strategy: (plan, seconds)}``, with an ``optimal`` entry) into rows.
+
+    Raises PlanError if the optimal plan has more traffic than any other plan.
+    """
+    hw = load_hardware(hw)
+    best = plans["optimal"][0].traffic_bytes
+    for name, (p, _) in plans.items():
+        if p.traffic_bytes < best:
+            raise PlanError(f"bug: the optimal plan moves {best} bytes but {name!r} moves only "
+                            f"{p.traffic_bytes} -- the optimal planner missed a legal plan")
+    unfused, qmin = cost.unfused_traffic(graph), cost.q_min(graph)
+    rows = []
+    for name, (p, seconds) in plans.items():
+        t = p.traffic_bytes
+        rows.append(Row(strategy=name, status=p.status, groups=len(p.groups), traffic_bytes=t,
+                        x_unfused=round(unfused / t, 4) if t else 1.0,
+                        gap_to_optimal_pct=round(100.0 * (t - best) / best, 3) if best else 0.0,
+                        x_qmin=round(t / qmin, 4) if qmin else 1.0,
+                        predicted_seconds=cost.plan_time(graph, p.group_nodes(), hw),
+                        planning_seconds=round(seconds, 4), bound_bytes=p.bound_bytes))
+    return rows
+
+
+def compare(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
+            seed: int = 0) -> list[Row]:
+    """Plan ``graph`` with every strategy and return the scored rows (optimal first)."""
+    return rows_for(graph, hw, plan_all(graph, hw, time_limit=time_limit, workers=workers, seed=seed))
+
+
+_HEAD = ["strategy", "status", "kernels", "traffic", "x unfused", "gap %", "x Q_min", "pred. time",
+         "plan time"]
+
+
+def _cells(r: Row) -> list[str]:
+    return [r.strategy, r.status, str(r.groups), human_bytes(r.traffic_bytes), f"{r.x_unfused:.2f}",
+            f"{r.gap_to_optimal_pct:.1f}", f"{r.x_qmin:.2f}", f"{r.predicted_seconds * 1e6:.1f} us",
+            f"{r.planning_seconds:.2f} s"]
+
+
+def format_table(rows: list[Row], title: str = "") -> str:
+    """A plain-text table, columns aligned.
+
+    >>> r = Row(strategy="xla", status="heuristic", groups=3, traffic_bytes=2048, x_unfused=2.0,
+    ...         gap_to_optimal_pct=0.0, x_qmin=1.0, predicted_seconds=4e-6, planning_seconds=0.01)
+    >>> print(format_table([r]).splitlines()[2])
+    xla       heuristic        3  2.00 KiB       2.00    0.0     1.00      4.0 us     0.01 s
+    """
+    table = [_HEAD] + [_cells(r) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(_HEAD))]
+    lines = [title] if title else []
+    for k, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) if k else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_markdown(rows: list[Row], title: str = "") -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = [f"**{title}**", ""] if title else []
+    lines.append("| " + " | ".join(_HEAD) + " |")
+    lines.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(_HEAD))) + "|")
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def rows_json(rows: list[Row], graph: Optional[Graph] = None, hardware: str = "") -> str:
+    """``{"rows": [...]}`` (plus the graph name, hardware, Q_min and unfused traffic)."""
+    doc: dict = {"hardware": hardware} if hardware else {}
+    if graph is not None:
+        doc.update(graph=graph.name, q_min_bytes=cost.q_min(graph),
+                   unfused_traffic_bytes=cost.unfused_traffic(graph))
+    doc["rows"] = [r.model_dump() for r in rows]
+    return json.dumps(doc, indent=1, ensure_ascii=False)
