@@ -151,7 +151,8 @@ def _plot_scaling(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("wall time of the optimal planner (s)")
     ax.set_title("Solve time against graph size")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(title="status")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(title="status")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
