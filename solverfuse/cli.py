@@ -151,6 +151,39 @@ def run_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
         raise typer.Exit(1)
 
 
+@app.command("compare")
+@handles_errors
+def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
+                hardware: str = typer.Option("nvidia-h100", "--hardware", help="hardware profile"),
+                time_limit: float = typer.Option(10.0, "--time-limit", help="solver time limit (seconds)"),
+                workers: int = typer.Option(2, "--workers", min=1, help="CP-SAT workers"),
+                seed: int = typer.Option(0, "--seed", help="solver seed"),
+                as_json: bool = typer.Option(False, "--json", help='print {"rows": [...]}'),
+                markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
+                plans_dir: Optional[Path] = typer.Option(None, "--plans", help="also write every plan JSON into this folder")):
+    """Optimal vs every greedy baseline vs no fusion: one table."""
+    from .compare import format_markdown, format_table, plan_all, rows_for, rows_json
+    from .graph import load_graph
+    from .hardware import load_hardware
+    from .plans import save_plan
+    if as_json and markdown:
+        fail("give either --json or --markdown, not both")
+    if plans_dir is not None and not plans_dir.is_dir():
+        fail(f"{plans_dir}: no such folder")
+    g = load_graph(graph)
+    hw = load_hardware(hardware)
+    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed)
+    rows = rows_for(g, hw, plans)
+    if plans_dir is not None:
+        for name, (p, _) in plans.items():
+            save_plan(p, plans_dir / f"{g.name}.{name}.plan.json")
+    title = f"{g.name} on {hw.name}"
+    if as_json:
+        typer.echo(rows_json(rows, g, hw.name))
+    else:
+        typer.echo(format_markdown(rows, title) if markdown else format_table(rows, title))
+
+
 def main():  # pragma: no cover - console entry
     app()
 
