@@ -136,3 +136,15 @@ def test_errors_name_the_place():
     g = one_node("Add", [2], extra_inputs=["k"], tensors={"k": {"shape": [2], "constant": True}})
     with pytest.raises(EmitError, match="constant 'k'"):
         to_onnx(g, {})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_large_constants_are_fed_not_serialised(engine):
+    """A >1 MB weight goes in as a fed input; results are unchanged (NumPy oracle)."""
+    g = one_node("MatMul", [2, 600], extra_inputs=["w"], tensors={"w": {"shape": [600, 600], "constant": True}})
+    c = constants(g)
+    assert c["w"].nbytes > (1 << 20)
+    model = to_onnx(g, c, fed=["w"])
+    assert not model.graph.initializer and [i.name for i in model.graph.input] == ["x", "w"]
+    x = np.linspace(-1, 1, 1200, dtype=np.float32).reshape(2, 600)
+    np.testing.assert_allclose(run(g, x, engine, c)["y0"], x @ c["w"], rtol=1e-4, atol=1e-5)

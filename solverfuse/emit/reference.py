@@ -37,6 +37,8 @@ from .data import np_dtype
 
 OPSET = 18
 ENGINES = ("reference", "onnxruntime")
+#: Constants larger than this are fed as inputs rather than stored as initializers.
+FEED_BYTES = 1 << 20
 #: Ops whose ``axes`` attribute became an input (opset 13 for ReduceSum/Squeeze/Unsqueeze, 18 rest).
 _AXES_TO_INPUT = {"Squeeze", "Unsqueeze", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
                   "ReduceProd", "ReduceL2", "ReduceSumSquare"}
@@ -119,10 +121,12 @@ def _convert_node(graph: Graph, node, extra: list) -> list:
 
 
 def to_onnx(graph: Graph, constants: Mapping[str, np.ndarray], *,
-            outputs: Optional[Sequence[str]] = None):
+            outputs: Optional[Sequence[str]] = None, fed: Sequence[str] = ()):
     """Our graph as an ONNX ``ModelProto`` (opset 18, or 20 with Gelu), constants as initializers.
 
     ``outputs`` (default: the graph's outputs) may name any tensors, intermediates included.
+    Constants named in ``fed`` become graph inputs instead (to be fed at run time: serialising
+    hundreds of MB of initializers into a protobuf costs far more than running the model).
 
     >>> from solverfuse.graph import load_graph
     >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
@@ -145,8 +149,11 @@ def to_onnx(graph: Graph, constants: Mapping[str, np.ndarray], *,
     if missing is not None:
         raise EmitError(f"constant {missing!r} has no data")
     inits = []
+    fed = set(fed)
     for c in consts:
         t = graph.tensors[c]
+        if c in fed:
+            continue
         arr = np.asarray(constants[c], dtype=np_dtype(t.dtype)).reshape(t.shape)
         if arr.size > 1024 and t.fill is not None and (arr == arr.flat[0]).all():
             # A filled weight (the ONNX light models' are) becomes ConstantOfShape: a 400 MB
@@ -163,7 +170,8 @@ def to_onnx(graph: Graph, constants: Mapping[str, np.ndarray], *,
         t = graph.tensors[name]
         return helper.make_tensor_value_info(name, _onnx_dtype(t.dtype), list(t.shape))
 
-    inputs = [info(x) for x in graph.inputs if not graph.tensors[x].constant]
+    inputs = [info(x) for x in graph.inputs if not graph.tensors[x].constant] + \
+        [info(c) for c in consts if c in fed]
     outs = [info(y) for y in (graph.outputs if outputs is None else outputs)]
     g = helper.make_graph(nodes, graph.name or "graph", inputs, outs, initializer=inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
@@ -219,8 +227,13 @@ def reference_outputs(graph: Graph, inputs: Mapping[str, np.ndarray],
     if engine not in ENGINES:
         raise EmitError(f"unknown reference engine {engine!r} ({', '.join(ENGINES)})")
     names = list(graph.outputs if outputs is None else outputs)
-    model = to_onnx(graph, constants, outputs=names)
+    big = [c for c, t in graph.tensors.items()
+           if t.constant and c in constants and np.asarray(constants[c]).nbytes > FEED_BYTES]
+    model = to_onnx(graph, constants, outputs=names, fed=big)
     feeds = check_inputs(graph, inputs)
+    for c in big:
+        feeds[c] = np.ascontiguousarray(constants[c], dtype=np_dtype(graph.tensors[c].dtype)) \
+            .reshape(graph.tensors[c].shape)
     if engine == "reference":
         from onnx.reference import ReferenceEvaluator
         results = ReferenceEvaluator(model).run(None, feeds)
