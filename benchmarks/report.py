@@ -226,7 +226,7 @@ def runtime_md(rt: dict, results_dir: Path, torch_note: str) -> str:
                      _x(r["unfused"]), _x(r["greedy"]), _x(r["ort"]),
                      _x(r["torch"]) if "torch.compile" in v else torch_note,
                      f"{gbs:.1f}" if gbs else "—", f"{100 * gbs / tri:.0f}%" if gbs and tri else "—",
-                     f"{m.get('max_rel_error_vs_ort', float('nan')):.1e}"])
+                     _err(m.get("max_rel_error_vs_ort"))])
     lines += ["Times are relative to the optimal plan's C (ratio > 1 means the optimal C is faster).", "",
               _table(["motif", "input", "optimal C (ms)", "unfused C / opt", "best greedy C / opt",
                       "ONNX Runtime / opt", "torch.compile / opt", "achieved GB/s", "of triad",
@@ -273,7 +273,7 @@ def runtime_md(rt: dict, results_dir: Path, torch_note: str) -> str:
                       f"{1e3 * opt:.1f}" if opt else v.get("optimal", {}).get("error", "—"),
                       f"{1e3 * ort:.1f}" if ort else v.get("onnxruntime", {}).get("error", "—"),
                       _x(_ratio(opt, ort)), _x(_ratio(v.get("unfused", {}).get("median_s"), opt)),
-                      f"{m.get('max_rel_error_vs_ort', float('nan')):.1e}"])
+                      _err(m.get("max_rel_error_vs_ort"))])
     slow = [_ratio(m["variants"]["optimal"].get("median_s"), m["variants"].get("onnxruntime", {}).get("median_s"))
             for m in rt.get("models", []) if "variants" in m and "optimal" in m["variants"]]
     slow = [s for s in slow if s]
@@ -286,6 +286,10 @@ def runtime_md(rt: dict, results_dir: Path, torch_note: str) -> str:
               f"worst {_x(max(slow)) if slow else '—'} — "
               f"{_met(2 / statistics.median(slow) if slow else None, 1)} (median)."]
     return "\n".join(lines)
+
+
+def _err(e) -> str:
+    return f"{e:.1e}" if isinstance(e, float) else ("—" if e is None else "check failed")
 
 
 def _met(value: Optional[float], target: float, strict: bool = False) -> str:

@@ -5,6 +5,7 @@
  * write of a; write-allocate traffic is not counted -- the cost model does not count it either).
  * Compiled with the same flags as the emitted kernels, so both sides see the same compiler.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>

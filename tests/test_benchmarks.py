@@ -36,8 +36,9 @@ def test_plan_all_scores_every_strategy_with_the_cost_model():
 def test_side_by_side_timing_interleaves_and_report_renders(tmp_path):
     run, report = _load("run"), _load("report")
     calls = []
-    times = run.time_side_by_side({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2)
-    assert calls == ["a", "b", "b", "a"] and all(len(t) == 2 for t in times.values())
+    times = run.time_side_by_side({"a": lambda: calls.append("a") or 1.0,
+                                   "b": lambda: calls.append("b") or 2.0}, rounds=2)
+    assert calls == ["a", "b", "b", "a"] and times == {"a": [1.0, 1.0], "b": [2.0, 2.0]}
     results = {"machine": _load("machine").describe(), "quick": True, "wall_seconds": 1.0,
                "settings": {"hardware": "nvidia-h100", "time_limit": 5, "workers": 1, "threads": 1, "factor": 0.1},
                "planning": [{"graph": "chain", "error": "ValueError: boom"}]}
