@@ -267,7 +267,7 @@ class Kernel:
 
     def value(self, tensor: str, idx: Sequence[str]) -> str:
         """C expression (a temporary) of ``tensor`` at ``idx``, computing it if it is in-group."""
-        idx = tuple(self.index(i) for i in idx)
+        idx = tuple("0" if d == 1 else self.index(i) for i, d in zip(idx, self.shape(tensor)))
         key = ("v", tensor, idx)
         if key in self.cache:
             return self.cache[key]

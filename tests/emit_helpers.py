@@ -1,0 +1,75 @@
+"""Shared helpers of the emitter tests: build a graph from short node tuples, run a plan's C and
+compare it with ONNX's reference evaluator."""
+from __future__ import annotations
+
+import numpy as np
+
+from solverfuse import cost
+from solverfuse.emit.build import compile_plan
+from solverfuse.emit.data import constants, random_inputs
+from solverfuse.emit.reference import reference_outputs
+from solverfuse.graph import load_graph
+from solverfuse.hardware import load_hardware
+from solverfuse.plans import _convexity_violation, build_plan, order_groups
+
+HW = load_hardware("nvidia-h100")
+
+
+def graph(tensors: dict, inputs: list, outputs: list, nodes: list, name: str = "t"):
+    """tensors: name -> shape or dict; nodes: (name, op, inputs, outputs[, attributes])."""
+    ts = {k: (v if isinstance(v, dict) else {"shape": list(v)}) for k, v in tensors.items()}
+    ns = [{"name": n[0], "op": n[1], "inputs": n[2], "outputs": n[3], "attributes": n[4] if len(n) > 4 else {}}
+          for n in nodes]
+    return load_graph({"name": name, "tensors": ts, "inputs": inputs, "outputs": outputs, "nodes": ns})
+
+
+def unfused(g):
+    return [[v] for v in g.index.order]
+
+
+def fuse_greedily(g):
+    """Every node joins the latest group it can legally join (rules, capacity, convexity, order):
+    an independent 'fuse as much as is legal' plan, not any strategy of the package."""
+    groups: list[list[str]] = []
+    for v in g.index.order:
+        for grp in reversed(groups):
+            cand = grp + [v]
+            if cost.group_violation(g, cand, HW) or _convexity_violation(g, cand):
+                continue
+            try:
+                order_groups(g, [x for x in groups if x is not grp] + [cand])
+            except Exception:
+                continue
+            grp.append(v)
+            break
+        else:
+            groups.append([v])
+    return groups
+
+
+def run_plan(g, groups, cache_dir, *, seed=1, counters=False, sanitize=False, threads=1):
+    plan = build_plan(g, HW, groups, strategy="test")
+    prog = compile_plan(plan, g, strict=True, cache_dir=cache_dir, counters=counters, sanitize=sanitize,
+                        threads=threads)
+    ins, cs = random_inputs(g, seed=seed), constants(g, seed=seed)
+    return plan, prog, prog.run(ins, cs), ins, cs
+
+
+def check(g, groups, cache_dir, *, rtol=1e-4, atol=1e-5, engine="reference", **kw):
+    """Run the plan's C; every graph output must match the reference (dtype and values)."""
+    plan, prog, out, ins, cs = run_plan(g, groups, cache_dir, **kw)
+    ref = reference_outputs(g, ins, cs, engine=engine)
+    for t in g.outputs:
+        assert out[t].shape == ref[t].shape, t
+        assert out[t].dtype == ref[t].dtype, (t, out[t].dtype, ref[t].dtype)
+        if out[t].dtype.kind == "f":
+            np.testing.assert_allclose(out[t], ref[t], rtol=rtol, atol=atol, err_msg=f"tensor {t!r}")
+        else:
+            np.testing.assert_array_equal(out[t], ref[t], err_msg=f"tensor {t!r}")
+    return plan, prog, out
+
+
+def model_counts(g, plan):
+    """Per group (read bytes, written bytes) from the cost model."""
+    return [(sum(g.nbytes(t) for t in cost.group_reads(g, grp.nodes)),
+             sum(g.nbytes(t) for t in cost.group_writes(g, grp.nodes))) for grp in plan.groups]
