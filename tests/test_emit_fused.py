@@ -1,0 +1,136 @@
+"""Fused groups against ONNX's reference, and the instrumented byte counters against the cost model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solverfuse import cost
+from solverfuse.emit.c import render
+from solverfuse.graph import load_graph
+from solverfuse.plans import build_plan
+
+from .conftest import EXAMPLES
+from .emit_helpers import HW, check, fuse_greedily, graph, model_counts, run_plan, unfused
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("emit-cache")
+
+
+def _c(shape):
+    return {"shape": shape, "constant": True}
+
+
+def _one_group(g):
+    nodes = list(g.index.order)
+    assert cost.group_violation(g, nodes, HW) is None  # the pattern really is one legal kernel
+    return [nodes]
+
+
+PATTERNS = {
+    "elementwise_chain": (
+        {"x": [6, 40], "s": _c([40]), "b": _c([6, 1])}, ["x"], ["y"],
+        [("m", "Mul", ["x", "s"], ["h1"]), ("a", "Add", ["h1", "b"], ["h2"]),
+         ("t", "Tanh", ["h2"], ["h3"]), ("e", "Exp", ["h3"], ["y"])]),
+    "softmax_with_producers_and_consumer": (
+        {"x": [3, 4, 17], "mask": [1, 17], "sc": {"shape": [], "constant": True, "value": 0.125}},
+        ["x", "mask"], ["y"],
+        [("m", "Mul", ["x", "sc"], ["h1"]), ("a", "Add", ["h1", "mask"], ["h2"]),
+         ("sm", "Softmax", ["h2"], ["h3"], {"axis": -1}), ("r", "Relu", ["h3"], ["y"])]),
+    "matmul_softmax": (
+        {"q": [2, 5, 8], "k": [2, 8, 7]}, ["q", "k"], ["y"],
+        [("mm", "MatMul", ["q", "k"], ["s"]), ("sm", "Softmax", ["s"], ["y"])]),
+    "layernorm_gelu": (
+        {"x": [4, 24], "r": [4, 24], "g": _c([24]), "b": _c([24]),
+         "rt2": {"shape": [], "constant": True, "value": 1.4142135},
+         "one": {"shape": [], "constant": True, "value": 1.0}, "half": {"shape": [], "constant": True, "value": 0.5}},
+        ["x", "r"], ["y"],
+        [("res", "Add", ["x", "r"], ["h"]), ("ln", "LayerNormalization", ["h", "g", "b"], ["n"]),
+         ("d", "Div", ["n", "rt2"], ["d1"]), ("erf", "Erf", ["d1"], ["e1"]), ("p1", "Add", ["e1", "one"], ["e2"]),
+         ("m1", "Mul", ["n", "e2"], ["e3"]), ("m2", "Mul", ["e3", "half"], ["y"])]),
+    "conv_bn_relu": (
+        {"x": [1, 3, 9, 11], "w": _c([8, 3, 3, 3]), "cb": _c([8]), "s": _c([8]), "bb": _c([8]), "mu": _c([8]),
+         "var": _c([8])}, ["x"], ["y"],
+        [("conv", "Conv", ["x", "w", "cb"], ["c"], {"pads": [1, 1, 1, 1], "strides": [1, 2]}),
+         ("bn", "BatchNormalization", ["c", "s", "bb", "mu", "var"], ["n"]), ("relu", "Relu", ["n"], ["y"])]),
+    "conv_residual_relu": (
+        {"x": [2, 4, 6, 6], "w": _c([4, 4, 3, 3]), "skip": [2, 4, 6, 6]}, ["x", "skip"], ["y"],
+        [("conv", "Conv", ["x", "w"], ["c"], {"pads": [1, 1, 1, 1]}), ("add", "Add", ["c", "skip"], ["a"]),
+         ("relu", "Relu", ["a"], ["y"])]),
+    "matmul_bias_relu": (
+        {"x": [5, 12], "w": _c([12, 9]), "b": _c([9])}, ["x"], ["y"],
+        [("mm", "MatMul", ["x", "w"], ["h"]), ("add", "Add", ["h", "b"], ["a"]), ("relu", "Relu", ["a"], ["y"])]),
+    "gemm_sigmoid": (
+        {"x": [3, 10], "w": _c([6, 10]), "b": _c([6])}, ["x"], ["y"],
+        [("gemm", "Gemm", ["x", "w", "b"], ["h"], {"transB": 1}), ("sg", "Sigmoid", ["h"], ["y"])]),
+    "horizontal_siblings": (
+        {"x": [4, 10]}, ["x"], ["y1", "y2", "y3", "y4"],
+        [("r", "Relu", ["x"], ["y1"]), ("e", "Exp", ["x"], ["y2"]), ("sm", "Softmax", ["x"], ["y3"]),
+         ("rm", "ReduceMean", ["x"], ["y4"], {"axes": [1]})]),
+    "centering_with_reduce_and_layout": (
+        {"x": [3, 8], "sh": {"shape": [2], "dtype": "int64", "constant": True, "value": [6, 4]}}, ["x"], ["y", "t"],
+        [("mean", "ReduceMean", ["x"], ["mu"], {"axes": [1], "keepdims": 1}), ("sub", "Sub", ["x", "mu"], ["c"]),
+         ("tr", "Transpose", ["c"], ["t"]), ("rs", "Reshape", ["c", "sh"], ["r"]),
+         ("sm", "Softmax", ["r"], ["s"], {"axis": 0}), ("ln", "Exp", ["s"], ["y"])]),
+    "concat_of_computed_and_split": (
+        {"x": [2, 3, 4], "z": [2, 5, 4]}, ["x", "z"], ["y0", "y1"],
+        [("r", "Relu", ["x"], ["a"]), ("n", "Neg", ["z"], ["b"]), ("cat", "Concat", ["a", "b"], ["c"], {"axis": 1}),
+         ("sp", "Split", ["c"], ["y0", "y1"], {"axis": 1, "num_outputs": 2})]),
+    "layernorm_then_softmax": (
+        {"x": [3, 16], "g": _c([16])}, ["x"], ["y", "n"],
+        [("ln", "LayerNormalization", ["x", "g"], ["n"]), ("sm", "Softmax", ["n"], ["y"])]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_fused_pattern_matches_reference(name, cache):
+    g = graph(*PATTERNS[name], name=name)
+    plan, prog, _ = check(g, _one_group(g), cache, rtol=2e-4, atol=2e-5, counters=True)
+    assert len(plan.groups) == 1
+    assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+
+
+def test_fused_kernels_keep_intermediates_out_of_global_memory():
+    g = graph(*PATTERNS["layernorm_gelu"])
+    src = render(build_plan(g, HW, _one_group(g), strategy="t"), g)["model.c"]
+    # buffers: inputs x, r and constants g, b, rt2, one, half, output y -- nothing else is global
+    assert sorted(b["tensor"] for b in __import__("json").loads(render(
+        build_plan(g, HW, _one_group(g), strategy="t"), g)["buffers.json"])["buffers"]) == \
+        sorted(["x", "r", "g", "b", "rt2", "one", "half", "y"])
+    assert src.count("static int k") == 1
+    assert "malloc" in src  # the row statistics of the layer norm ...
+    assert "row mean" in src and "kernel-local scratch, output of an anchor" not in src
+    conv = graph(*PATTERNS["conv_bn_relu"])
+    csrc = render(build_plan(conv, HW, _one_group(conv), strategy="t"), conv)["model.c"]
+    assert "malloc" not in csrc  # conv + bn + relu: a stack row tile, no scratch at all
+
+
+@pytest.mark.parametrize("example", ["attention", "inception", "layernorm_gelu", "mlp", "residual"])
+def test_counters_equal_cost_model_on_examples(example, cache):
+    g = load_graph(EXAMPLES / f"{example}.json")
+    for groups in (unfused(g), fuse_greedily(g)):
+        plan, prog, out, ins, cs = run_plan(g, groups, cache, counters=True)
+        assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+        assert sum(c["read_bytes"] + c["written_bytes"] for c in prog.counters) == plan.traffic_bytes
+
+
+def test_fused_and_unfused_examples_agree_with_reference(cache):
+    for example in ("attention", "residual"):
+        g = load_graph(EXAMPLES / f"{example}.json")
+        check(g, fuse_greedily(g), cache, rtol=1e-4, atol=1e-5)
+        check(g, unfused(g), cache, rtol=1e-4, atol=1e-5, threads=2)
+
+
+def test_counters_see_the_real_bytes_of_a_partial_read(cache):
+    """Slice reads only its window: the counter says so (the cost model charges the whole input,
+    an upper bound). Hand count: rows 1..2 of a 4x6 float32 input = 2*6*4 bytes, plus the two
+    int64 parameters (starts, ends) the kernel checks = 16 bytes."""
+    t = {"x": [4, 6], "st": {"shape": [1], "dtype": "int64", "constant": True, "value": [1]},
+         "en": {"shape": [1], "dtype": "int64", "constant": True, "value": [3]}}
+    g = graph(t, ["x"], ["y"], [("sl", "Slice", ["x", "st", "en"], ["y"])])
+    plan, prog, out, ins, _ = run_plan(g, unfused(g), cache, counters=True)
+    np.testing.assert_array_equal(out["y"], ins["x"][1:3])
+    assert prog.counters[0]["read_bytes"] == 2 * 6 * 4 + 16
+    assert prog.counters[0]["written_bytes"] == 2 * 6 * 4
+    assert model_counts(g, plan)[0] == (4 * 6 * 4 + 16, 2 * 6 * 4)
