@@ -184,6 +184,44 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
         typer.echo(format_markdown(rows, title) if markdown else format_table(rows, title))
 
 
+@app.command("show")
+@handles_errors
+def show_cmd(plans: list[Path] = typer.Argument(..., help="one plan JSON, or two to draw side by side"),
+             output: Path = typer.Option(..., "-o", "--output", help="picture to write: .svg, .png or .pdf")):
+    """Draw a plan (or two side by side): groups as coloured clusters, cut tensors with bytes."""
+    from .draw import draw_plans
+    from .plans import load_plan
+    if len(plans) > 2:
+        fail(f"show draws one or two plans, got {len(plans)}")
+    draw_plans([load_plan(p) for p in plans], output)
+    typer.echo(f"wrote {output}", err=True)
+
+
+@app.command("explain")
+@handles_errors
+def explain_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
+                as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
+    """Per group: which limit is tight; per cut edge: what fusing it would save, or why it is illegal."""
+    from .explain import explain, format_explain
+    from .plans import load_plan
+    e = explain(load_plan(plan))
+    emit_json(e) if as_json else typer.echo(format_explain(e))
+
+
+@app.command("emit")
+@handles_errors
+def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
+             output: Path = typer.Option(..., "-o", "--output", help="directory for model.c, model.h, buffers.json"),
+             threads: int = typer.Option(1, "--threads", help="OpenMP threads (1: plain C, no OpenMP)"),
+             counters: bool = typer.Option(False, "--counters", help="instrumented build counting global bytes")):
+    """Write a plan's C: one function per group, a driver running them in plan order."""
+    from .emit.c import render, write_source
+    from .plans import load_plan
+    files = render(load_plan(plan), threads=threads, counters=counters)
+    for path in write_source(files, output):
+        typer.echo(f"wrote {path}", err=True)
+
+
 def main():  # pragma: no cover - console entry
     app()
 

@@ -183,6 +183,8 @@ def draw_plans(plans: Sequence[Plan], path: Union[str, os.PathLike], graphs: Seq
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise PlanError(f"{path}: the picture must end in {', '.join(FORMATS)}")
+    if not path.parent.is_dir():
+        raise PlanError(f"{path.parent}: no such folder")
     if not 1 <= len(plans) <= 2:
         raise PlanError(f"show draws one or two plans, got {len(plans)}")
     gs = list(graphs) or [p.graph for p in plans]
@@ -210,7 +212,10 @@ def draw_plans(plans: Sequence[Plan], path: Union[str, os.PathLike], graphs: Seq
             ax.set_ylim(-depth + 0.4, 0.9)
             ax.set_axis_off()
         fig.tight_layout()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+        except OSError as e:
+            raise PlanError(f"{path}: cannot write ({e.strerror})") from None
         os.close(fd)
         try:
             fig.savefig(tmp, dpi=dpi, format=path.suffix[1:].lower())
