@@ -176,7 +176,7 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
     rows = rows_for(g, hw, plans)
     if plans_dir is not None:
         for name, (p, _) in plans.items():
-            save_plan(p, plans_dir / f"{g.name}.{name}.plan.json")
+            save_plan(p, plans_dir / f"{graph.stem}.{name}.plan.json")
     title = f"{g.name} on {hw.name}"
     if as_json:
         typer.echo(rows_json(rows, g, hw.name))
