@@ -237,9 +237,10 @@ def runtime_md(rt: dict, results_dir: Path, torch_note: str) -> str:
             continue
         for k in _variant_order(m["variants"]):
             x = m["variants"][k]
+            timed = (f"{1e3 * x['median_s']:.1f}" if "median_s" in x else x.get("error", "—")) + \
+                (f" (same plan as {x['same_plan_as']})" if "same_plan_as" in x else "")
             detail.append([m["graph"], k, _fmt_bytes(x.get("traffic")) if "traffic" in x else "—",
-                           x.get("groups", "—"),
-                           f"{1e3 * x['median_s']:.1f}" if "median_s" in x else x.get("error", "—"),
+                           x.get("groups", "—"), timed,
                            f"{x['gbs']:.1f}" if x.get("gbs") else "—"])
     lines += ["<details><summary>every variant (median ms, predicted traffic, GB/s)</summary>", "",
               _table(["motif", "variant", "predicted traffic", "kernels", "median ms", "GB/s"], detail),
@@ -317,7 +318,8 @@ def _plot_runtime(rt: dict, path: Path) -> None:
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks([j + (len(names) - 1) * width / 2 for j in range(len(motifs))])
     ax.set_xticklabels([m["graph"] for m in motifs], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("time / optimal plan's C time")
+    ax.set_yscale("log")
+    ax.set_ylabel("time / optimal plan's C time (log scale)")
     ax.set_title(f"Motifs, {rt['threads']} thread(s): wall time relative to the optimal plan (lower is better)")
     ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()

@@ -280,17 +280,21 @@ def runtime_one(name: str, graph, hw, threads: int, rounds: int, time_limit: flo
     inputs, consts = random_inputs(graph, seed=0), constants(graph, seed=0)
     feeds = [inputs[t] for t in graph.inputs]
     runners: dict[str, Callable] = {}
-    programs: dict[tuple, Any] = {}
+    programs: dict[frozenset, Any] = {}
+    first: dict[frozenset, str] = {}
     for key, p in plans.items():
-        part = tuple(tuple(g.nodes) for g in p.groups)
+        part = frozenset(frozenset(g.nodes) for g in p.groups)
         res["variants"][key] = {"traffic": p.traffic_bytes, "groups": len(p.groups)}
-        if part not in programs:       # strategies that agree on the partition share one binary
-            prog = guarded(lambda p=p: compile_plan(p, graph, threads=threads))
-            if isinstance(prog, dict):
-                res["variants"][key].update(prog)
-                continue
-            programs[part] = prog
-        runners[key] = c_runner(programs[part], inputs, consts)
+        if part in first:               # the same partition as an earlier strategy: same program,
+            res["variants"][key]["same_plan_as"] = first[part]   # timed once, reported for both
+            continue
+        first[part] = key
+        prog = guarded(lambda p=p: compile_plan(p, graph, threads=threads))
+        if isinstance(prog, dict):
+            res["variants"][key].update(prog)
+            continue
+        programs[part] = prog
+        runners[key] = c_runner(prog, inputs, consts)
     sess = guarded(lambda: ort_session(graph, consts, threads))
     if isinstance(sess, dict):
         res["variants"]["onnxruntime"] = sess
@@ -322,18 +326,19 @@ def runtime_one(name: str, graph, hw, threads: int, rounds: int, time_limit: flo
     if check and not isinstance(sess, dict) and "optimal" in runners:
         def compare():
             want = sess.run(graph.outputs, {i.name: inputs[i.name] for i in sess.get_inputs()})
-            got = programs[tuple(tuple(g.nodes) for g in plans["optimal"].groups)].run(inputs, consts)
+            got = programs[frozenset(frozenset(g.nodes) for g in plans["optimal"].groups)].run(inputs, consts)
             errs = [float(np.max(np.abs(got[t].astype(np.float64) - w) / (np.abs(w) + 1e-3))) if w.size else 0.0
                     for t, w in zip(graph.outputs, want)]
             return max(errs) if errs else 0.0
         res["max_rel_error_vs_ort"] = guarded(compare)
     times = time_side_by_side(runners, rounds)
     for k, ts in times.items():
-        med = statistics.median(ts)
-        v = res["variants"][k]
-        v.update({"seconds": ts, "median_s": med})
-        if "traffic" in v:
-            v["gbs"] = v["traffic"] / med / 1e9
+        res["variants"][k].update({"seconds": ts, "median_s": statistics.median(ts)})
+    for k, v in res["variants"].items():
+        if "same_plan_as" in v and "median_s" in res["variants"][v["same_plan_as"]]:
+            v["median_s"] = res["variants"][v["same_plan_as"]]["median_s"]
+        if "traffic" in v and "median_s" in v:
+            v["gbs"] = v["traffic"] / v["median_s"] / 1e9
     res["predicted_bytes_optimal"] = plans["optimal"].traffic_bytes
     del programs, runners, inputs, consts
     gc.collect()
