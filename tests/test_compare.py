@@ -1,0 +1,98 @@
+"""`compare`: one row per strategy, scored by the cost model; optimal never worse; table/JSON/Markdown."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from solverfuse import cost, greedy
+from solverfuse.cli import app
+from solverfuse.compare import Row, compare, format_markdown, format_table, rows_for
+from solverfuse.errors import PlanError
+from solverfuse.graph import load_graph
+from solverfuse.hardware import load_hardware
+
+from .conftest import EXAMPLES, light_model_path
+
+H100 = load_hardware("nvidia-h100")
+
+
+@pytest.fixture(scope="module")
+def residual_rows():
+    g = load_graph(EXAMPLES / "residual.json")
+    return g, compare(g, H100, time_limit=5, workers=1)
+
+
+def test_rows_cover_every_strategy_and_use_the_cost_model(residual_rows):
+    g, rows = residual_rows
+    assert [r.strategy for r in rows] == ["optimal", *greedy.STRATEGIES]
+    by = {r.strategy: r for r in rows}
+    unfused = cost.unfused_traffic(g)
+    assert by["unfused"].traffic_bytes == unfused and by["unfused"].x_unfused == 1.0
+    assert by["unfused"].groups == len(g.nodes)
+    assert by["optimal"].gap_to_optimal_pct == 0.0 and by["optimal"].status == "optimal"
+    best = by["optimal"].traffic_bytes
+    for r in rows:
+        assert r.traffic_bytes >= best >= cost.q_min(g)
+        assert r.gap_to_optimal_pct == pytest.approx(100 * (r.traffic_bytes - best) / best, abs=1e-3)
+        assert r.x_qmin == pytest.approx(r.traffic_bytes / cost.q_min(g), abs=1e-4)
+        assert r.x_unfused == pytest.approx(unfused / r.traffic_bytes, abs=1e-4)
+    # predicted time of the unfused plan: the roofline of every op alone, summed
+    assert by["unfused"].predicted_seconds == pytest.approx(
+        sum(cost.group_time(g, [v], H100) for v in g.index.order))
+
+
+def test_optimal_worse_than_a_greedy_plan_is_a_loud_error():
+    g = load_graph(EXAMPLES / "residual.json")
+    worse = greedy.greedy_plan(g, H100, "unfused")
+    better = greedy.greedy_plan(g, H100, "tvm")
+    assert better.traffic_bytes < worse.traffic_bytes
+    with pytest.raises(PlanError, match="bug: the optimal plan moves"):
+        rows_for(g, H100, {"optimal": (worse, 0.0), "tvm": (better, 0.0)})
+
+
+def test_table_and_markdown_render_every_row(residual_rows):
+    _, rows = residual_rows
+    table = format_table(rows, "residual")
+    md = format_markdown(rows)
+    assert table.splitlines()[0] == "residual" and len(table.splitlines()) == 3 + len(rows)
+    assert md.splitlines()[0].startswith("| strategy | status | kernels | traffic")
+    assert all(f"| {r.strategy} |" in md for r in rows)
+
+
+def test_cli_json_markdown_and_plans(tmp_path):
+    r = CliRunner().invoke(app, ["compare", str(EXAMPLES / "mlp.json"), "--time-limit", "5", "--workers", "1",
+                                 "--json", "--plans", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [row["strategy"] for row in doc["rows"]] == ["optimal", *greedy.STRATEGIES]
+    assert all(isinstance(row["traffic_bytes"], int) for row in doc["rows"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"mlp.{s}.plan.json" for s in ["optimal", *greedy.STRATEGIES])
+    r = CliRunner().invoke(app, ["compare", str(EXAMPLES / "mlp.json"), "--workers", "1", "--markdown"])
+    assert r.exit_code == 0 and "|---|---|" in r.stdout
+
+
+def test_cli_on_an_onnx_model():
+    r = CliRunner().invoke(app, ["compare", str(light_model_path("squeezenet")), "--hardware", "nvidia-a100",
+                                 "--time-limit", "5", "--workers", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["rows"]
+    assert min(row["traffic_bytes"] for row in rows) == rows[0]["traffic_bytes"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare", "missing.json"], "no such file"),
+    (["compare", str(EXAMPLES / "mlp.json"), "--hardware", "nope"], "unknown hardware 'nope'"),
+    (["compare", str(EXAMPLES / "mlp.json"), "--json", "--markdown"], "not both"),
+])
+def test_cli_errors_are_one_line(args, message):
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2
+    assert message in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_row_model_round_trips():
+    r = Row(strategy="x", status="heuristic", groups=1, traffic_bytes=8, x_unfused=1.0,
+            gap_to_optimal_pct=0.0, x_qmin=1.0, predicted_seconds=1e-6, planning_seconds=0.0)
+    assert Row.model_validate(r.model_dump()) == r
