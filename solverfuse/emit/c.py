@@ -576,3 +576,18 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     return {"model.c": source, "model.h": _header(nb, len(plan.groups), counters),
             "buffers.json": json.dumps({"buffers": names, "groups": [g.name for g in plan.groups]},
                                        indent=1, ensure_ascii=False) + "\n"}
+
+
+def write_source(files: dict[str, str], outdir) -> list[str]:
+    """Write rendered files into ``outdir`` (created if needed), each atomically; EmitError on I/O
+    failure. Render first, then write: a failed render leaves no file behind."""
+    from pathlib import Path
+    from ..plans import write_atomic
+    out = Path(outdir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            write_atomic(out / name, text)
+    except OSError as e:
+        raise EmitError(f"{out}: cannot write ({e.strerror or e})") from None
+    return [str(out / name) for name in files]
