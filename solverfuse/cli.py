@@ -222,20 +222,6 @@ def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
         typer.echo(f"wrote {path}", err=True)
 
 
-@app.command("emit")
-@handles_errors
-def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
-             output: Path = typer.Option(..., "-o", "--output", help="directory for model.c, model.h, buffers.json"),
-             threads: int = typer.Option(1, "--threads", help="OpenMP threads (1: plain C, no OpenMP)"),
-             counters: bool = typer.Option(False, "--counters", help="instrumented build counting global bytes")):
-    """Write a plan's C: one function per group, a driver running them in plan order."""
-    from .emit.c import render, write_source
-    from .plans import load_plan
-    files = render(load_plan(plan), threads=threads, counters=counters)
-    for path in write_source(files, output):
-        typer.echo(f"wrote {path}", err=True)
-
-
 def main():  # pragma: no cover - console entry
     app()
 
