@@ -80,11 +80,15 @@ def test_synthetic_is_deterministic_per_seed():
     assert a.digest() == b.digest() and a.digest() != c.digest()
 
 
-def test_synthetic_10000_loads_fast_and_round_trips():
+def test_synthetic_10000_loads_fast():
     t = time.perf_counter()
     g = zoo.synthetic_graph(10_000)
-    assert time.perf_counter() - t < 10
+    assert time.perf_counter() - t < 20          # about 1 s on an idle core; generous for CI load
     assert len(g.nodes) == 10_000
+
+
+def test_synthetic_round_trips_through_json():
+    g = zoo.synthetic_graph(1000, seed=2)
     assert parse_graph(g.to_json()).digest() == g.digest()
 
 
