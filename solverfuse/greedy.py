@@ -463,7 +463,7 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     still ``can_fuse`` and where ``will_fusion_create_cycle`` is false. ``can_fuse`` refuses a
     node with itself, extern kernels, more than ``max_fusion_size`` = 64 ops, a pair sharing no
     data (``score_fusion_memory_threshold`` = 1 byte: horizontal fusion needs a common buffer),
-    a pair where the second comes before the first; vertical fusions (one reads the other)
+    a pair whose first node reads the second; vertical fusions (the second reads the first)
     and horizontal ones (common reads) are both allowed.
 
     Shared bytes (``score_fusion_memory``) are the bytes of the tensors both groups access in
@@ -518,6 +518,8 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
         heads = [(part.members[a][0], part.members[b][0]) for a, b in ranked]
         for va, vb in heads:
             a, b = part.gid[va], part.gid[vb]
+            if b in part.pred(a):
+                continue  # can_fuse: node1 may not depend on node2 (node2 would have to run first)
             if can_fuse(a, b) and part.cycle_through([a, b]) is None:
                 part.merge([a, b])
         if len(part.members) == before:
