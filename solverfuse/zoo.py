@@ -250,7 +250,10 @@ def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 4
 
     while made < n_ops:
         layer += 1
-        recent = [(t, lv) for t, lv in square if lv >= layer - 3] or square[-1:]
+        start = len(square)          # square is in layer order: walk back over the last 3 layers
+        while start > 0 and square[start - 1][1] >= layer - 3:
+            start -= 1
+        recent = square[start:] or square[-1:]
         new: list[tuple[str, int]] = []
         for _ in range(min(rng.randint(1, max_width), n_ops - made)):
             made += 1
