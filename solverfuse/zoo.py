@@ -210,11 +210,12 @@ _BINARY = ("Add", "Mul", "Sub", "Max")
 _REDUCE = ("ReduceMean", "ReduceMax", "ReduceSum")
 # (kind, weight): the op mix of one synthetic node; roughly what a transformer/CNN graph exported
 # to ONNX contains once its convolutions are counted as MatMuls.
-_MIX = (("unary", 26), ("binary", 14), ("bias", 8), ("reduce", 8), ("softmax", 4), ("layernorm", 4),
+_MIX = (("unary", 26), ("binary", 7), ("bias", 14), ("reduce", 8), ("softmax", 4), ("layernorm", 4),
         ("matmul", 12), ("bmm", 3), ("transpose", 7), ("concat", 5), ("gather", 2))
+P_FRESH = 0.93
 
 
-def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 4) -> Graph:
+def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 3) -> Graph:
     """A layered random DAG of ``n_ops`` mixed ops, deterministic for ``seed``.
 
     Layers of 1..``max_width`` ops; each op reads recent tensors (the last three layers), preferring
@@ -234,7 +235,7 @@ def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 4
     b = _Builder(f"synthetic_{n_ops}_s{seed}")
     d = dim
     square: list[tuple[str, int]] = [(b.input("x", [d, d]), 0)]   # (tensor, layer)
-    rows: list[str] = []          # [d, 1] reductions waiting for their row op
+    rows: list[tuple[str, str]] = []   # ([d, 1] reduction, its input) waiting for their row op
     wide: list[str] = []          # [d, 2d] concats waiting for their slice
     read: set[str] = set()
     kinds, weights = zip(*_MIX)
@@ -243,8 +244,15 @@ def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 4
     made, layer = 0, 0
 
     def pick(recent: list[tuple[str, int]]) -> str:
-        fresh = [t for t, _ in recent if t not in read]
-        t = rng.choice(fresh) if fresh and rng.random() < 0.8 else rng.choice(recent)[0]
+        # Mostly a tensor nobody reads yet, the oldest first (branches close again, as in real
+        # nets: about one tensor in ten has several readers); sometimes any recent tensor.
+        fresh = [(t, lv) for t, lv in recent if t not in read]
+        if fresh and fresh[0][1] <= layer - 2:      # about to leave the window unread: read it now
+            t = fresh[0][0]
+        elif fresh and rng.random() < P_FRESH:
+            t = fresh[0][0] if rng.random() < 0.5 else rng.choice(fresh)[0]
+        else:
+            t = rng.choice(recent)[0]
         read.add(t)
         return t
 
@@ -255,12 +263,13 @@ def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 4
             start -= 1
         recent = square[start:] or square[-1:]
         new: list[tuple[str, int]] = []
-        for _ in range(min(rng.randint(1, max_width), n_ops - made)):
+        width = 1 if rng.random() < 0.6 else rng.randint(2, max_width)
+        for _ in range(min(width, n_ops - made)):
             made += 1
             if rows:            # a pending reduction is consumed right away (x - mean(x), x / max(x))
-                r = rows.pop()
+                r, x = rows.pop()
                 read.add(r)
-                out = b.op(rng.choice(("Sub", "Div", "Mul")), [pick(recent), r])
+                out = b.op(rng.choice(("Sub", "Div", "Mul")), [x, r])
             elif wide:
                 w = wide.pop()
                 read.add(w)
@@ -277,7 +286,7 @@ def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 4
                 elif kind == "bias":
                     out = b.op("Add", [x, shared["bias"]])
                 elif kind == "reduce":
-                    rows.append(b.op(rng.choice(_REDUCE), [x], axes=[1], keepdims=1))
+                    rows.append((b.op(rng.choice(_REDUCE), [x], axes=[1], keepdims=1), x))
                     continue
                 elif kind == "softmax":
                     out = b.op("Softmax", [x], axis=-1)
