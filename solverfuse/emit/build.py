@@ -182,6 +182,8 @@ class Program:
                 if b.tensor not in source:
                     raise EmitError(f"missing {b.role} {b.tensor!r}")
                 arr = np.asarray(source[b.tensor], dtype=want, order="C")
+                if arr.shape != b.shape and [d for d in arr.shape if d != 1] == [d for d in b.shape if d != 1]:
+                    arr = arr.reshape(b.shape)  # only size-1 dims differ (e.g. [1] for a scalar)
                 if arr.shape != b.shape:
                     raise EmitError(f"{b.role} {b.tensor!r} has shape {list(arr.shape)}, expected {list(b.shape)}")
             else:
