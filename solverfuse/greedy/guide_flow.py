@@ -1,0 +1,77 @@
+"""The fusion-strategy guide's decision flow as a baseline (see :func:`guide`)."""
+from __future__ import annotations
+
+from .. import cost
+from ..graph import Graph
+from ..hardware import Hardware
+from ..mapping import group_footprint
+from .partition import Partition
+
+
+def memory_bound(graph: Graph, nodes: list[str], hw: Hardware) -> bool:
+    """Whether a kernel's roofline time is set by bandwidth (bytes/bw >= flops/peak)."""
+    dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
+    return cost.group_traffic(graph, nodes) / hw.dram_bandwidth >= cost.group_flops(graph, nodes) / hw.peak(dtype)
+
+
+def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
+    """The decision flow of the fusion-strategy guide (DESIGN section 8).
+
+    1. Classify every op by category (compute / memory / data, the op table) and as memory- or
+       compute-bound on the roofline (:func:`memory_bound`).
+    2. Find memory-bound pairs: vertical pairs (a producer group and a consumer group, at least
+       one memory-bound) and horizontal pairs (two groups reading a common tensor, neither
+       reaching the other, both memory-bound).
+    3. If the whole unfused graph is bandwidth-bound (traffic / bandwidth >= flops / peak), try
+       vertical pairs first, then horizontal; otherwise horizontal first. Within a kind, the pair
+       saving the most bytes (:func:`cost.group_traffic` before minus after) goes first.
+    4. Gate: drop any fusion whose register estimate (:func:`mapping.group_footprint`) exceeds
+       the register budget -- the first check, before any other rule; then the op table's rules,
+       L1 capacity (:func:`cost.group_violation`) and the cycle check.
+    5. Repeat until no pair is accepted (fixpoint). Pairs that save no bytes are not fused.
+    """
+    part = Partition(graph, hw)
+    order = graph.index.order
+    dtype = graph.tensors[graph.index.node[order[0]].outputs[0]].dtype if order else "float32"
+    bandwidth_bound = cost.unfused_traffic(graph) / hw.dram_bandwidth >= \
+        sum(graph.flops(v) for v in order) / hw.peak(dtype)
+    mb = {v: memory_bound(graph, [v], hw) for v in order}
+
+    def saved(gs: list[int]) -> int:
+        return sum(cost.group_traffic(graph, part.members[g]) for g in gs) - \
+            cost.group_traffic(graph, part.nodes(gs))
+
+    def pairs(kind: str) -> list[tuple[int, int]]:
+        out = set()
+        for g in part.members:
+            if kind == "vertical":
+                for h in part.succ(g):
+                    if any(mb[v] for v in part.members[g] + part.members[h]):
+                        out.add((g, h))
+            else:
+                readers: dict[str, list[int]] = {}
+                for t in cost.group_reads(graph, part.members[g]):
+                    readers.setdefault(t, [])
+                for t in readers:
+                    for c in graph.index.consumers.get(t, []):
+                        h = part.gid[c]
+                        if h != g and all(mb[v] for v in part.members[g] + part.members[h]):
+                            out.add((min(g, h), max(g, h)))
+        return sorted(out, key=lambda p: (-saved(list(p)), part.first[p[0]], part.first[p[1]]))
+
+    kinds = ["vertical", "horizontal"] if bandwidth_bound else ["horizontal", "vertical"]
+    progress = True
+    while progress:
+        progress = False
+        for kind in kinds:
+            # Pairs name groups by their first op, resolved to the current group when tried.
+            for va, vb in [(part.members[a][0], part.members[b][0]) for a, b in pairs(kind)]:
+                a, b = part.gid[va], part.gid[vb]
+                if a == b or saved([a, b]) <= 0:
+                    continue
+                if group_footprint(graph, part.nodes([a, b]), hw).registers > hw.register_budget:
+                    continue  # the guide's first gate: the register budget
+                if part.why_not([a, b]) is None:
+                    part.merge([a, b])
+                    progress = True
+    return part.groups()

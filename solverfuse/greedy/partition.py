@@ -1,0 +1,106 @@
+"""The partition every greedy baseline grows: groups of ops, merged only when the result is legal.
+
+A merge is legal when :func:`solverfuse.cost.group_violation` accepts the merged group (the op
+table's rules + register/L1 capacity: the same legality as the optimal planner) and no path
+leaves the merged group and re-enters it (so every group stays convex and the quotient graph
+acyclic).
+"""
+from __future__ import annotations
+
+from typing import Collection, Iterable, Optional
+
+from .. import cost
+from ..graph import Graph
+from ..hardware import Hardware
+
+
+def has_role(graph: Graph, nodes: Iterable[str], role: str) -> bool:
+    """Whether any op of ``nodes`` has fusion role ``role`` (op table)."""
+    return any(cost.role(graph, v) == role for v in nodes)
+
+
+class Partition:
+    """A mutable partition of a graph's ops into groups, with the checks every baseline shares.
+
+    Groups are identified by integers; ``members[g]`` lists a group's ops in graph order.
+    The quotient graph stays acyclic because :meth:`merge` is only called after :meth:`why_not`.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [8]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "Add", "inputs": ["h", "y"], "outputs": ["z"]}]})
+    >>> p = Partition(g, load_hardware("nvidia-h100"))
+    >>> p.why_not([p.gid["a"], p.gid["c"]])
+    "merging would create a cycle through 'b'"
+    >>> p.merge([p.gid["a"], p.gid["b"]]) == p.gid["b"], p.groups()
+    (True, [['a', 'b'], ['c']])
+    """
+
+    def __init__(self, graph: Graph, hw: Hardware):
+        self.graph, self.hw = graph, hw
+        self.pos = graph.index.position
+        self.gid: dict[str, int] = {v: i for i, v in enumerate(graph.index.order)}
+        self.members: dict[int, list[str]] = {i: [v] for i, v in enumerate(graph.index.order)}
+        self.first: dict[int, int] = {i: i for i in self.members}  # smallest topological position
+
+    def nodes(self, gs: Iterable[int]) -> list[str]:
+        """The ops of several groups together, in graph order."""
+        return sorted((v for g in set(gs) for v in self.members[g]), key=self.pos.__getitem__)
+
+    def succ(self, g: int) -> set[int]:
+        """Groups that read a tensor group ``g`` writes."""
+        return {self.gid[w] for v in self.members[g] for w in self.graph.index.succs[v]} - {g}
+
+    def pred(self, g: int) -> set[int]:
+        """Groups that write a tensor group ``g`` reads."""
+        return {self.gid[u] for v in self.members[g] for u in self.graph.index.preds[v]} - {g}
+
+    def cycle_through(self, gs: Collection[int]) -> Optional[str]:
+        """An op on a path that leaves the union of ``gs`` and re-enters it, if any.
+
+        Such a path makes the merged group non-convex (and the quotient graph cyclic). Every
+        edge goes forward in topological order, so a group whose first op comes after the last
+        op of the union cannot lead back into it; the search prunes those.
+        """
+        union = set(gs)
+        last = max(self.pos[self.members[g][-1]] for g in union)
+        stack = [h for g in union for h in self.succ(g) if h not in union]
+        seen = set(stack)
+        while stack:
+            h = stack.pop()
+            if self.first[h] >= last:
+                continue
+            for k in self.succ(h):
+                if k in union:
+                    return self.members[h][0]
+                if k not in seen:
+                    seen.add(k)
+                    stack.append(k)
+        return None
+
+    def why_not(self, gs: Collection[int]) -> Optional[str]:
+        """Why merging the groups ``gs`` is illegal (fusion rule, capacity, cycle); None if legal."""
+        why = cost.group_violation(self.graph, self.nodes(gs), self.hw)
+        if why:
+            return why
+        via = self.cycle_through(gs)
+        return f"merging would create a cycle through {via!r}" if via else None
+
+    def merge(self, gs: Collection[int]) -> int:
+        """Merge the groups ``gs`` (already checked with :meth:`why_not`); returns the new id."""
+        gs = sorted(set(gs))
+        keep = gs[0]
+        nodes = self.nodes(gs)
+        for g in gs[1:]:
+            del self.members[g], self.first[g]
+        for v in nodes:
+            self.gid[v] = keep
+        self.members[keep] = nodes
+        self.first[keep] = self.pos[nodes[0]]
+        return keep
+
+    def groups(self) -> list[list[str]]:
+        """The partition as lists of op names, groups ordered by their first op."""
+        return [self.members[g] for g in sorted(self.members, key=self.first.__getitem__)]
