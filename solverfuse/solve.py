@@ -33,7 +33,7 @@ from .errors import PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan, order_groups
-from .formulations import assign
+from .formulations import assign, partition
 from .formulations.presolve import Presolve, presolve
 
 #: CP-SAT status -> what it means for one part (the only place statuses are mapped).
@@ -58,6 +58,7 @@ class SolveReport:
     largest_part: int = 0
     variables: int = 0
     presolve_seconds: float = 0.0
+    formulations: dict = field(default_factory=dict)
 
 
 def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
@@ -75,7 +76,8 @@ def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, w
 
 def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
                  seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
-                 progress: Optional[Callable[[float, int, int], None]] = None) -> SolveReport:
+                 progress: Optional[Callable[[float, int, int], None]] = None,
+                 max_groups: int = 20000) -> SolveReport:
     """:func:`solve`, also returning the incumbent log and the size of the decomposition."""
     hw = load_hardware(hw)
     start = time.monotonic()
@@ -104,21 +106,24 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     for i in todo:
         part = pre.parts[i]
         remaining = max(0.0, time_limit - (time.monotonic() - start))
-        share = remaining * len(part) / left if left else remaining
+        deadline = time.monotonic() + (remaining * len(part) / left if left else remaining)
         left -= len(part)
-        f = assign.build(graph, hw, pre, part)
+        f = partition.build(graph, hw, pre, part, max_groups=max_groups) or assign.build(graph, hw, pre, part)
+        kind = type(f).__module__.rsplit(".", 1)[-1]
+        report.formulations[kind] = report.formulations.get(kind, 0) + 1
         report.variables += len(f.model.Proto().variables)
-        hint = order_groups(graph, per_part[i])
-        f.hint(hint)
-        status, groups, val, bnd = _run(f, share, workers, seed, lambda v, b, i=i: notify(i, v, b))
-        if status == "infeasible":
-            raise PlanError(f"bug: CP-SAT says part {i} ({len(part)} ops, first {part[0]!r}) is infeasible, "
-                            "but every op alone is legal")
-        if status == "invalid":
-            raise PlanError(f"bug: CP-SAT rejected the model of part {i} as invalid")
-        if groups is not None:
-            per_part[i] = groups
-            value[i] = val
+        f.hint(order_groups(graph, per_part[i]))
+        log = _Log(graph, f, lambda v, b, i=i: notify(i, v, b))
+        while True:
+            status, bnd = _run(f, deadline - time.monotonic(), workers, seed, log)
+            cycle = quotient_cycle(graph, log.last) if log.last is not None else None
+            if cycle is None or time.monotonic() >= deadline:
+                break
+            f.forbid(cycle)  # the relaxation picked a cyclic set of groups: cut it, solve again
+        if status == "optimal" and cycle is not None:
+            status = "feasible"  # optimum of the relaxation only; its bound still holds
+        if log.best is not None and log.best[0] < value[i]:
+            value[i], per_part[i] = log.best
         bound[i] = min(max(bnd, bound[i]), value[i])
         if status != "optimal":
             status_all = "feasible"
@@ -135,12 +140,20 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
 
 
 class _Log(cp_model.CpSolverSolutionCallback):
-    def __init__(self, f: assign.Formulation, notify: Callable[[int, int], None]):
+    """Incumbent log of one part: reports every acyclic solution, keeps the best one."""
+
+    def __init__(self, graph: Graph, f, notify: Callable[[int, int], None]):
         super().__init__()
-        self.f, self.notify = f, notify
+        self.graph, self.f, self.notify = graph, f, notify
+        self.best: Optional[tuple[int, list[list[str]]]] = None
+        self.last: Optional[list[list[str]]] = None
 
     def on_solution_callback(self) -> None:
-        self.notify(self.f.objective_value(self.Value), _floor(self.BestObjectiveBound()))
+        val = self.f.objective_value(self.Value)
+        self.last = self.f.decode(self.Value)
+        if quotient_cycle(self.graph, self.last) is None and (self.best is None or val < self.best[0]):
+            self.best = (val, order_groups(self.graph, self.last))
+            self.notify(val, _floor(self.BestObjectiveBound()))
 
 
 def _floor(bound: float) -> int:
@@ -148,9 +161,9 @@ def _floor(bound: float) -> int:
     return int(math.floor(bound + 1e-6 * max(1.0, abs(bound) * 1e-9)))
 
 
-def _run(f: assign.Formulation, seconds: float, workers: int, seed: int,
-         notify: Callable[[int, int], None]):
-    """Solve one part: (status, groups or None, objective, bound)."""
+def _run(f, seconds: float, workers: int, seed: int, log: _Log) -> tuple[str, int]:
+    """Solve one part's model: (status, bound). Solutions arrive through ``log``; the final one
+    is checked against CP-SAT's own objective value."""
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_time_in_seconds = max(seconds, 0.01)
@@ -158,15 +171,39 @@ def _run(f: assign.Formulation, seconds: float, workers: int, seed: int,
     p.random_seed = seed
     # deterministic for a fixed seed and worker count: workers run interleaved, not racing
     p.interleave_search = workers > 1
-    code = solver.Solve(f.model, _Log(f, notify))
+    log.last = None
+    code = solver.Solve(f.model, log)
     status = STATUS[code]
+    if status == "infeasible":
+        raise PlanError(f"bug: CP-SAT says a part ({len(f.nodes)} ops, first {f.nodes[0]!r}) is infeasible, "
+                        "but every op alone is legal")
+    if status == "invalid":
+        raise PlanError("bug: CP-SAT rejected a model as invalid")
     if status in ("optimal", "feasible"):
         val = f.objective_value(solver.Value)
         if abs(val - solver.ObjectiveValue()) > 1e-9 * max(1.0, abs(val)):
             raise PlanError(f"bug: objective terms {val} != CP-SAT objective {solver.ObjectiveValue()}")
-        bnd = val if status == "optimal" else _floor(solver.BestObjectiveBound())
-        return status, f.decode(solver.Value), val, bnd
-    return status, None, 0, _floor(solver.BestObjectiveBound()) if status == "no-solution" else 0
+        log.last = f.decode(solver.Value)
+        if status == "optimal":
+            return status, val
+    return status, _floor(solver.BestObjectiveBound())
+
+
+def quotient_cycle(graph: Graph, groups: Sequence[Sequence[str]]) -> Optional[list[list[str]]]:
+    """Groups forming a cycle in the quotient graph (restricted to these groups), or None."""
+    import networkx as nx
+    where = {v: k for k, g in enumerate(groups) for v in g}
+    q = nx.DiGraph()
+    for k, g in enumerate(groups):
+        for v in g:
+            for w in graph.index.succs[v]:
+                j = where.get(w)
+                if j is not None and j != k:
+                    q.add_edge(k, j)
+    try:
+        return [list(groups[a]) for a, _ in nx.find_cycle(q)]
+    except nx.NetworkXNoCycle:
+        return None
 
 
 def normalise(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str]]:

@@ -151,6 +151,16 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
                     model.AddImplication(s, (xu if xv is None else xv).Not())
                 else:
                     model.Add(xu == xv).OnlyEnforceIf(s)
+                    # redundant: both in r's group means same group (levels alone imply it, the
+                    # LP relaxation does not see it)
+                    model.Add(s >= xu + xv - 1)
+
+    # redundant convexity cuts: a group holding its representative r and v holds every op on a
+    # path r -> v (presolve made those candidates of r); strong in the LP, unlike the levels
+    for (r, v), x in assign.items():
+        if r != v:
+            for w in pre.between(r, v):
+                model.AddImplication(x, assign[r, w])
 
     # convexity + acyclic quotient: level equal inside a group, +1 across every cut edge
     n = len(nodes)

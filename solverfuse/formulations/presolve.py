@@ -53,6 +53,13 @@ class Presolve:
     cand: dict[str, list[str]]                  # representatives v may join (graph order, incl. v)
     part_of: dict[str, int] = field(default_factory=dict)
     compatible_pairs: int = 0
+    reach: "_Reach | None" = None
+
+    def between(self, r: str, v: str) -> list[str]:
+        """Ops strictly between ``r`` and ``v`` on some path ``r -> v`` (a convex group holding
+        both holds all of them)."""
+        i, j = self.pos[r], self.pos[v]
+        return [self.order[k] for k in _bits(self.reach.desc[i] & self.reach.anc[j])]
 
 
 def _bits(mask: int):
@@ -170,11 +177,22 @@ def presolve(graph: Graph, hw: Hardware) -> Presolve:
             for j in _within_budget(i, adj, reach.regs, limit):
                 if j > i and reach.compatible(i, j):
                     later[j].append(i)
-                    pairs += 1
+        # (r, v) needs every op between them in r's group too: drop it when one of those cannot be
+        changed = True
+        while changed:
+            changed = False
+            for j in members:
+                keep = [i for i in later[j] if i == j or
+                        all(i in later[k] for k in _bits(reach.desc[i] & reach.anc[j]))]
+                if len(keep) != len(later[j]):
+                    later[j], changed = keep, True
         for j in members:
-            cand[order[j]] = [order[i] for i in sorted(later[j])]
+            later[j] = sorted(later[j])
+            cand[order[j]] = [order[i] for i in later[j]]
+            pairs += len(later[j]) - 1
     parts = [[order[i] for i in m] for m in parts_idx]
-    return Presolve(order=order, pos=pos, parts=parts, cand=cand, part_of=part_of, compatible_pairs=pairs)
+    return Presolve(order=order, pos=pos, parts=parts, cand=cand, part_of=part_of, compatible_pairs=pairs,
+                    reach=reach)
 
 
 def _within_budget(src: int, adj: list[set[int]], regs: list[int], limit: int) -> list[int]:
