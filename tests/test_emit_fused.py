@@ -1,6 +1,8 @@
 """Fused groups against ONNX's reference, and the instrumented byte counters against the cost model."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -91,19 +93,25 @@ def test_fused_pattern_matches_reference(name, cache):
     assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
 
 
+def _source(name):
+    g = graph(*PATTERNS[name])
+    files = render(build_plan(g, HW, _one_group(g), strategy="t"), g)
+    return files["model.c"], sorted(b["tensor"] for b in json.loads(files["buffers.json"])["buffers"])
+
+
 def test_fused_kernels_keep_intermediates_out_of_global_memory():
-    g = graph(*PATTERNS["layernorm_gelu"])
-    src = render(build_plan(g, HW, _one_group(g), strategy="t"), g)["model.c"]
-    # buffers: inputs x, r and constants g, b, rt2, one, half, output y -- nothing else is global
-    assert sorted(b["tensor"] for b in __import__("json").loads(render(
-        build_plan(g, HW, _one_group(g), strategy="t"), g)["buffers.json"])["buffers"]) == \
-        sorted(["x", "r", "g", "b", "rt2", "one", "half", "y"])
+    src, buffers = _source("layernorm_gelu")
+    # only the inputs x, r, the constants g, b, rt2, one, half and the output y are global
+    assert buffers == sorted(["x", "r", "g", "b", "rt2", "one", "half", "y"])
     assert src.count("static int k") == 1
-    assert "malloc" in src  # the row statistics of the layer norm ...
-    assert "row mean" in src and "kernel-local scratch, output of an anchor" not in src
-    conv = graph(*PATTERNS["conv_bn_relu"])
-    csrc = render(build_plan(conv, HW, _one_group(conv), strategy="t"), conv)["model.c"]
-    assert "malloc" not in csrc  # conv + bn + relu: a stack row tile, no scratch at all
+    # one loop over rows: statistics are scalars of the row, no scratch buffer at all
+    assert "one row loop" in src and "malloc" not in src
+    src, _ = _source("matmul_softmax")
+    assert "one row loop" in src and "malloc" not in src  # the matmul row lives in a stack tile
+    src, _ = _source("conv_bn_relu")
+    assert "malloc" not in src and "float T" in src  # conv + bn + relu: a stack row tile
+    src, _ = _source("centering_with_reduce_and_layout")  # the general path: passes over scratch
+    assert "kernel-local scratch" in src and "one row loop" not in src
 
 
 @pytest.mark.parametrize("example", ["attention", "inception", "layernorm_gelu", "mlp", "residual"])

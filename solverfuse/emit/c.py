@@ -176,7 +176,7 @@ class Kernel:
         self.scratch_decl: list[tuple[str, str, int]] = []
         self.stats: dict[str, dict[str, str]] = {}  # node -> statistic -> C array
         self.materialised: set[str] = set()       # nodes computed by a pass of their own
-        self.tiles: dict[str, tuple] = {}         # anchor tensor -> (idx prefix, tile array, inner var)
+        self.tiles: dict[str, tuple] = {}         # anchor tensor -> (row index prefix, tile array)
         self.checked: list[str] = []              # parameter tensors checked against compiled values
 
     # ---- text
@@ -271,6 +271,9 @@ class Kernel:
         key = ("v", tensor, idx)
         if key in self.cache:
             return self.cache[key]
+        tile = self.tiles.get(tensor)
+        if tile is not None and idx[:-1] == tile[0]:
+            return f"{tile[1]}[{idx[-1]}]"
         ct = self.ct(tensor)
         producer = self.graph.index.producer.get(tensor)
         if tensor in self.scratch:
@@ -366,10 +369,61 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
         for t in tiled:
             kernels.TILES[k.graph.index.node[k.graph.index.producer[t]].op](k, t, outer)
         with k.loops(shape[-1:]) as inner:
+            body(tuple(outer) + tuple(inner))
+    for t in tiled:
+        del k.tiles[t]
+
+
+def _row_fusable(k: Kernel) -> Optional[tuple]:
+    """The shape S when the whole group can run as ONE loop over the rows S[:-1]: every written
+    tensor has shape S, every reduction is a Softmax/LogSoftmax/LayerNormalization over the last
+    axis of an S-shaped input, every anchor/window output has shape S (anchors get a row tile).
+    Then the row statistics are scalars and the anchor row lives in a stack tile."""
+    g = k.graph
+    shapes = {k.shape(t) for t in k.writes}
+    if len(shapes) != 1:
+        return None
+    (shape,) = shapes
+    if not shape or not 1 < shape[-1] <= MAX_TILE:
+        return None
+    has_stats = False
+    for v in k.nodes:
+        node = g.index.node[v]
+        role = OPS[node.op].role if node.op in OPS else "opaque"
+        if node.op in MATERIALISED_OPS:
+            return None
+        if node.op in STATS_OPS:
+            rank = len(k.shape(node.inputs[0]))
+            if k.shape(node.inputs[0]) != shape or node.attributes.get("axis", -1) % rank != rank - 1:
+                return None
+            has_stats = True
+        elif role in ("anchor", "window") and (k.shape(node.outputs[0]) != shape or
+                                               (role == "anchor" and node.op not in kernels.TILES)):
+            return None
+    return shape if has_stats else None
+
+
+def _emit_rows(k: Kernel, shape: tuple) -> None:
+    """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
+    inner loop over the row), then one inner loop storing every written tensor."""
+    g = k.graph
+    memo: dict = {}
+    deps = frozenset().union(*(_deps(k, t, memo) for t in k.writes))
+    tiled = _anchors_for(k, shape, deps)
+    k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
+    with k.loops(shape[:-1], parallel=True) as outer:
+        for t in tiled:
+            kernels.TILES[g.index.node[g.index.producer[t]].op](k, t, outer)
+        for v in k.nodes:
+            node = g.index.node[v]
+            if node.op in STATS_OPS:
+                kernels.STATS[node.op](k, node, row=tuple(outer))
+        with k.loops(shape[-1:]) as inner:
             idx = tuple(outer) + tuple(inner)
-            for t in tiled:
-                k.cache[("v", t, tuple(k.index(i) for i in idx))] = f"{k.tiles[t]}[{inner[0]}]"
-            body(idx)
+            for t in k.writes:
+                k.store(t, idx, k.value(t, idx))
+    for t in tiled:
+        del k.tiles[t]
 
 
 def render_kernel(k: Kernel) -> str:
@@ -382,6 +436,10 @@ def render_kernel(k: Kernel) -> str:
         for t in g.index.node[v].inputs + g.index.node[v].outputs:
             if t:
                 ctype(g, t)
+    rows = _row_fusable(k)
+    if rows is not None:
+        _emit_rows(k, rows)
+        return _assemble(k)
     passes, _ = _plan_passes(k)
     memo: dict = {}
     for p in passes:

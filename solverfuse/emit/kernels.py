@@ -396,8 +396,12 @@ def _tile_open(k, t):
     arr, j = k.fresh("T"), k.fresh("j")
     k.line(f"{ct} {arr}[{n}];")
     k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = 0;")
-    k.tiles[t] = arr
     return arr, ct, n
+
+
+def _tile_done(k, t, outer, arr):
+    """From here on, ``t`` at (outer..., j) is ``arr[j]``."""
+    k.tiles[t] = (tuple("0" if d == 1 else k.index(i) for i, d in zip(outer, k.shape(t)[:-1])), arr)
 
 
 def tile_matmul(k, t, outer):
@@ -408,13 +412,14 @@ def tile_matmul(k, t, outer):
         j = k.fresh("j")
         with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
             k.line(f"{arr}[{j}] = {_matmul(k, node, 0, tuple(outer) + (j,))};")
-        return
+        return _tile_done(k, t, outer, arr)
     kk, j = k.fresh("k"), k.fresh("j")
     ai, bi, K = _mm_operands(k, node, tuple(outer) + (j,))
     with k.block(f"for (long {kk} = 0; {kk} < {K}; {kk}++)"):
         av = k.value(node.inputs[0], ai(kk))
         with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
             k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], bi(kk))};")
+    _tile_done(k, t, outer, arr)
 
 
 def tile_gemm(k, t, outer):
@@ -429,6 +434,7 @@ def tile_gemm(k, t, outer):
             k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], ib)};")
     with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
         k.line(f"{arr}[{j}] = {_gemm_epilogue(k, node, f'{arr}[{j}]', i, j)};")
+    _tile_done(k, t, outer, arr)
 
 
 def tile_conv(k, t, outer):
@@ -469,6 +475,7 @@ def tile_conv(k, t, outer):
             k.depth -= 1
             k.cache = saved
             k.line("}")
+    _tile_done(k, t, outer, arr)
 
 
 TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv}
@@ -588,11 +595,26 @@ def _row_index(k, node, idx, rshape):
     return _linear(rshape, tuple("0" if d == 1 else i for i, d in zip(idx, rshape)))
 
 
-def softmax_stats(k, node):
+def softmax_stats(k, node, row=None):
+    """Row max and normaliser of a (Log)Softmax: into scratch arrays indexed by row (a pass of
+    its own), or -- ``row`` given, inside a row loop -- into two scalars of that row."""
     x = node.inputs[0]
     shape = k.shape(x)
     axis = node.attributes.get("axis", -1) % len(shape)
     rshape = tuple(1 if i == axis else d for i, d in enumerate(shape))
+    if row is not None:
+        m, s, j, a, b = (k.fresh(p) for p in ("m", "s", "j", "rmax", "rnorm"))
+        k.line(f"float {m} = -INFINITY; double {s} = 0;")
+        with k.block(f"for (long {j} = 0; {j} < {shape[axis]}; {j}++)"):
+            v = k.value(x, tuple(row) + (j,))
+            k.line(f"if ({v} > {m}) {{ {s} = {s} * exp((double){m} - (double){v}) + 1; {m} = {v}; }}")
+            k.line(f"else {s} += exp((double){v} - (double){m});")
+        if node.op == "Softmax":
+            k.line(f"const float {a} = {m}, {b} = (float)(1.0 / {s});")
+        else:
+            k.line(f"const float {a} = (float)((double){m} + log({s}));")
+        k.stats[node.name] = {"a": a, "b": b, "row": True}
+        return
     mx, sm = k.alloc("float", numel(rshape), "row max"), k.alloc("float", numel(rshape), "row normaliser")
     k.line(f"/* pass: {node.op} row statistics (online max and sum of exponentials) */")
     with k.loops(rshape, parallel=True) as idx:
@@ -610,52 +632,71 @@ def softmax_stats(k, node):
     k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape}
 
 
-def layernorm_stats(k, node):
+def _ln_row(k, x, idx, axis, shape, eps):
+    """Mean and 1/stddev over shape[axis:] at row ``idx``: C expressions (double accumulation)."""
+    n = numel(shape[axis:])
+    s, q, mu = k.fresh("s"), k.fresh("q"), k.fresh("mu")
+    k.line(f"double {s} = 0, {q} = 0;")
+    with k.loops(shape[axis:]) as inner:
+        v = k.value(x, tuple(idx[:axis]) + tuple(inner))
+        k.line(f"{s} += {v}; {q} += (double){v} * {v};")
+    k.line(f"const double {mu} = {s} / {n};")
+    return f"(float){mu}", f"(float)(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}))"
+
+
+def layernorm_stats(k, node, row=None):
+    """Row mean and 1/stddev of a LayerNormalization (scratch arrays, or scalars in a row loop)."""
     x = node.inputs[0]
     shape = k.shape(x)
     axis = node.attributes.get("axis", -1) % len(shape)
     rshape = tuple(shape[:axis]) + (1,) * (len(shape) - axis)
-    n = numel(shape[axis:])
-    mean, inv = k.alloc("float", numel(rshape), "row mean"), k.alloc("float", numel(rshape), "row 1/stddev")
     eps = node.attributes.get("epsilon", 1e-5)
+    if row is not None:
+        mexpr, iexpr = _ln_row(k, x, tuple(row) + ("0",) * (len(shape) - len(row)), axis, shape, eps)
+        a, b = k.fresh("rmean"), k.fresh("ristd")
+        k.line(f"const float {a} = {mexpr}, {b} = {iexpr};")
+        k.stats[node.name] = {"a": a, "b": b, "row": True}
+        return
+    mean, inv = k.alloc("float", numel(rshape), "row mean"), k.alloc("float", numel(rshape), "row 1/stddev")
     k.line("/* pass: LayerNormalization row statistics */")
     with k.loops(rshape, parallel=True) as idx:
-        s, q = k.fresh("s"), k.fresh("q")
-        k.line(f"double {s} = 0, {q} = 0;")
-        with k.loops(shape[axis:]) as inner:
-            v = k.value(x, tuple(idx[:axis]) + tuple(inner))
-            k.line(f"{s} += {v}; {q} += (double){v} * {v};")
+        mexpr, iexpr = _ln_row(k, x, idx, axis, shape, eps)
         r = _linear(rshape, idx)
-        mu = k.fresh("mu")
-        k.line(f"const double {mu} = {s} / {n};")
-        k.line(f"{mean}[{r}] = (float){mu};")
-        k.line(f"{inv}[{r}] = (float)(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}));")
+        k.line(f"{mean}[{r}] = {mexpr};")
+        k.line(f"{inv}[{r}] = {iexpr};")
     k.stats[node.name] = {"a": mean, "b": inv, "shape": rshape}
 
 
 STATS = {"Softmax": softmax_stats, "LogSoftmax": softmax_stats, "LayerNormalization": layernorm_stats}
 
 
-def _softmax_expr(k, node, pos, idx):
+def _stat(k, node, idx):
+    """C expressions of a reduction's two statistics for the row of ``idx``."""
     st = k.stats[node.name]
+    if st.get("row"):
+        return st["a"], st.get("b")
     r = k.index(_row_index(k, node, idx, st["shape"]))
+    return f"{st['a']}[{r}]", f"{st['b']}[{r}]"
+
+
+def _softmax_expr(k, node, pos, idx):
+    a, b = _stat(k, node, idx)
     x = k.value(node.inputs[0], idx)
     if node.op == "Softmax":
-        return f"exp({x} - {st['a']}[{r}]) * {st['b']}[{r}]"
-    return f"({x} - {st['a']}[{r}])"
+        return f"exp({x} - {a}) * {b}"
+    return f"({x} - {a})"
 
 
 def _layernorm_expr(k, node, pos, idx):
-    st = k.stats[node.name]
-    r = k.index(_row_index(k, node, idx, st["shape"]))
+    a, b = _stat(k, node, idx)
     if pos == 1:
-        return f"{st['a']}[{r}]"
+        return a
     if pos == 2:
-        return f"{st['b']}[{r}]"
+        return b
     out = k.shape(node.outputs[0])
     x = k.value(node.inputs[0], idx)
     sc = k.value(node.inputs[1], bmap(idx, out, k.shape(node.inputs[1])))
-    expr = f"({x} - {st['a']}[{r}]) * {st['b']}[{r}] * {sc}"
+    expr = f"({x} - {a}) * {b} * {sc}"
     if len(node.inputs) > 2 and node.inputs[2]:
         expr += f" + {k.value(node.inputs[2], bmap(idx, out, k.shape(node.inputs[2])))}"
     return expr
