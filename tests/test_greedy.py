@@ -179,6 +179,54 @@ def test_random_graphs_legal_and_never_better_than_optimal(n, seed):
     check_all(synthetic_graph(n, seed=seed, dim=16), time_limit=5.0)
 
 
+C, HW = 4, 6
+CNN_OPS = ["Relu", "Exp", "Add", "BatchNormalization", "Conv", "Conv3", "MaxPool", "ReduceMean",
+           "GlobalAveragePool", "Softmax", "Sigmoid"]
+
+
+@st.composite
+def cnn_graphs(draw):
+    """Random DAGs of shape-preserving [1, C, HW, HW] ops: anchors, windows, reductions,
+    broadcasts, siblings and skip edges (what the transformer-style zoo graphs lack)."""
+    n = draw(st.integers(2, 12))
+    tensors = {"x": {"shape": [1, C, HW, HW]}, "w1": {"shape": [C, C, 1, 1], "constant": True},
+               "w3": {"shape": [C, C, 3, 3], "constant": True}, "c": {"shape": [C], "constant": True}}
+    live, nodes, read = ["x"], [], set()
+    for i in range(n):
+        op = draw(st.sampled_from(CNN_OPS))
+        a = draw(st.sampled_from(live))
+        out, attrs, ins = f"t{i}", {}, [a]
+        if op == "Add":
+            ins.append(draw(st.sampled_from(live)))
+        elif op == "BatchNormalization":
+            ins += ["c", "c", "c", "c"]
+        elif op in ("Conv", "Conv3"):
+            ins.append("w1" if op == "Conv" else "w3")
+            attrs = {"pads": [1, 1, 1, 1]} if op == "Conv3" else {}
+            op = "Conv"
+        elif op == "MaxPool":
+            attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+        elif op in ("ReduceMean", "GlobalAveragePool"):
+            # a reduction to [1, C, 1, 1] consumed right away by a broadcasting Mul
+            red = f"r{i}"
+            nodes.append({"name": f"n{i}r", "op": op, "inputs": [a], "outputs": [red],
+                          "attributes": {"axes": [2, 3], "keepdims": 1} if op == "ReduceMean" else {}})
+            op, ins = "Mul", [draw(st.sampled_from(live)), red]
+        elif op == "Softmax":
+            attrs = {"axis": 1}
+        read.update(ins)
+        nodes.append({"name": f"n{i}", "op": op, "inputs": ins, "outputs": [out], "attributes": attrs})
+        live.append(out)
+    outputs = [t for t in live[1:] if t not in read] or [live[-1]]
+    return load_graph({"tensors": tensors, "inputs": ["x"], "outputs": outputs, "nodes": nodes})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=cnn_graphs())
+def test_random_cnn_graphs_legal_and_never_better_than_optimal(g):
+    check_all(g, time_limit=5.0)
+
+
 @pytest.mark.parametrize("model", ["squeezenet", "resnet50"])
 def test_light_models_legal_and_never_better_than_optimal(model):
     from solverfuse.onnx_import import import_onnx
