@@ -4,7 +4,8 @@
 with matplotlib only. Ops are boxes labelled with their op type (and name on small graphs),
 laid out top to bottom by longest-path layer; each group is a translucent convex hull in its own
 colour and its ops' boxes carry the same colour; every tensor that crosses a group boundary is a
-dark arrow labelled with its size, edges inside a group are light. Each panel's title gives the
+dark arrow labelled with its size, edges inside a group are light; what an op reads from the
+graph's inputs and weights ("in") and writes to its outputs ("out") is labelled beside it. Each panel's title gives the
 strategy, the traffic and the number of kernels; each group is tagged with its name and traffic.
 The figure grows with the graph (ResNet-50's ~170 ops make a tall, legible picture).
 
@@ -158,6 +159,10 @@ def _panel(ax, plan: Plan, graph: Graph, pos, small: bool, font: float) -> None:
                                              edgecolor="0.2", linewidth=0.6, zorder=3))
         label = f"{node.op}\n{_short(v)}" if small else node.op
         ax.text(x, y, label, fontsize=font, ha="center", va="center", zorder=4)
+        sources = [t for t in dict.fromkeys(node.inputs) if t and graph.is_source(t)]
+        if sources:  # graph inputs and weights this op reads from memory
+            ax.text(x + bw + 0.04, y + bh, "in " + human_bytes(sum(graph.nbytes(t) for t in sources)),
+                    fontsize=font * 0.75, color="0.35", ha="left", va="bottom", zorder=6)
         written = [t for t in node.outputs if t in outputs]
         if written:
             ax.text(x + bw + 0.04, y - bh, "out " + human_bytes(sum(graph.nbytes(t) for t in written)),
