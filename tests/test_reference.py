@@ -148,3 +148,12 @@ def test_large_constants_are_fed_not_serialised(engine):
     assert not model.graph.initializer and [i.name for i in model.graph.input] == ["x", "w"]
     x = np.linspace(-1, 1, 1200, dtype=np.float32).reshape(2, 600)
     np.testing.assert_allclose(run(g, x, engine, c)["y0"], x @ c["w"], rtol=1e-4, atol=1e-5)
+
+
+def test_scalar_inputs_stay_scalars():
+    """0-d inputs keep shape [] (np.ascontiguousarray would silently make them [1])."""
+    g = load_graph({"tensors": {"x": {"shape": [3]}, "s": {"shape": []}}, "inputs": ["x", "s"],
+                    "outputs": ["y"], "nodes": [{"name": "m", "op": "Mul", "inputs": ["x", "s"], "outputs": ["y"]}]})
+    feeds = check_inputs(g, {"x": np.ones(3, np.float32), "s": np.float32(2.5)})
+    assert feeds["s"].shape == ()
+    assert reference_outputs(g, feeds, {}, "onnxruntime")["y"].tolist() == [2.5, 2.5, 2.5]

@@ -16,7 +16,7 @@ to the program, so results are those of the model, not of seeded stand-in data.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional
 
 import numpy as np
 from onnx.backend.base import Backend, BackendRep, namedtupledict
@@ -26,18 +26,55 @@ from ..errors import EmitError
 DEFAULT_TIME_LIMIT = 5.0
 
 
-class SolverfuseRep(BackendRep):
-    """A compiled model: graph, plan, program and the constants it runs with."""
+class Compiled:
+    """One import -> plan -> compile of a model: the graph, its plan, program and constants."""
 
-    def __init__(self, graph, plan, program, constants: dict[str, np.ndarray], output_names: Sequence[str]):
-        self.graph, self.plan, self.program = graph, plan, program
-        self.constants = constants
-        self.input_names = [x for x in graph.inputs if not graph.tensors[x].constant]
-        self.output_names = list(output_names)
+    def __init__(self, model, options: dict):
+        from ..api import plan as make_plan
+        from ..onnx_import import import_onnx
+        from .build import compile_plan
+        self.graph = import_onnx(model)
+        self.plan = make_plan(self.graph, options.get("hardware", "nvidia-h100"),
+                              strategy=options.get("strategy", "optimal"),
+                              time_limit=options.get("time_limit", DEFAULT_TIME_LIMIT), workers=1)
+        self.program = compile_plan(self.plan, self.graph, threads=options.get("threads", 1),
+                                    cache_dir=options.get("cache_dir"))
+        self.constants = _model_constants(model, self.graph)
+
+    def run(self, feeds: dict) -> dict:
+        from .reference import check_inputs
+        return self.program.run(check_inputs(self.graph, feeds), self.constants)
+
+
+class SolverfuseRep(BackendRep):
+    """A prepared model. Normally compiled once in ``prepare``; a model whose shape parameters
+    (Reshape's shape, Slice's starts, axes, ...) are *runtime inputs* cannot be planned with
+    static shapes, so it is compiled at ``run`` with those integer inputs bound to the values
+    given (one specialisation per distinct set of values, cached)."""
+
+    def __init__(self, model, options: dict, compiled: Optional[Compiled]):
+        self.model, self.options, self.compiled = model, options, compiled
+        inits = {i.name for i in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        self.output_names = [o.name for o in model.graph.output]
+        self._specialised: dict[bytes, Compiled] = {}
+
+    def _specialise(self, feeds: dict) -> tuple[Compiled, dict]:
+        from onnx import numpy_helper
+        bound = {k: np.asarray(v) for k, v in feeds.items() if np.asarray(v).dtype.kind in "iu"}
+        key = b"".join(k.encode() + b"\0" + v.tobytes() + str(v.shape).encode() for k, v in sorted(bound.items()))
+        if key not in self._specialised:
+            model = type(self.model)()
+            model.CopyFrom(self.model)
+            keep = [i for i in model.graph.input if i.name not in bound]
+            del model.graph.input[:]
+            model.graph.input.extend(keep)
+            model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in bound.items())
+            self._specialised[key] = Compiled(model, self.options)
+        return self._specialised[key], {k: v for k, v in feeds.items() if k not in bound}
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
         """Run on ``inputs`` (a list in the model's input order, a dict by name, or one array)."""
-        from .reference import check_inputs
         if isinstance(inputs, dict):
             feeds = dict(inputs)
         else:
@@ -48,7 +85,10 @@ class SolverfuseRep(BackendRep):
                 raise EmitError(f"model has {len(self.input_names)} inputs "
                                 f"({', '.join(map(repr, self.input_names))}), got {len(inputs)}")
             feeds = dict(zip(self.input_names, inputs))
-        outs = self.program.run(check_inputs(self.graph, feeds), self.constants)
+        compiled = self.compiled
+        if compiled is None:
+            compiled, feeds = self._specialise(feeds)
+        outs = compiled.run(feeds)
         return namedtupledict("Outputs", self.output_names)(*[np.asarray(outs[n]) for n in self.output_names])
 
 
@@ -62,7 +102,7 @@ def _model_constants(model, graph) -> dict[str, np.ndarray]:
         t = graph.tensors.get(init.name)
         if t is not None and t.constant and init.name in out:
             arr = numpy_helper.to_array(init)
-            out[init.name] = np.ascontiguousarray(arr, dtype=np_dtype(t.dtype)).reshape(t.shape)
+            out[init.name] = np.asarray(arr, dtype=np_dtype(t.dtype), order="C").reshape(t.shape)
     return out
 
 
@@ -75,20 +115,18 @@ class SolverfuseBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs: Any) -> SolverfuseRep:
-        from ..api import plan as make_plan
-        from ..onnx_import import import_onnx
-        from .build import compile_plan
+        from ..errors import GraphError
         super().prepare(model, device, **kwargs)
         if not cls.supports_device(device):
             raise EmitError(f"device {device!r} is not supported (CPU only)")
-        graph = import_onnx(model)
-        plan = make_plan(graph, kwargs.get("hardware", "nvidia-h100"),
-                         strategy=kwargs.get("strategy", "optimal"),
-                         time_limit=kwargs.get("time_limit", DEFAULT_TIME_LIMIT), workers=1)
-        program = compile_plan(plan, graph, threads=kwargs.get("threads", 1),
-                               cache_dir=kwargs.get("cache_dir"))
-        names = [o.name for o in model.graph.output]
-        return SolverfuseRep(graph, plan, program, _model_constants(model, graph), names)
+        try:
+            compiled = Compiled(model, kwargs)
+        except GraphError as e:
+            # shape parameters fed at run time: specialise on their values then (see SolverfuseRep)
+            if "must be a constant" not in str(e):
+                raise
+            compiled = None
+        return SolverfuseRep(model, kwargs, compiled)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:

@@ -55,7 +55,7 @@ def _onnx_dtype(dtype: str) -> int:
 
 def _tensor(name: str, array: np.ndarray):
     from onnx import numpy_helper
-    return numpy_helper.from_array(np.ascontiguousarray(array), name)
+    return numpy_helper.from_array(np.asarray(array, order="C"), name)
 
 
 def _attribute_value(op: str, key: str, value: Any, out_dtype: Optional[str]) -> Any:
@@ -207,7 +207,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np
         if arr.dtype != want and not np.can_cast(arr.dtype, want, casting="same_kind") and \
                 not (arr.dtype.kind in "iub" and want.kind in "iuf"):
             raise EmitError(f"input {name!r} has dtype {arr.dtype}, the graph says {t.dtype}")
-        out[name] = np.ascontiguousarray(arr, dtype=want)
+        out[name] = np.asarray(arr, dtype=want, order="C")  # keeps 0-d arrays 0-d
     return out
 
 
@@ -232,7 +232,7 @@ def reference_outputs(graph: Graph, inputs: Mapping[str, np.ndarray],
     model = to_onnx(graph, constants, outputs=names, fed=big)
     feeds = check_inputs(graph, inputs)
     for c in big:
-        feeds[c] = np.ascontiguousarray(constants[c], dtype=np_dtype(graph.tensors[c].dtype)) \
+        feeds[c] = np.asarray(constants[c], dtype=np_dtype(graph.tensors[c].dtype), order="C") \
             .reshape(graph.tensors[c].shape)
     if engine == "reference":
         from onnx.reference import ReferenceEvaluator
