@@ -117,6 +117,8 @@ def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
                 for b in users[i + 1:]:
                     if a not in part.members or b not in part.members or a == b:
                         continue
+                    if b in part.succ(a):
+                        continue  # connected siblings are not multi-output fused (IsConnected)
                     if any(cost.role(graph, v) == "anchor" for v in part.members[a] + part.members[b]):
                         continue  # library calls are never multi-output fusion roots
                     if _xla_hero_elements(graph, part.members[a]) != _xla_hero_elements(graph, part.members[b]):
