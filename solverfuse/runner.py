@@ -175,7 +175,7 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
             want = reference_outputs(g, feeds, consts, eng)
         except SolverfuseError:
             raise
-        except Exception as e:  # the reference itself failed (unsupported by ORT, ...)
+        except Exception as e:  # noqa: BLE001 -- the reference engine itself failed (ORT, evaluator)
             raise EmitError(f"the {eng} reference could not run this graph: "
                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         result["engine"] = eng

@@ -158,3 +158,21 @@ def test_bad_arguments_exit_2(odd_graph, tmp_path):
         assert r.output.strip().startswith("error:") and "Traceback" not in r.output
     r = invoke(tmp_path / "nope.json")
     assert r.exit_code == 2 and "no such file" in r.output
+
+
+def test_plan_for_another_graph_is_refused(tmp_path):
+    p = make_plan(load_graph(EXAMPLES / "mlp.json"), "nvidia-h100", strategy="unfused")
+    save_plan(p, tmp_path / "plan.json")
+    r = invoke(EXAMPLES / "residual.json", "--plan", tmp_path / "plan.json", "-o", tmp_path / "o.npz")
+    assert r.exit_code == 2 and "another graph" in r.output and not (tmp_path / "o.npz").exists()
+
+
+def test_threads_give_the_same_outputs(tmp_path):
+    path = EXAMPLES / "attention.json"
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    assert invoke(path, "-o", a, "--strategy", "unfused").exit_code == 0
+    r = invoke(path, "-o", b, "--strategy", "unfused", "--threads", "2", "--json")
+    assert r.exit_code == 0, r.output
+    assert last_json(r.output)["threads"] == 2
+    with np.load(a) as fa, np.load(b) as fb:
+        np.testing.assert_allclose(fa["y"], fb["y"], rtol=1e-5, atol=1e-6)
