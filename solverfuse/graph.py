@@ -127,8 +127,17 @@ class Graph(BaseModel):
         return None
 
     def digest(self) -> str:
-        """sha256 of the canonical JSON of the graph (what a plan refers to)."""
-        return hashlib.sha256(self.to_json(indent=None).encode()).hexdigest()
+        """sha256 of the canonical JSON of the graph (what a plan refers to).
+
+        Cached like :attr:`index` (a checked graph is not mutated): every plan build and
+        validation asks for it, and serialising a large model takes most of a second. The cache
+        is keyed on the field objects, so a ``model_copy(update=...)`` recomputes it."""
+        key = (id(self.tensors), id(self.nodes), id(self.inputs), id(self.outputs), self.name)
+        hit = self.__dict__.get("_digest_cache")
+        if hit is None or hit[0] != key:
+            hit = (key, hashlib.sha256(self.to_json(indent=None).encode()).hexdigest())
+            self.__dict__["_digest_cache"] = hit
+        return hit[1]
 
     def to_json(self, indent: Optional[int] = 1) -> str:
         return json.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=indent,
