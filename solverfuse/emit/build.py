@@ -34,7 +34,7 @@ from ..errors import EmitError
 from ..graph import Graph
 from .c import RC_MESSAGES, BufferInfo, buffer_table, render
 
-BASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-Wall", "-Wextra"]
+BASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-fno-math-errno", "-Wall", "-Wextra"]
 SANITIZE_FLAGS = ["-O1", "-g", "-std=c11", "-Wall", "-Wextra", "-fsanitize=address,undefined",
                   "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 #: Exit code the sanitizers use in the standalone build (distinct from the kernels' codes).

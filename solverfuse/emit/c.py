@@ -48,8 +48,7 @@ CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": 
 #: Return codes of the generated functions.
 RC_MESSAGES = {1: "a shape/axes parameter tensor differs from the value the program was built for",
                2: "out of memory", 3: "an index tensor holds an out-of-range index"}
-#: Largest row tile kept on the stack (elements).
-MAX_TILE = 16384
+MAX_TILE = kernels.MAX_TILE
 INLINE_ROLES = ("elementwise", "broadcast", "injective", "anchor", "window", "gather")
 MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                     "ReduceSumSquare", "GlobalAveragePool", "GlobalMaxPool"}
@@ -272,8 +271,8 @@ class Kernel:
         if key in self.cache:
             return self.cache[key]
         tile = self.tiles.get(tensor)
-        if tile is not None and idx[:-1] == tile[0]:
-            return f"{tile[1]}[{idx[-1]}]"
+        if tile is not None and idx[:-tile[2]] == tile[0]:
+            return f"{tile[1]}[{linear(self.shape(tensor)[-tile[2]:], idx[-tile[2]:])}]"
         ct = self.ct(tensor)
         producer = self.graph.index.producer.get(tensor)
         if tensor in self.scratch:
@@ -349,29 +348,31 @@ def _plan_passes(k: Kernel) -> tuple[list, dict]:
 
 
 def _anchors_for(k: Kernel, shape: tuple, deps: frozenset) -> list[str]:
-    """Anchor outputs of this pass's shape that get a row tile (vectorisable inner loop)."""
+    """The anchor output of this pass's shape that gets a tile (vectorisable inner loops)."""
     out = []
     for t in sorted(deps, key=lambda t: k.graph.index.position[k.graph.index.producer[t]]):
         node = k.graph.index.node[k.graph.index.producer[t]]
         if node.op in kernels.TILES and k.shape(t) == shape and len(shape) and 1 < shape[-1] <= MAX_TILE:
             out.append(t)
-    return out
+    return out[:1]  # a group holds at most one anchor (cost.group_violation)
 
 
 def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
-    """One pass: loops over ``shape`` (anchor row tiles before the innermost loop), then body."""
+    """One pass: loops over ``shape``; an anchor's tile (its last d dims: a row, or a Conv's
+    output plane) is computed before the inner loops that run the fused epilogue."""
     tiled = _anchors_for(k, shape, deps)
     if not tiled:
         with k.loops(shape, parallel=True) as idx:
             body(idx)
         return
-    with k.loops(shape[:-1], parallel=True) as outer:
-        for t in tiled:
-            kernels.TILES[k.graph.index.node[k.graph.index.producer[t]].op](k, t, outer)
-        with k.loops(shape[-1:]) as inner:
+    (t,) = tiled
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    d = kernels.tile_rank(k, node)
+    with k.loops(shape[:-d], parallel=True) as outer:
+        kernels.TILES[node.op](k, t, outer, d)
+        with k.loops(shape[-d:]) as inner:
             body(tuple(outer) + tuple(inner))
-    for t in tiled:
-        del k.tiles[t]
+    del k.tiles[t]
 
 
 def _row_fusable(k: Kernel) -> Optional[tuple]:
@@ -413,7 +414,7 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
     k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
     with k.loops(shape[:-1], parallel=True) as outer:
         for t in tiled:
-            kernels.TILES[g.index.node[g.index.producer[t]].op](k, t, outer)
+            kernels.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
         for v in k.nodes:
             node = g.index.node[v]
             if node.op in STATS_OPS:

@@ -390,21 +390,37 @@ def _conv(k, node, pos, idx):
     return acc
 
 
-# ---- row tiles for anchors (fused epilogue fast path): fill k.tiles[t] for the row at `outer`
-def _tile_open(k, t):
-    ct, n = k.ct(t), k.shape(t)[-1]
+# ---- tiles for anchors (fused epilogue fast path): fill k.tiles[t] for the tile at `outer`
+#: Largest tile kept on the stack (elements).
+MAX_TILE = 16384
+
+
+def tile_rank(k, node) -> int:
+    """How many trailing output dims an anchor's tile spans: a Conv tiles its whole output plane
+    when it fits (the per-tap loop overhead is paid once per plane), everything else one row."""
+    if node.op != "Conv":
+        return 1
+    out = k.shape(node.outputs[0])
+    d = len(out) - 2
+    while d > 1 and numel(out[-d:]) > MAX_TILE:
+        d -= 1
+    return d
+
+
+def _tile_open(k, t, d=1):
+    ct, n = k.ct(t), numel(k.shape(t)[-d:])
     arr, j = k.fresh("T"), k.fresh("j")
     k.line(f"{ct} {arr}[{n}];")
     k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = 0;")
     return arr, ct, n
 
 
-def _tile_done(k, t, outer, arr):
-    """From here on, ``t`` at (outer..., j) is ``arr[j]``."""
-    k.tiles[t] = (tuple("0" if d == 1 else k.index(i) for i, d in zip(outer, k.shape(t)[:-1])), arr)
+def _tile_done(k, t, outer, arr, d=1):
+    """From here on, ``t`` at (outer..., j...) is ``arr[linear(j...)]`` (last d dims)."""
+    k.tiles[t] = (tuple("0" if n == 1 else k.index(i) for i, n in zip(outer, k.shape(t)[:-d])), arr, d)
 
 
-def tile_matmul(k, t, outer):
+def tile_matmul(k, t, outer, d=1):
     node = k.graph.index.node[k.graph.index.producer[t]]
     arr, ct, n = _tile_open(k, t)
     a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
@@ -422,7 +438,7 @@ def tile_matmul(k, t, outer):
     _tile_done(k, t, outer, arr)
 
 
-def tile_gemm(k, t, outer):
+def tile_gemm(k, t, outer, d=1):
     node = k.graph.index.node[k.graph.index.producer[t]]
     arr, ct, n = _tile_open(k, t)
     i = outer[0]
@@ -437,45 +453,59 @@ def tile_gemm(k, t, outer):
     _tile_done(k, t, outer, arr)
 
 
-def tile_conv(k, t, outer):
-    """A row of Conv output along the last spatial axis: per (channel, kernel tap) one
-    contiguous, bounds-free inner loop over the valid output positions."""
+def tile_conv(k, t, outer, d=1):
+    """The last ``d`` spatial dims of Conv output at (n, m, outer spatial...): per (channel,
+    kernel tap) one bounds-free loop nest over the valid output positions (contiguous when the
+    stride is 1), so the checks are paid per tap, not per element."""
     node = k.graph.index.node[k.graph.index.producer[t]]
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
-    arr, ct, n = _tile_open(k, t)
+    arr, ct, n = _tile_open(k, t, d)
     cg, mg = w[1], out[1] // group
     nn, m, osp = outer[0], outer[1], outer[2:]
+    nsp, fixed = len(kernel), len(kernel) - d
     if len(node.inputs) > 2 and node.inputs[2]:
         j = k.fresh("j")
         bv = k.value(node.inputs[2], (m,))
         k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = {bv};")
     c = k.fresh("c")
     ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
-    last = len(kernel) - 1
     with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
         kv = [k.fresh("r") for _ in kernel]
-        pos_ = [k.fresh("p") for _ in kernel[:-1]]
+        src = []
         opened = []
-        for d in range(last):
-            k.line(f"for (long {kv[d]} = 0; {kv[d]} < {kernel[d]}; {kv[d]}++) {{")
+
+        def open_(header):
+            k.line(header + " {")
             k.depth += 1
             opened.append(dict(k.cache))
-            k.line(f"const long {pos_[d]} = {osp[d]}*{st[d]} - {pb[d]} + {kv[d]}*{dil[d]};")
-            k.line(f"if ({pos_[d]} < 0 || {pos_[d]} >= {x[2 + d]}) continue;")
-        r, s, dl, p, size = kv[last], st[last], dil[last], pb[last], x[-1]
-        with k.block(f"for (long {r} = 0; {r} < {kernel[last]}; {r}++)"):
-            wv = k.value(node.inputs[1], (m, c) + tuple(kv))
-            lo, hi, j = k.fresh("lo"), k.fresh("hi"), k.fresh("j")
+        for e in range(fixed):
+            p = k.fresh("p")
+            open_(f"for (long {kv[e]} = 0; {kv[e]} < {kernel[e]}; {kv[e]}++)")
+            k.line(f"const long {p} = {osp[e]}*{st[e]} - {pb[e]} + {kv[e]}*{dil[e]};")
+            k.line(f"if ({p} < 0 || {p} >= {x[2 + e]}) continue;")
+            src.append(p)
+        ranges = []
+        for e in range(fixed, nsp):
+            r, s, dl, p, size = kv[e], st[e], dil[e], pb[e], x[2 + e]
+            open_(f"for (long {r} = 0; {r} < {kernel[e]}; {r}++)")
+            lo, hi = k.fresh("lo"), k.fresh("hi")
             k.line(f"const long {lo} = sf_max(0, sf_cdiv({p} - {r}*{dl}, {s}));")
-            k.line(f"const long {hi} = sf_min({n}, sf_fdiv({size - 1 + p} - {r}*{dl}, {s}) + 1);")
-            with k.block(f"for (long {j} = {lo}; {j} < {hi}; {j}++)"):
-                xv = k.value(node.inputs[0], (nn, ch) + tuple(pos_) + (f"{j}*{s} - {p} + {r}*{dl}",))
-                k.line(f"{arr}[{j}] += {xv} * {wv};")
+            k.line(f"const long {hi} = sf_min({out[2 + e]}, sf_fdiv({size - 1 + p} - {r}*{dl}, {s}) + 1);")
+            ranges.append((lo, hi))
+        wv = k.value(node.inputs[1], (m, c) + tuple(kv))
+        js = []
+        for e, (lo, hi) in zip(range(fixed, nsp), ranges):
+            j = k.fresh("j")
+            open_(f"for (long {j} = {lo}; {j} < {hi}; {j}++)")
+            js.append(j)
+            src.append(f"{j}*{st[e]} - {pb[e]} + {kv[e]}*{dil[e]}")
+        xv = k.value(node.inputs[0], (nn, ch) + tuple(src))
+        k.line(f"{arr}[{_linear(out[-d:], js)}] += {xv} * {wv};")
         for saved in reversed(opened):
             k.depth -= 1
             k.cache = saved
             k.line("}")
-    _tile_done(k, t, outer, arr)
+    _tile_done(k, t, outer, arr, d)
 
 
 TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv}
