@@ -142,3 +142,10 @@ def test_counters_see_the_real_bytes_of_a_partial_read(cache):
     assert prog.counters[0]["read_bytes"] == 2 * 6 * 4 + 16
     assert prog.counters[0]["written_bytes"] == 2 * 6 * 4
     assert model_counts(g, plan)[0] == (4 * 6 * 4 + 16, 2 * 6 * 4)
+
+
+@pytest.mark.parametrize("name", ["conv_bn_relu", "matmul_softmax", "horizontal_siblings", "layernorm_gelu"])
+def test_openmp_build_matches_reference(name, cache):
+    g = graph(*PATTERNS[name], name=name)
+    plan, prog, _ = check(g, _one_group(g), cache, rtol=2e-4, atol=2e-5, threads=2)
+    assert prog.threads == 2

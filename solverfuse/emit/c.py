@@ -39,6 +39,7 @@ from .. import cost
 from ..errors import EmitError
 from ..graph import Graph
 from ..ops import DTYPE_SIZES, OPS, numel
+from ..plans import validate
 from . import kernels
 
 #: C type of each supported dtype (bool is one byte, as in NumPy).
@@ -602,6 +603,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     graph = graph or plan.graph
     if graph is None:
         raise EmitError("plan has no embedded graph and none was given")
+    validate(plan, graph)  # the emitter relies on convex groups in an executable order
     threads = 1 if counters else max(1, int(threads))
     table = buffer_table(plan, graph)
     buffers = {b.tensor: i for i, b in enumerate(table)}
