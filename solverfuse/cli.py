@@ -222,6 +222,48 @@ def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
         typer.echo(f"wrote {path}", err=True)
 
 
+@app.command("plan")
+@handles_errors
+def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
+             hardware: str = typer.Option("nvidia-h100", "--hardware", help="profile name or JSON file"),
+             time_limit: float = typer.Option(10.0, "--time-limit", min=0.0, help="solver time limit (seconds)"),
+             workers: int = typer.Option(2, "--workers", min=1, help="CP-SAT workers"),
+             seed: int = typer.Option(0, "--seed", help="solver seed (fixed seed + workers = same plan)"),
+             output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),
+             as_json: bool = typer.Option(False, "--json", help="print the plan JSON instead of the summary")):
+    """Optimal fusion plan (CP-SAT): groups, traffic vs unfused vs Q_min, status, bound, gap."""
+    from .graph import load_graph
+    from .hardware import load_hardware
+    from .plans import plan_to_json, save_plan
+    from .solve import greedy_hints, solve_report
+    from .summary import format_plan, human_bytes
+    g = load_graph(graph)
+    hw = load_hardware(hardware)
+    live = sys.stderr.isatty()
+
+    def progress(seconds: float, traffic: int, bound: int) -> None:
+        gap = (traffic - bound) / traffic if traffic else 0.0
+        sys.stderr.write(f"\r  {seconds:6.2f} s  traffic {human_bytes(traffic):>11s}  "
+                         f"bound {human_bytes(bound):>11s}  gap {100 * gap:6.2f}%\x1b[K")
+        sys.stderr.flush()
+
+    report = solve_report(g, hw, time_limit=time_limit, workers=workers, seed=seed,
+                          hints=greedy_hints(g, hw), progress=progress if live else None)
+    if live:
+        sys.stderr.write("\r\x1b[K")
+    plan = report.plan
+    if output:
+        save_plan(plan, output)
+    if as_json:
+        typer.echo(plan_to_json(plan))
+    else:
+        typer.echo(format_plan(plan))
+        typer.echo(f"{report.parts} independent parts (largest {report.largest_part} ops), "
+                   f"{report.variables} variables")
+    if output:
+        typer.echo(f"wrote {output}", err=True)
+
+
 def main():  # pragma: no cover - console entry
     app()
 

@@ -71,3 +71,23 @@ def format_inspect(s: dict) -> str:
               "largest tensors:"]
     lines += [f"  {human_bytes(t['bytes']):>12s}  {t['tensor']}  {t['shape']} {t['dtype']}" for t in s["largest_tensors"]]
     return "\n".join(lines)
+
+
+def format_plan(plan, max_ops: int = 8) -> str:
+    """The human-readable summary of a plan: groups with their ops, traffic vs unfused vs Q_min,
+    status, bound, gap and solve time (``solverfuse plan``)."""
+    lines = [f"plan for {plan.graph_name!r} on {plan.hardware}: {len(plan.groups)} kernels "
+             f"({plan.strategy}, {plan.status})"]
+    for g in plan.groups:
+        ops = ", ".join(g.nodes[:max_ops]) + (f", ... (+{len(g.nodes) - max_ops})" if len(g.nodes) > max_ops else "")
+        lines.append(f"  {g.name:>5s} {human_bytes(g.traffic_bytes):>11s}  regs {g.registers:3d}  "
+                     f"L1 {human_bytes(g.l1_bytes):>10s}  [{ops}]")
+    t, u, q = plan.traffic_bytes, plan.unfused_traffic_bytes, plan.lower_bound_bytes
+    lines += [f"traffic  {human_bytes(t):>11s} ({t:,} B)",
+              f"unfused  {human_bytes(u):>11s} ({u:,} B)  -> {u / t if t else 1:.2f}x less with this plan",
+              f"Q_min    {human_bytes(q):>11s} ({q:,} B)  (every input read once, every output written once)"]
+    if plan.bound_bytes is not None:
+        lines.append(f"bound    {human_bytes(plan.bound_bytes):>11s} ({plan.bound_bytes:,} B)  "
+                     f"gap {100 * (plan.gap or 0):.2f}%")
+    lines.append(f"status {plan.status}, solved in {plan.solve_seconds:.2f} s")
+    return "\n".join(lines)
