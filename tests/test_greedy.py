@@ -93,6 +93,16 @@ def test_xla_does_not_fuse_a_reduction_into_a_reduction():
     assert groups_of(greedy.xla, g) == [["exp", "sum"], ["max"]]
 
 
+def test_xla_gemm_epilogue_ends_at_the_activation():
+    """gemm_rewriter folds bias + activation into the cuBLASLt call, which is not fusible after;
+    TVM instead chains the matmul through every elementwise post-dominator."""
+    g = chain([("mm", "MatMul", ["x", "w"], ["a"]), ("add", "Add", ["a", "b"], ["h"]),
+               ("relu", "Relu", ["h"], ["r"]), ("exp", "Exp", ["r"], ["y"])],
+              extra_tensors={"w": {"shape": [64, 64], "constant": True}, "b": {"shape": [64], "constant": True}})
+    assert groups_of(greedy.xla, g) == [["add", "mm", "relu"], ["exp"]]
+    assert groups_of(greedy.tvm, g) == [["add", "exp", "mm", "relu"]]
+
+
 def test_xla_keeps_a_producer_whose_value_is_a_graph_output():
     g = chain([("exp", "Exp", ["x"], ["h"]), ("relu", "Relu", ["h"], ["y"])], outputs=("h", "y"))
     assert groups_of(greedy.xla, g) == [["exp"], ["relu"]]

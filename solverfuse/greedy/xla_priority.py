@@ -12,7 +12,7 @@ from .partition import Partition, has_role
 
 XLA_MAX_OPERANDS_AND_OUTPUTS = 96
 XLA_LAUNCH_OVERHEAD_S = 1e-6
-_EPILOGUE_ROLES = frozenset({"elementwise", "broadcast"})
+_RESIDUAL_OPS = frozenset({"Add", "Sum"})
 
 
 def _operands_and_outputs(graph: Graph, nodes: list[str]) -> int:
@@ -41,14 +41,18 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
       largest tensor written, or of the reduced input for reductions --
       ``ShapesCompatibleForMultiOutputFusion``) and the budget holds, until nothing changes.
 
+    Before fusion, Conv/MatMul/Gemm become cuDNN/cuBLAS(Lt) library calls, and
+    ``gemm_rewriter.cc`` / ``cudnn_fused_conv_rewriter.cc`` fold an epilogue into them: here each
+    anchor absorbs the chain of ops that alone consume its result -- broadcast ops reading only
+    constants and graph inputs besides it (scale, bias, batch norm), for a convolution also one
+    residual ``Add`` (cuDNN's side input), then at most one elementwise activation, which ends
+    the epilogue. Library calls are not fusible afterwards, neither as producer nor as consumer.
+
     Adaptations: XLA *duplicates* a producer into each consumer fusion; we have no
     recomputation, so fusing a producer into all its consumers merges the producer and all its
     consumer groups into one kernel (its output then never reaches memory, which is the effect
-    duplication buys), and the priority is computed for that merged kernel. Conv/MatMul/Gemm
-    are cuDNN/cuBLAS library calls in XLA, which ``cudnn_fused_conv_rewriter`` and
-    ``gemm_rewriter`` give bias/activation epilogues: a group holding an anchor fuses only as a
-    producer and only into consumers made of elementwise/broadcast ops. Every merge must also
-    pass :func:`cost.group_violation` and the cycle check.
+    duplication buys), and the priority is computed for that merged kernel. Every merge must
+    also pass :func:`cost.group_violation` and the cycle check.
     """
     hw1 = hw.model_copy(update={"launch_overhead_s": XLA_LAUNCH_OVERHEAD_S})
     part = Partition(graph, hw)
@@ -57,16 +61,15 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
     def has_anchor(g: int) -> bool:
         return any(cost.role(graph, v) == "anchor" for v in part.members[g])
 
+    _library_epilogues(graph, part)
+
     def candidate(p: int) -> Optional[tuple[float, list[int]]]:
         consumers = sorted(part.succ(p))
         members = part.members[p]
         if not consumers or any(t in outputs for v in members for t in graph.index.node[v].outputs):
             return None
-        if any(has_anchor(c) for c in consumers):
-            return None  # library calls are not fusible as consumers
-        if has_anchor(p) and any(cost.role(graph, v) not in _EPILOGUE_ROLES
-                                 for c in consumers for v in part.members[c]):
-            return None
+        if has_anchor(p) or any(has_anchor(c) for c in consumers):
+            return None  # library calls are not fusible
         if has_role(graph, members, "reduction") and any(has_role(graph, part.members[c], "reduction") for c in consumers):
             return None
         gs = [p, *consumers]
@@ -95,6 +98,37 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
             break
     _xla_sibling_fusion(graph, part)
     return part.groups()
+
+
+def _library_epilogues(graph: Graph, part: Partition) -> None:
+    """Fold each anchor's scale/bias/activation epilogue into its library call (see :func:`xla`)."""
+    outputs = set(graph.outputs)
+    for v in graph.index.order:
+        if cost.role(graph, v) != "anchor":
+            continue
+        tail, side_input = v, graph.index.node[v].op == "Conv"
+        while True:
+            out = graph.index.node[tail].outputs[0]
+            users = graph.index.consumers.get(out, [])
+            if out in outputs or len(users) != 1 or len(graph.index.succs[tail]) != 1:
+                break
+            w = users[0]
+            role = cost.role(graph, w)
+            others = [t for t in graph.index.node[w].inputs if t and t != out]
+            if role == "broadcast":
+                computed = [t for t in others if not graph.is_source(t)]
+                if len(computed) > 1 or (computed and not (side_input and graph.index.node[w].op in _RESIDUAL_OPS)):
+                    break
+                side_input = side_input and not computed
+            elif role != "elementwise" or others:
+                break
+            gs = [part.gid[v], part.gid[w]]
+            if part.why_not(gs):
+                break
+            part.merge(gs)
+            tail = w
+            if role == "elementwise":
+                break  # the activation ends the epilogue
 
 
 def _xla_hero_elements(graph: Graph, nodes: list[str]) -> int:
