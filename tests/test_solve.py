@@ -205,3 +205,24 @@ def test_cli_plan_bad_hardware_is_one_line_and_writes_nothing(tmp_path):
     assert r.exit_code == 2
     assert r.output.strip().startswith("error:") and len(r.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_worked_example_of_the_formulation_documents():
+    """formulations/set-partitioning.md and representative-assignment.md: columns, costs, optimum."""
+    from solverfuse.formulations import assign, partition
+    from solverfuse.formulations.presolve import presolve
+    from solverfuse.oracle import brute_force
+    g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
+                    "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+                              {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+                              {"name": "c", "op": "Neg", "inputs": ["x"], "outputs": ["z"]}]})
+    pre = presolve(g, H100)
+    assert pre.parts == [["a", "b", "c"]] and pre.cand == {"a": ["a"], "b": ["a", "b"], "c": ["a", "b", "c"]}
+    f = partition.build(g, H100, pre, pre.parts[0])
+    assert dict(zip(map(tuple, f.groups), f.traffic)) == {
+        ("a",): 2048, ("b",): 2048, ("c",): 2048, ("a", "b"): 2048, ("a", "c"): 3072, ("a", "b", "c"): 3072}
+    fa = assign.build(g, H100, pre, pre.parts[0])
+    assert fa.constant == 3072 and sorted(c for c, _ in fa.terms) == [-1024] + [1024] * 5
+    assert brute_force(g, H100)[:2] == (3072, [["a", "b", "c"]])
+    for max_groups in (20000, 0):
+        assert solve_report(g, H100, workers=1, max_groups=max_groups).plan.traffic_bytes == 3072
