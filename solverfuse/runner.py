@@ -66,8 +66,11 @@ def load_inputs(path: Union[str, os.PathLike], graph: Graph) -> dict[str, np.nda
 def save_outputs(path: Union[str, os.PathLike], arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays to an ``.npz`` keyed by tensor name, atomically (no half-written file)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
-                               prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                                   prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise EmitError(f"{path}: cannot write ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})

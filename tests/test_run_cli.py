@@ -176,3 +176,8 @@ def test_threads_give_the_same_outputs(tmp_path):
     assert last_json(r.output)["threads"] == 2
     with np.load(a) as fa, np.load(b) as fb:
         np.testing.assert_allclose(fa["y"], fb["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_unwritable_output_is_one_line(odd_graph, tmp_path):
+    r = invoke(odd_graph, "-o", tmp_path / "no" / "such" / "dir" / "out.npz")
+    assert r.exit_code == 2 and r.output.startswith("error:") and "cannot write" in r.output
