@@ -379,8 +379,9 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
 def _row_fusable(k: Kernel) -> Optional[tuple]:
     """The shape S when the whole group can run as ONE loop over the rows S[:-1]: every written
     tensor has shape S, every reduction is a Softmax/LogSoftmax/LayerNormalization over the last
-    axis of an S-shaped input, every anchor/window output has shape S (anchors get a row tile).
-    Then the row statistics are scalars and the anchor row lives in a stack tile."""
+    axis of an S-shaped input, every anchor/window output has shape S (anchors get a row tile),
+    and no layout op remaps indices (every value is read at the current row). Then the row
+    statistics are scalars and the anchor row lives in a stack tile."""
     g = k.graph
     shapes = {k.shape(t) for t in k.writes}
     if len(shapes) != 1:
@@ -394,6 +395,8 @@ def _row_fusable(k: Kernel) -> Optional[tuple]:
         role = OPS[node.op].role if node.op in OPS else "opaque"
         if node.op in MATERIALISED_OPS:
             return None
+        if role == "injective" and node.op not in ("Identity", "Dropout"):
+            return None  # an index map could read another row, whose statistics are gone
         if node.op in STATS_OPS:
             rank = len(k.shape(node.inputs[0]))
             if k.shape(node.inputs[0]) != shape or node.attributes.get("axis", -1) % rank != rank - 1:
