@@ -149,3 +149,19 @@ def test_openmp_build_matches_reference(name, cache):
     g = graph(*PATTERNS[name], name=name)
     plan, prog, _ = check(g, _one_group(g), cache, rtol=2e-4, atol=2e-5, threads=2)
     assert prog.threads == 2
+
+
+def test_counters_on_a_light_model(cache):
+    """SqueezeNet, fused greedily: every kernel's counters equal the cost model, except the first
+    convolution (3x3, stride 2, no padding, 224 -> 111), which never touches input row/column 223:
+    by hand it reads 3*223*223 input floats + 64*3*3*3 weights + 64 biases."""
+    from .conftest import light_model_path
+    g = load_graph(light_model_path("squeezenet"))
+    plan, prog, _, _, _ = run_plan(g, fuse_greedily(g), cache, counters=True)
+    got = [(c["read_bytes"], c["written_bytes"]) for c in prog.counters]
+    want = model_counts(g, plan)
+    first = g.index.order[0]
+    assert g.index.node[first].op == "Conv" and first in plan.groups[0].nodes
+    assert got[0] == ((3 * 223 * 223 + 64 * 27 + 64) * 4, want[0][1])
+    assert want[0][0] == (3 * 224 * 224 + 64 * 27 + 64) * 4
+    assert got[1:] == want[1:]
