@@ -74,46 +74,100 @@ def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, w
                         progress=progress).plan
 
 
+#: Graphs with more ops skip the exact presolve and are planned in windows (no optimality claim).
+EXACT_OPS = 3000
+#: A part with more candidate pairs than this is planned in windows too (its model would be too
+#: weak to prove anything); the plan is then ``feasible`` and its bound the part's traffic floor.
+MAX_PAIRS = 6000
+#: Ops per window: contiguous runs of a topological order, so every edge between windows goes
+#: forward and plans made window by window are legal together.
+WINDOW = 60
+
+
+@dataclass
+class _Unit:
+    """One model to solve: a part of a presolve (of the graph, or of one window)."""
+    pre: Presolve
+    part: list[str]
+    region: int
+    groups: list[list[str]] = field(default_factory=list)
+    value: int = 0
+
+
 def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
                  seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
                  progress: Optional[Callable[[float, int, int], None]] = None,
-                 max_groups: int = 20000) -> SolveReport:
+                 max_groups: int = 20000, exact_ops: int = EXACT_OPS, max_pairs: int = MAX_PAIRS,
+                 window: int = WINDOW) -> SolveReport:
     """:func:`solve`, also returning the incumbent log and the size of the decomposition."""
     hw = load_hardware(hw)
     start = time.monotonic()
-    pre = presolve(graph, hw)
-    report = SolveReport(plan=None, parts=len(pre.parts),  # type: ignore[arg-type]
-                         largest_part=max((len(p) for p in pre.parts), default=0),
-                         presolve_seconds=time.monotonic() - start)
     start_groups = best_hint(graph, hw, hints)
-    per_part: list[list[list[str]]] = [[] for _ in pre.parts]
+    units: list[_Unit] = []
+    # per region: [bound, exact]; an exact region is one part solved whole (its CP-SAT bound is
+    # valid), an inexact one is planned in windows and keeps its traffic floor as bound
+    regions: list[list] = []
+
+    def add_windows(nodes: Sequence[str]) -> None:
+        regions.append([cost.group_traffic(graph, list(nodes)), False])
+        for k in range(0, len(nodes), window):
+            pre_w = presolve(graph, hw, nodes=nodes[k:k + window])
+            units.extend(_Unit(pre_w, part, len(regions) - 1) for part in pre_w.parts)
+
+    if len(graph.nodes) > exact_ops:
+        add_windows(list(graph.index.order))
+    else:
+        pre = presolve(graph, hw)
+        for part in pre.parts:
+            if len(part) > 1 and sum(len(pre.cand[v]) - 1 for v in part) > max_pairs:
+                add_windows(part)
+            else:
+                regions.append([cost.group_traffic(graph, part), True])
+                units.append(_Unit(pre, part, len(regions) - 1))
+    report = SolveReport(plan=None, parts=len(units),  # type: ignore[arg-type]
+                         largest_part=max((len(u.part) for u in units), default=0),
+                         presolve_seconds=time.monotonic() - start)
+    unit_of = {v: k for k, u in enumerate(units) for v in u.part}
+    pieces: dict[int, list[list[str]]] = {}
     for g in start_groups:
-        per_part[pre.part_of[g[0]]].append(g)
-    # current value and bound of every part; trivial parts are final already
-    value = [cost.plan_traffic(graph, gs) for gs in per_part]
-    bound = [cost.group_traffic(graph, p) if len(p) > 1 else value[i] for i, p in enumerate(pre.parts)]
-    status_all = "optimal"
-    todo = sorted((i for i, p in enumerate(pre.parts) if len(p) > 1), key=lambda i: (len(pre.parts[i]), i))
-    left = sum(len(pre.parts[i]) for i in todo)
+        by: dict[int, list[str]] = {}
+        for v in g:
+            by.setdefault(unit_of[v], []).append(v)
+        for k, piece in by.items():
+            pieces.setdefault(k, []).append(piece)
+    for k, u in enumerate(units):
+        u.groups = order_groups(graph, normalise(graph, pieces.get(k, [])))
+        u.value = cost.plan_traffic(graph, u.groups)
+        if len(u.part) == 1 and regions[u.region][1]:
+            regions[u.region][0] = u.value
+    status_all = "optimal" if all(exact for _, exact in regions) else "feasible"
+    todo = sorted((k for k, u in enumerate(units) if len(u.part) > 1), key=lambda k: (len(units[k].part), k))
+    left = sum(len(units[k].part) for k in todo)
 
-    def notify(i: int, val: int, bnd: int) -> None:
-        tot_v = sum(value) - value[i] + val
-        tot_b = sum(bound) - bound[i] + bnd
-        report.log.append(Incumbent(round(time.monotonic() - start, 6), tot_v, tot_b))
+    def totals(k: int = -1, val: int = 0, bnd: int = 0) -> tuple[int, int]:
+        tot_v = sum(u.value for u in units) + (val - units[k].value if k >= 0 else 0)
+        tot_b = sum(b for b, _ in regions)
+        if k >= 0 and regions[units[k].region][1]:
+            tot_b += bnd - regions[units[k].region][0]
+        return tot_v, tot_b
+
+    def notify(k: int, val: int, bnd: int) -> None:
+        tot_v, tot_b = totals(k, val, max(bnd, regions[units[k].region][0]))
+        report.log.append(Incumbent(round(time.monotonic() - start, 6), tot_v, min(tot_b, tot_v)))
         if progress:
-            progress(time.monotonic() - start, tot_v, tot_b)
+            progress(time.monotonic() - start, tot_v, min(tot_b, tot_v))
 
-    for i in todo:
-        part = pre.parts[i]
+    for k in todo:
+        u = units[k]
         remaining = max(0.0, time_limit - (time.monotonic() - start))
-        deadline = time.monotonic() + (remaining * len(part) / left if left else remaining)
-        left -= len(part)
-        f = partition.build(graph, hw, pre, part, max_groups=max_groups) or assign.build(graph, hw, pre, part)
+        deadline = time.monotonic() + (remaining * len(u.part) / left if left else remaining)
+        left -= len(u.part)
+        f = partition.build(graph, hw, u.pre, u.part, max_groups=max_groups) or assign.build(graph, hw, u.pre, u.part)
         kind = type(f).__module__.rsplit(".", 1)[-1]
         report.formulations[kind] = report.formulations.get(kind, 0) + 1
         report.variables += len(f.model.Proto().variables)
-        f.hint(order_groups(graph, per_part[i]))
-        log = _Log(graph, f, lambda v, b, i=i: notify(i, v, b))
+        f.hint(u.groups)
+        log = _Log(graph, f, lambda v, b, k=k: notify(k, v, b))
         while True:
             status, bnd = _run(f, deadline - time.monotonic(), workers, seed, log)
             cycle = quotient_cycle(graph, log.last) if log.last is not None else None
@@ -122,16 +176,18 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
             f.forbid(cycle)  # the relaxation picked a cyclic set of groups: cut it, solve again
         if status == "optimal" and cycle is not None:
             status = "feasible"  # optimum of the relaxation only; its bound still holds
-        if log.best is not None and log.best[0] < value[i]:
-            value[i], per_part[i] = log.best
-        bound[i] = min(max(bnd, bound[i]), value[i])
+        if log.best is not None and log.best[0] < u.value:
+            u.value, u.groups = log.best
+        region = regions[u.region]
+        if region[1]:
+            region[0] = min(max(bnd, region[0]), u.value)
         if status != "optimal":
             status_all = "feasible"
-    groups = [g for gs in per_part for g in gs]
+    groups = [g for u in units for g in u.groups]
     traffic = cost.plan_traffic(graph, groups)
-    if traffic != sum(value):
-        raise PlanError(f"bug: CP-SAT objective {sum(value)} != cost model traffic {traffic}")
-    total_bound = sum(bound)
+    if traffic != sum(u.value for u in units):
+        raise PlanError(f"bug: CP-SAT objective {sum(u.value for u in units)} != cost model traffic {traffic}")
+    total_bound = min(sum(b for b, _ in regions), traffic)
     if status_all == "optimal" and total_bound != traffic:
         raise PlanError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
     report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Optional, Sequence
 
 from .. import cost
 from ..graph import Graph
@@ -72,25 +73,26 @@ def _bits(mask: int):
 class _Reach:
     """Descendant / ancestor bitsets over topological positions, and cheap hull legality."""
 
-    def __init__(self, graph: Graph, hw: Hardware):
+    def __init__(self, graph: Graph, hw: Hardware, order: list[str]):
         self.graph, self.hw = graph, hw
-        order = graph.index.order
         self.order = order
-        self.pos = graph.index.position
+        self.pos = {v: i for i, v in enumerate(order)}
+        pos = self.pos
+        self.succs = [[pos[w] for w in graph.index.succs[v] if w in pos] for v in order]
         n = len(order)
         self.desc = [0] * n
         self.anc = [0] * n
         for i in range(n - 1, -1, -1):
             m = 0
-            for w in graph.index.succs[order[i]]:
-                j = self.pos[w]
+            for j in self.succs[i]:
                 m |= (1 << j) | self.desc[j]
             self.desc[i] = m
         for i in range(n):
             m = 0
             for u in graph.index.preds[order[i]]:
-                j = self.pos[u]
-                m |= (1 << j) | self.anc[j]
+                j = pos.get(u)
+                if j is not None:
+                    m |= (1 << j) | self.anc[j]
             self.anc[i] = m
         roles = [cost.role(graph, v) for v in order]
         self.materialised = sum(1 << i for i, r in enumerate(roles) if r in MATERIALISED_INPUT_ROLES)
@@ -122,10 +124,19 @@ class _Reach:
         return ok
 
 
-def presolve(graph: Graph, hw: Hardware) -> Presolve:
-    """Compatible affinities, independent parts and candidate representatives (see module doc)."""
-    reach = _Reach(graph, hw)
-    order, pos = reach.order, reach.pos
+def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None) -> Presolve:
+    """Compatible affinities, independent parts and candidate representatives (see module doc).
+
+    ``nodes`` restricts everything to a subset of the ops that no path leaves and re-enters (e.g.
+    a contiguous window of a topological order); groups then never reach outside it.
+    """
+    if nodes is None:
+        order = list(graph.index.order)
+    else:
+        keep = set(nodes)
+        order = [v for v in graph.index.order if v in keep]
+    reach = _Reach(graph, hw, order)
+    pos = reach.pos
     n = len(order)
     adj: list[set[int]] = [set() for _ in range(n)]
 
@@ -135,11 +146,11 @@ def presolve(graph: Graph, hw: Hardware) -> Presolve:
             adj[i].add(j)
             adj[j].add(i)
 
-    for v in order:
-        for w in graph.index.succs[v]:
-            link(pos[v], pos[w])
+    for i in range(n):
+        for j in reach.succs[i]:
+            link(i, j)
     for t, cons in graph.index.consumers.items():
-        idx = sorted(pos[c] for c in cons)
+        idx = sorted(pos[c] for c in cons if c in pos)
         for a in range(len(idx)):
             for b in range(a + 1, len(idx)):
                 link(idx[a], idx[b])
@@ -220,9 +231,9 @@ def _merge_cycles(graph: Graph, reach: _Reach, comp: list[int]) -> list[list[int
     order, pos = reach.order, reach.pos
     q = nx.DiGraph()
     q.add_nodes_from(set(comp))
-    for i, v in enumerate(order):
-        for w in graph.index.succs[v]:
-            a, b = comp[i], comp[pos[w]]
+    for i in range(len(order)):
+        for j in reach.succs[i]:
+            a, b = comp[i], comp[j]
             if a != b:
                 q.add_edge(a, b)
     cond = nx.condensation(q)
