@@ -101,7 +101,14 @@ def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
 
 
 def ctype(graph: Graph, tensor: str) -> str:
-    """C type of a tensor; EmitError for a dtype the emitter does not support."""
+    """C type of a tensor; EmitError for a dtype the emitter does not support.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"m": {"shape": [2], "dtype": "bool"}}, "inputs": ["m"],
+    ...     "outputs": ["y"], "nodes": [{"name": "n", "op": "Not", "inputs": ["m"], "outputs": ["y"]}]})
+    >>> ctype(g, "m"), ctype(g, "y")
+    ('uint8_t', 'uint8_t')
+    """
     dtype = graph.tensors[tensor].dtype
     if dtype not in CTYPES:
         raise EmitError(f"tensor {tensor!r}: dtype {dtype} is not supported by the C emitter")
@@ -134,6 +141,11 @@ def _simple(expr: str) -> bool:
 
 
 def strides(shape: Sequence[int]) -> list[int]:
+    """Row-major element strides.
+
+    >>> strides((2, 3, 4))
+    [12, 4, 1]
+    """
     out, acc = [], 1
     for d in reversed(shape):
         out.append(acc)
@@ -601,7 +613,17 @@ int sf_counters(long long *out);
 def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False) -> dict[str, str]:
     """Render a plan as C: ``model.c``, ``model.h`` and ``buffers.json`` (file name -> text).
 
-    Raises EmitError naming the node for an op or dtype the emitter does not support.
+    The plan is validated first; raises EmitError naming the node (or tensor) for an op (or
+    dtype) the emitter does not support. ``threads > 1`` adds OpenMP pragmas on outer loops;
+    ``counters`` renders the instrumented variant (serial).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.plans import build_plan
+    >>> g = load_graph({"tensors": {"x": {"shape": [8, 16]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "s", "op": "Softmax", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> src = render(build_plan(g, "nvidia-h100", [["s"]], strategy="m"), g, threads=4)["model.c"]
+    >>> "one row loop over [8]" in src, "num_threads(4)" in src, "malloc" in src
+    (True, True, False)
     """
     graph = graph or plan.graph
     if graph is None:
@@ -644,7 +666,13 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
 
 def write_source(files: dict[str, str], outdir) -> list[str]:
     """Write rendered files into ``outdir`` (created if needed), each atomically; EmitError on I/O
-    failure. Render first, then write: a failed render leaves no file behind."""
+    failure. Render first, then write: a failed render leaves no file behind.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> [os.path.basename(p) for p in write_source({"model.h": "/* h */"}, d)]
+    ['model.h']
+    """
     from pathlib import Path
     from ..plans import write_atomic
     out = Path(outdir)
