@@ -50,7 +50,6 @@ CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": 
 RC_MESSAGES = {1: "a shape/axes parameter tensor differs from the value the program was built for",
                2: "out of memory", 3: "an index tensor holds an out-of-range index"}
 MAX_TILE = kernels.MAX_TILE
-INLINE_ROLES = ("elementwise", "broadcast", "injective", "anchor", "window", "gather")
 MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                     "ReduceSumSquare", "GlobalAveragePool", "GlobalMaxPool"}
 STATS_OPS = {"Softmax", "LogSoftmax", "LayerNormalization"}
@@ -322,7 +321,7 @@ def _deps(k: Kernel, tensor: str, memo: dict) -> frozenset:
     return out
 
 
-def _plan_passes(k: Kernel) -> tuple[list, dict]:
+def _plan_passes(k: Kernel) -> list:
     """Decide which nodes are materialised and the passes: ('node', v) or ('out', shape, tensors)."""
     g = k.graph
     for v in k.nodes:
@@ -356,7 +355,7 @@ def _plan_passes(k: Kernel) -> tuple[list, dict]:
             if len(using) > 1 or any(s != k.shape(t) for s in using):
                 promote.add(v)
         if not promote:
-            return [p for p, _, _ in passes], memo
+            return [p for p, _, _ in passes]
         k.materialised |= promote
 
 
@@ -457,7 +456,7 @@ def render_kernel(k: Kernel) -> str:
     if rows is not None:
         _emit_rows(k, rows)
         return _assemble(k)
-    passes, _ = _plan_passes(k)
+    passes = _plan_passes(k)
     memo: dict = {}
     for p in passes:
         if p[0] == "node":
@@ -478,8 +477,9 @@ def render_kernel(k: Kernel) -> str:
 
 
 def _materialise_inline(k: Kernel, node, deps) -> None:
+    """An anchor/window output computed once into kernel-local scratch (the rare fallback)."""
     t = node.outputs[0]
-    arr = k.alloc(k.ct(t), numel(k.shape(t)), f"output of an anchor/window op needed by several passes")
+    arr = k.alloc(k.ct(t), numel(k.shape(t)), "output of an anchor/window op needed by several passes")
 
     def body(idx):
         k.line(f"{arr}[{linear(k.shape(t), idx)}] = {k.value(t, idx)};")
