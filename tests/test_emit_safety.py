@@ -164,3 +164,13 @@ def test_sanitizer_build_really_catches_an_overflow(cache):
     prog = Program(plan, g, buffer_table(plan, g), path, sanitize=True, counters=False, threads=1)
     with pytest.raises(EmitError, match="sanitized program failed.*heap-buffer-overflow"):
         prog.run(random_inputs(g), constants(g))
+
+
+def test_outputs_that_are_inputs_and_tensors_nobody_reads(cache):
+    t = {"x": [3], "c": {"shape": [3], "constant": True, "value": [1.0, 2.0, 3.0]}}
+    g = graph(t, ["x"], ["x", "y", "c"], [("r", "Relu", ["x"], ["y"]), ("d", "Dropout", ["x"], ["z", "mask"])])
+    plan, prog, out, ins, cs = run_plan(g, unfused(g), cache)
+    np.testing.assert_array_equal(out["x"], ins["x"])
+    np.testing.assert_array_equal(out["c"], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(out["y"], np.maximum(ins["x"], 0))
+    assert plan.groups[1].writes == []  # Dropout's outputs are read by nobody: nothing is stored
