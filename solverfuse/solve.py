@@ -183,10 +183,25 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
             region[0] = min(max(bnd, region[0]), u.value)
         if status != "optimal":
             status_all = "feasible"
-    groups = [g for u in units for g in u.groups]
+    # a region planned in windows keeps the whole hint instead when that is better (windows
+    # cannot fuse across their boundaries)
+    region_of = {v: units[k].region for v, k in unit_of.items()}
+    hint_in: dict[int, list[list[str]]] = {}
+    for g in start_groups:
+        hint_in.setdefault(region_of[g[0]], []).append(g)
+    groups, expect = [], 0
+    for r, (_, exact) in enumerate(regions):
+        mine = [u for u in units if u.region == r]
+        val = sum(u.value for u in mine)
+        if not exact and cost.plan_traffic(graph, hint_in.get(r, [])) < val:
+            groups += hint_in[r]
+            expect += cost.plan_traffic(graph, hint_in[r])
+        else:
+            groups += [g for u in mine for g in u.groups]
+            expect += val
     traffic = cost.plan_traffic(graph, groups)
-    if traffic != sum(u.value for u in units):
-        raise PlanError(f"bug: CP-SAT objective {sum(u.value for u in units)} != cost model traffic {traffic}")
+    if traffic != expect:
+        raise PlanError(f"bug: CP-SAT objective {expect} != cost model traffic {traffic}")
     total_bound = min(sum(b for b, _ in regions), traffic)
     if status_all == "optimal" and total_bound != traffic:
         raise PlanError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
