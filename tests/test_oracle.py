@@ -101,3 +101,11 @@ def test_solver_matches_brute_force(case):
         assert plan.traffic_bytes == best, (max_groups, groups, plan.group_nodes())
         assert plan.bound_bytes == best
         validate(plan, g, hw)
+    # the oracle's optimum as a hint must be expressible in the presolved model (presolve removed
+    # nothing an optimal plan needs) and must come back as an optimum
+    plan = solve_report(g, hw, workers=1, time_limit=30, hints=[groups]).plan
+    assert plan.status == "optimal" and plan.traffic_bytes == best
+    # planning in windows of 3 ops is legal and never worse than its hint, but claims no optimum
+    plan = solve_report(g, hw, workers=1, time_limit=30, hints=[groups], exact_ops=0, window=3).plan
+    validate(plan, g, hw)
+    assert plan.traffic_bytes == best and plan.bound_bytes <= best

@@ -226,3 +226,15 @@ def test_worked_example_of_the_formulation_documents():
     assert brute_force(g, H100)[:2] == (3072, [["a", "b", "c"]])
     for max_groups in (20000, 0):
         assert solve_report(g, H100, workers=1, max_groups=max_groups).plan.traffic_bytes == 3072
+
+
+@pytest.mark.parametrize("mode", [{"exact_ops": 0}, {"max_pairs": 0}])
+def test_windowed_planning_is_legal_feasible_and_bounded_honestly(mode):
+    g = load_graph(EXAMPLES / "inception.json")
+    exact = solve(g, H100, workers=1)
+    report = solve_report(g, H100, workers=1, window=4, **mode)
+    plan = report.plan
+    validate(plan, g, H100)
+    assert plan.status == "feasible"                       # windows prove nothing about the whole
+    assert plan.bound_bytes <= exact.traffic_bytes <= plan.traffic_bytes <= plan.unfused_traffic_bytes
+    assert report.largest_part <= 4
