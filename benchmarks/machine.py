@@ -78,3 +78,29 @@ def triad(n: int, repeats: int, threads: int, cflags: Sequence[str], cc: str = "
     nbytes = 3 * n * 4
     return {"n": n, "bytes": nbytes, "threads": threads, "flags": flags, "seconds": times,
             "best_gbs": nbytes / min(times) / 1e9, "median_gbs": nbytes / statistics.median(times) / 1e9}
+
+
+class TriadLib:
+    """The triad as a shared library on preallocated arrays: one call = one pass, so it can be
+    timed as one more variant inside a benchmark's interleaved rounds."""
+
+    def __init__(self, n: int, threads: int, cflags: Sequence[str], cc: str = "cc"):
+        import ctypes
+        import numpy as np
+        self._tmp = tempfile.TemporaryDirectory()
+        so = Path(self._tmp.name) / "triad.so"
+        flags = [f for f in cflags if f != "-shared"] + ["-DTRIAD_LIB", "-shared", "-fPIC"]
+        if threads > 1 and "-fopenmp" not in flags:
+            flags.append("-fopenmp")
+        subprocess.run([cc, *flags, str(HERE / "triad.c"), "-o", str(so)], check=True,
+                       capture_output=True, text=True, timeout=120)
+        self.lib = ctypes.CDLL(str(so))
+        f = ctypes.c_void_p
+        self.lib.sf_triad.argtypes = [f, f, f, ctypes.c_long, ctypes.c_float]
+        self.n, self.nbytes = n, 3 * n * 4
+        self.a = np.zeros(n, np.float32)
+        self.b = np.ones(n, np.float32)
+        self.c = np.full(n, 2.0, np.float32)
+
+    def __call__(self) -> None:
+        self.lib.sf_triad(self.a.ctypes.data, self.b.ctypes.data, self.c.ctypes.data, self.n, 3.0)

@@ -263,7 +263,7 @@ def ort_runner(sess, inputs: dict) -> Callable[[], float]:
 
 
 def runtime_one(name: str, graph, hw, threads: int, rounds: int, time_limit: float,
-                with_greedy: bool = True, check: bool = True) -> dict:
+                with_greedy: bool = True, check: bool = True, triad=None) -> dict:
     """Emitted C of every plan vs ONNX Runtime (and torch.compile) on one graph."""
     import numpy as np
     from solverfuse import api, greedy
@@ -273,7 +273,7 @@ def runtime_one(name: str, graph, hw, threads: int, rounds: int, time_limit: flo
                            "input_bytes": sum(graph.nbytes(t) for t in graph.inputs), "variants": {}}
     plans = {"optimal": api.plan(graph, hw, strategy="optimal", time_limit=time_limit, workers=1)}
     res["optimal_status"] = plans["optimal"].status
-    for s in (greedy.STRATEGIES if with_greedy else ["unfused"]):
+    for s in (greedy.STRATEGIES if with_greedy else []):
         p = guarded(lambda s=s: greedy.greedy_plan(graph, hw, s))
         if not isinstance(p, dict):
             plans[s] = p
@@ -331,7 +331,13 @@ def runtime_one(name: str, graph, hw, threads: int, rounds: int, time_limit: flo
                     for t, w in zip(graph.outputs, want)]
             return max(errs) if errs else 0.0
         res["max_rel_error_vs_ort"] = guarded(compare)
+    if triad is not None:           # the bandwidth limit, measured in the same interleaved rounds
+        runners["triad"] = warm(triad)
     times = time_side_by_side(runners, rounds)
+    if triad is not None:
+        ts = times.pop("triad")
+        res["triad"] = {"seconds": ts, "median_s": statistics.median(ts),
+                        "gbs": triad.nbytes / statistics.median(ts) / 1e9}
     for k, ts in times.items():
         res["variants"][k].update({"seconds": ts, "median_s": statistics.median(ts)})
     for k, v in res["variants"].items():
@@ -354,14 +360,19 @@ def section_runtime(quick: bool, threads: int, time_limit: float, factor: float)
                            "llc_bytes": llc, "factor": factor}
     n = int(factor * llc) // 4
     log("triad", n, "floats per array")
-    out["triad"] = guarded(lambda: machine.triad(n, 6 if quick else 12, threads,
-                                                            BASE_FLAGS + ["-march=native"]))
+    flags = BASE_FLAGS + ["-march=native"]
+    out["triad"] = guarded(lambda: machine.triad(n, 6 if quick else 12, threads, flags))
+    triad = guarded(lambda: machine.TriadLib(n, threads, flags))
+    triad = None if isinstance(triad, dict) else triad
     rounds = 3 if quick else 9
     motifs = []
     for name, g in motif_graphs(llc, factor, hw):
         log("runtime", name, g.tensors[g.inputs[0]].shape)
-        motifs.append({"graph": name, **guarded(lambda: runtime_one(name, g, hw, threads, rounds, time_limit))})
+        motifs.append({"graph": name, **guarded(lambda: runtime_one(name, g, hw, threads, rounds, time_limit,
+                                                                     triad=triad))})
     out["motifs"] = motifs
+    del triad
+    gc.collect()
     models = []
     for m in (LIGHT_MODELS[:1] if quick else LIGHT_MODELS):
         log("runtime (light model)", m)
@@ -369,8 +380,8 @@ def section_runtime(quick: bool, threads: int, time_limit: float, factor: float)
         if isinstance(g, dict):
             models.append({"graph": m, **g})
             continue
-        models.append({"graph": m, **guarded(lambda: runtime_one(m, g, hw, threads, 3 if quick else 5,
-                                                                  time_limit, with_greedy=False))})
+        models.append({"graph": m, **guarded(lambda: runtime_one(m, g, hw, threads, 3, time_limit,
+                                                                  with_greedy=False))})
     out["models"] = models
     return out
 
@@ -386,14 +397,16 @@ def fidelity_one(name: str, graph, hw, time_limit: float) -> dict:
     prog = compile_plan(p, graph, counters=True)
     prog.run(random_inputs(graph, seed=0), constants(graph, seed=0))
     counted = prog.counters
-    rows = []
-    for grp in p.groups:
-        c = counted[grp.name] if isinstance(counted, dict) else counted[p.groups.index(grp)]
-        c = dict(c)
-        rows.append({"group": grp.name, "predicted": grp.traffic_bytes,
-                     "counted": int(c["read_bytes"]) + int(c["written_bytes"])})
+    rows, mismatches = [], []
+    for grp, c in zip(p.groups, counted):
+        got = int(c["read_bytes"]) + int(c["written_bytes"])
+        rows.append({"group": grp.name, "predicted": grp.traffic_bytes, "counted": got})
+        if got != grp.traffic_bytes and len(mismatches) < 4:
+            ops = sorted({graph.index.node[v].op for v in grp.nodes})
+            mismatches.append({"group": grp.name, "ops": "+".join(ops), "predicted": grp.traffic_bytes,
+                               "read": int(c["read_bytes"]), "written": int(c["written_bytes"])})
     return {"graph": name, "groups": len(rows), "predicted": p.traffic_bytes,
-            "counted": sum(r["counted"] for r in rows),
+            "counted": sum(r["counted"] for r in rows), "mismatches": mismatches,
             "groups_equal": sum(r["predicted"] == r["counted"] for r in rows)}
 
 

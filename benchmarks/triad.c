@@ -1,6 +1,7 @@
 /* STREAM-style triad a[i] = b[i] + s * c[i] (McCalpin's STREAM kernel, float32).
  *
  * Usage: triad N REPEATS THREADS  -> prints one line per repeat: seconds of one triad pass.
+ * Built with -DTRIAD_LIB -shared it is a library exporting sf_triad() instead.
  * Bytes moved per pass, by STREAM's convention: 3 * N * sizeof(float) (reads of b and c, the
  * write of a; write-allocate traffic is not counted -- the cost model does not count it either).
  * Compiled with the same flags as the emitted kernels, so both sides see the same compiler.
@@ -19,6 +20,14 @@ static double now(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
+/* One triad pass, for callers that time it themselves (the benchmark interleaves it with the
+ * kernels it compares, so both see the same machine load). */
+void sf_triad(float *restrict a, const float *restrict b, const float *restrict c, long n, float s) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+}
+
+#ifndef TRIAD_LIB
 int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: triad N REPEATS THREADS\n"); return 2; }
     long n = atol(argv[1]);
@@ -46,3 +55,4 @@ int main(int argc, char **argv) {
     free(a); free(b); free(c);
     return 0;
 }
+#endif
