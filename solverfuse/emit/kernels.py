@@ -470,7 +470,8 @@ def tile_conv(k, t, outer, d=1):
     c = k.fresh("c")
     ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
     with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
-        kv = [k.fresh("r") for _ in kernel]
+        # a kernel extent of 1 (1x1 convolutions) gets no loop: its tap index is the literal 0
+        kv = ["0" if kernel[e] == 1 else k.fresh("r") for e in range(nsp)]
         src = []
         opened = []
 
@@ -478,15 +479,22 @@ def tile_conv(k, t, outer, d=1):
             k.line(header + " {")
             k.depth += 1
             opened.append(dict(k.cache))
+
+        def term(v, factor):
+            return "" if v == "0" or factor == 0 else f" + {v}" if factor == 1 else f" + {v}*{factor}"
         for e in range(fixed):
             p = k.fresh("p")
-            open_(f"for (long {kv[e]} = 0; {kv[e]} < {kernel[e]}; {kv[e]}++)")
-            k.line(f"const long {p} = {osp[e]}*{st[e]} - {pb[e]} + {kv[e]}*{dil[e]};")
+            if kv[e] != "0":
+                open_(f"for (long {kv[e]} = 0; {kv[e]} < {kernel[e]}; {kv[e]}++)")
+            k.line(f"const long {p} = {osp[e]}*{st[e]} - {pb[e]}{term(kv[e], dil[e])};")
             k.line(f"if ({p} < 0 || {p} >= {x[2 + e]}) continue;")
             src.append(p)
         ranges = []
         for e in range(fixed, nsp):
             r, s, dl, p, size = kv[e], st[e], dil[e], pb[e], x[2 + e]
+            if r == "0":  # the valid output range is known now
+                ranges.append((str(max(0, -(-p // s))), str(min(out[2 + e], (size - 1 + p) // s + 1))))
+                continue
             open_(f"for (long {r} = 0; {r} < {kernel[e]}; {r}++)")
             lo, hi = k.fresh("lo"), k.fresh("hi")
             k.line(f"const long {lo} = sf_max(0, sf_cdiv({p} - {r}*{dl}, {s}));")
@@ -498,7 +506,8 @@ def tile_conv(k, t, outer, d=1):
             j = k.fresh("j")
             open_(f"for (long {j} = {lo}; {j} < {hi}; {j}++)")
             js.append(j)
-            src.append(f"{j}*{st[e]} - {pb[e]} + {kv[e]}*{dil[e]}")
+            shift = f"{j}*{st[e]}" if st[e] != 1 else j
+            src.append(f"{shift}{f' - {pb[e]}' if pb[e] else ''}{term(kv[e], dil[e])}")
         xv = k.value(node.inputs[0], (nn, ch) + tuple(src))
         k.line(f"{arr}[{_linear(out[-d:], js)}] += {xv} * {wv};")
         for saved in reversed(opened):
