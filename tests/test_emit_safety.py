@@ -174,3 +174,11 @@ def test_outputs_that_are_inputs_and_tensors_nobody_reads(cache):
     np.testing.assert_array_equal(out["c"], [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(out["y"], np.maximum(ins["x"], 0))
     assert plan.groups[1].writes == []  # Dropout's outputs are read by nobody: nothing is stored
+
+
+def test_unwritable_cache_is_one_clear_error(tmp_path):
+    g = load_graph(EXAMPLES / "mlp.json")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(EmitError, match="cannot use build cache"):
+        compile_plan(build_plan(g, HW, unfused(g), strategy="t"), g, cache_dir=blocker / "cache")

@@ -13,7 +13,9 @@ files. ``counters=True`` builds the instrumented variant whose per-kernel byte c
 >>> from solverfuse.plans import build_plan
 >>> g = load_graph({"tensors": {"x": {"shape": [3]}}, "inputs": ["x"], "outputs": ["y"],
 ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
->>> prog = compile_plan(build_plan(g, "nvidia-h100", [["r"]], strategy="m"), counters=True)
+>>> import tempfile
+>>> plan = build_plan(g, "nvidia-h100", [["r"]], strategy="m")
+>>> prog = compile_plan(plan, counters=True, cache_dir=tempfile.mkdtemp())
 >>> prog.run({"x": np.array([-1, 2, -3], dtype=np.float32)})["y"].tolist(), prog.counters
 ([0.0, 2.0, 0.0], [{'group': 'k0', 'read_bytes': 12, 'written_bytes': 12}])
 """
@@ -126,8 +128,11 @@ def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, 
     final = root / h.hexdigest()[:32]
     if (final / artifact).exists():
         return final / artifact
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=root, prefix=".build-")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=root, prefix=".build-")
+    except OSError as e:
+        raise EmitError(f"cannot use build cache {root} ({e.strerror or e}); set SOLVERFUSE_CACHE") from None
     try:
         for name, text in files.items():
             Path(tmp, name).write_text(text, encoding="utf-8")
