@@ -79,6 +79,11 @@ PATTERNS = {
         {"x": [2, 3, 4], "z": [2, 5, 4]}, ["x", "z"], ["y0", "y1"],
         [("r", "Relu", ["x"], ["a"]), ("n", "Neg", ["z"], ["b"]), ("cat", "Concat", ["a", "b"], ["c"], {"axis": 1}),
          ("sp", "Split", ["c"], ["y0", "y1"], {"axis": 1, "num_outputs": 2})]),
+    "embedding_gather_add_layernorm": (
+        {"table": _c([11, 16]), "ids": {"shape": [2, 5], "dtype": "int64"}, "pos": _c([5, 16]), "g": _c([16])},
+        ["ids"], ["y"],
+        [("emb", "Gather", ["table", "ids"], ["e"]), ("add", "Add", ["e", "pos"], ["a"]),
+         ("ln", "LayerNormalization", ["a", "g"], ["y"])]),
     "layernorm_then_softmax": (
         {"x": [3, 16], "g": _c([16])}, ["x"], ["y", "n"],
         [("ln", "LayerNormalization", ["x", "g"], ["n"]), ("sm", "Softmax", ["n"], ["y"])]),
@@ -144,7 +149,8 @@ def test_counters_see_the_real_bytes_of_a_partial_read(cache):
     assert model_counts(g, plan)[0] == (4 * 6 * 4 + 16, 2 * 6 * 4)
 
 
-@pytest.mark.parametrize("name", ["conv_bn_relu", "matmul_softmax", "horizontal_siblings", "layernorm_gelu"])
+@pytest.mark.parametrize("name", ["conv_bn_relu", "matmul_softmax", "horizontal_siblings", "layernorm_gelu",
+                                  "embedding_gather_add_layernorm"])
 def test_openmp_build_matches_reference(name, cache):
     g = graph(*PATTERNS[name], name=name)
     plan, prog, _ = check(g, _one_group(g), cache, rtol=2e-4, atol=2e-5, threads=2)
