@@ -95,7 +95,16 @@ def test_fused_pattern_matches_reference(name, cache):
     g = graph(*PATTERNS[name], name=name)
     plan, prog, _ = check(g, _one_group(g), cache, rtol=2e-4, atol=2e-5, counters=True)
     assert len(plan.groups) == 1
-    assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+    counted = [(c["read_bytes"], c["written_bytes"]) for c in prog.counters]
+    if name.startswith("embedding"):
+        # Gather reads only the table rows the ids name (the model charges the whole table):
+        # by hand, distinct ids x 16 floats + ids (10 int64) + pos (5x16) + g (16), all x 4 bytes
+        from solverfuse.emit.data import random_inputs
+        ids = random_inputs(g, seed=1)["ids"]
+        rows = len(set(ids.reshape(-1).tolist()))
+        assert counted == [(rows * 16 * 4 + 10 * 8 + (80 + 16) * 4, model_counts(g, plan)[0][1])]
+    else:
+        assert counted == model_counts(g, plan)
 
 
 def _source(name):
