@@ -180,3 +180,14 @@ def test_counters_on_a_light_model(cache):
     assert got[0] == ((3 * 223 * 223 + 64 * 27 + 64) * 4, want[0][1])
     assert want[0][0] == (3 * 224 * 224 + 64 * 27 + 64) * 4
     assert got[1:] == want[1:]
+
+
+@pytest.mark.parametrize("block", ["bert_block", "gpt2_block"])
+def test_transformer_blocks_unfused_and_fused(block, cache):
+    """Small BERT/GPT-2 layers (zoo): attention with head reshapes/transposes, masked softmax,
+    residual + layer norm, Erf-GELU MLP -- both plans match the reference, counters match the model."""
+    from solverfuse import zoo
+    g = getattr(zoo, block)(layers=1, hidden=16, seq=6, heads=2)
+    for groups in (unfused(g), fuse_greedily(g)):
+        plan, prog, _ = check(g, groups, cache, rtol=2e-4, atol=1e-5, counters=True)
+        assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
