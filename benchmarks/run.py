@@ -61,6 +61,32 @@ def guarded(fn: Callable[[], Any]) -> Any:
         return {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
 
 
+def with_timeout(fn: Callable[[], dict], seconds: float) -> dict:
+    """Run ``fn`` in a forked child; ``{"error": "timed out ..."}`` if it takes over ``seconds``.
+
+    A greedy baseline or a solve that does not return in time must not stall the whole benchmark;
+    the child is killed and the table says so.
+    """
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        send.send(guarded(fn))
+        send.close()
+    proc = ctx.Process(target=child, daemon=True)
+    t = time.perf_counter()
+    proc.start()
+    send.close()
+    out = recv.recv() if recv.poll(seconds) else {"error": f"timed out after {seconds:.0f} s (killed)"}
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+    if "error" in out:
+        out.setdefault("seconds", time.perf_counter() - t)
+    return out
+
+
 # ------------------------------------------------------------------ graphs
 
 def light_model(name: str):
@@ -88,8 +114,11 @@ def planning_graphs(quick: bool) -> list[tuple[str, Callable]]:
 
 # ------------------------------------------------------------------ sections 1 + 2
 
-def plan_all(graph, hw, time_limit: float, workers: int) -> dict:
-    """Every greedy baseline and the optimal plan for one graph, with wall times."""
+def plan_all(graph, hw, time_limit: float, workers: int, timeout: Optional[float] = None) -> dict:
+    """Every greedy baseline and the optimal plan for one graph, with wall times; each strategy
+    runs in a child process killed after ``timeout`` seconds (no limit when None)."""
+    def limited(fn: Callable[[], dict], seconds: Optional[float]) -> dict:
+        return guarded(fn) if seconds is None else with_timeout(fn, seconds)
     from solverfuse import api, greedy
     row: dict[str, Any] = {"ops": len(graph.nodes), "q_min": cost.q_min(graph),
                            "unfused": cost.unfused_traffic(graph), "strategies": {}}
@@ -98,7 +127,7 @@ def plan_all(graph, hw, time_limit: float, workers: int) -> dict:
             t = time.perf_counter()
             p = greedy.greedy_plan(graph, hw, name)
             return {"traffic": p.traffic_bytes, "groups": len(p.groups), "seconds": time.perf_counter() - t}
-        row["strategies"][name] = guarded(one)
+        row["strategies"][name] = limited(one, timeout)
 
     def optimal():
         t = time.perf_counter()
@@ -106,7 +135,7 @@ def plan_all(graph, hw, time_limit: float, workers: int) -> dict:
         return {"traffic": p.traffic_bytes, "groups": len(p.groups), "status": p.status,
                 "bound": p.bound_bytes, "gap": p.gap, "solve_seconds": p.solve_seconds,
                 "seconds": time.perf_counter() - t}
-    row["optimal"] = guarded(optimal)
+    row["optimal"] = limited(optimal, None if timeout is None else timeout + 2 * time_limit)
     return row
 
 
@@ -122,7 +151,8 @@ def section_planning(quick: bool, hw_name: str, time_limit: float, workers: int)
             rows.append({"graph": name, **g})
             continue
         load_s = time.perf_counter() - t
-        row = {"graph": name, "load_seconds": load_s, **plan_all(g, hw, time_limit, workers)}
+        row = {"graph": name, "load_seconds": load_s,
+               **plan_all(g, hw, time_limit, workers, timeout=120 if quick else 240)}
         opt = row["optimal"]
         log(f"  {row['ops']} ops, optimal: {opt.get('status', opt.get('error'))} "
             f"{opt.get('seconds', 0):.1f}s")
@@ -447,6 +477,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="threads of C, ORT and torch")
     ap.add_argument("--factor", type=float, default=None, help="motif tensor size / LLC")
     ap.add_argument("--torch-path", default=None, help="extra sys.path entry where torch is installed")
+    ap.add_argument("--no-merge", dest="merge", action="store_false",
+                    help="do not carry over sections of an earlier results.json in --out")
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
     if args.torch_path:
@@ -471,6 +503,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         results["fidelity"] = guarded(lambda: section_fidelity(args.quick, time_limit,
                                                                cachegrind=results["machine"]["valgrind"]))
     results["wall_seconds"] = time.time() - t0
+    previous = out / "results" / "results.json"
+    if args.merge and previous.exists():       # keep the sections this run did not redo
+        old = json.loads(previous.read_text())
+        for key in ("planning", "runtime", "fidelity"):
+            if key not in results and key in old:
+                results[key] = old[key]
+                results.setdefault("carried_over", []).append(f"{key} (run of {old['machine']['date_utc']})")
+        results["wall_seconds"] += old.get("wall_seconds", 0) if results.get("carried_over") else 0
     import report
     from solverfuse.plans import write_atomic
     write_atomic(out / "results" / "results.json", json.dumps(results, indent=1, default=str))
