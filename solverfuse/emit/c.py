@@ -344,7 +344,14 @@ def _plan_passes(k: Kernel) -> list:
                 continue  # its own pass writes it straight to global memory
             by_shape.setdefault(k.shape(t), []).append(t)
         for shape, ts in by_shape.items():
-            passes.append((("out", shape, ts), shape, frozenset().union(*(_deps(k, t, memo) for t in ts))))
+            deps = frozenset().union(*(_deps(k, t, memo) for t in ts))
+            chain = _forward_chain(k, ts[0]) if len(ts) == 1 else None
+            if chain is not None and chain[0] not in k.materialised:
+                # run in the anchor's own iteration space (its tile), store at the mapped index
+                a = g.index.node[chain[0]].outputs[0]
+                passes.append((("fwd", ts[0], chain), k.shape(a), deps))
+            else:
+                passes.append((("out", shape, ts), shape, deps))
         promote = set()
         for v in k.nodes:
             node = g.index.node[v]
@@ -357,6 +364,84 @@ def _plan_passes(k: Kernel) -> list:
         if not promote:
             return [p for p, _, _ in passes]
         k.materialised |= promote
+
+
+LAYOUT_MAPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
+
+
+def _forward_chain(k: Kernel, t: str) -> Optional[list[str]]:
+    """[anchor, node, ..., producer of t] when written tensor ``t`` is an anchor's output reshaped /
+    transposed (and maybe passed through elementwise ops) -- each node on the chain has exactly one
+    in-group input, and only layout maps change the shape -- with a shape different from the
+    anchor's. Such a pass can loop over the anchor's tile and store at the forward-mapped index
+    instead of materialising the anchor (e.g. the QKV projection + head split of attention)."""
+    g = k.graph
+    chain: list[str] = []
+    cur = t
+    while True:
+        v = g.index.producer.get(cur)
+        if v not in k.members or v in k.materialised:
+            return None
+        node = g.index.node[v]
+        role = OPS[node.op].role
+        chain.append(v)
+        if role == "anchor":
+            break
+        inner = [u for u in node.inputs if u and g.index.producer.get(u) in k.members]
+        if len(inner) != 1 or node.outputs.index(cur) != 0:
+            return None
+        if node.op not in LAYOUT_MAPS and (role not in ("elementwise", "broadcast")
+                                           or k.shape(inner[0]) != k.shape(cur)):
+            return None
+        cur = inner[0]
+    chain.reverse()
+    if node.op not in kernels.TILES or k.shape(node.outputs[0]) == k.shape(t):
+        return None
+    return chain
+
+
+def _forward_index(k: Kernel, node, idx: tuple) -> tuple:
+    """The output index of a layout op for input index ``idx`` (the inverse of its index map)."""
+    x, out = node.inputs[0], node.outputs[0]
+    xs, os_ = k.shape(x), k.shape(out)
+    if node.op == "Transpose":
+        from ..ops import transpose_perm
+        perm = transpose_perm(node.attributes, len(xs))
+        return tuple(idx[p] for p in perm)
+    if node.op in ("Identity", "Dropout"):
+        return tuple(idx)
+    if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
+        it = iter([i for i, d in zip(idx, xs) if d != 1])
+        return tuple("0" if d == 1 else next(it) for d in os_)
+    lin = k.index(linear(xs, idx))
+    st = strides(os_)
+    return tuple("0" if d == 1 else (lin if s == 1 else f"{lin} / {s}") if j == 0 else
+                 f"({lin if s == 1 else f'{lin} / {s}'}) % {d}" for j, (d, s) in enumerate(zip(os_, st)))
+
+
+def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
+    """A pass over the anchor's tile; each layout op on the chain maps the index forward and its
+    output value is registered (not recomputed), elementwise ops run as usual; t is stored."""
+    g = k.graph
+    a = g.index.node[chain[0]].outputs[0]
+    k.line(f"/* pass: in the anchor's iteration space, through {len(chain) - 1} op(s) to a mapped store */")
+
+    def body(idx):
+        cur, cur_idx = a, tuple(idx)
+        for v in chain[1:]:
+            node = g.index.node[v]
+            out = node.outputs[0]
+            if node.op in LAYOUT_MAPS:
+                for u in node.inputs[1:]:
+                    if u:
+                        k.param_values(u)  # checked at run time, as the index map would
+                val = k.value(cur, cur_idx)
+                cur_idx = tuple("0" if d == 1 else k.index(i)
+                                for i, d in zip(_forward_index(k, node, cur_idx), k.shape(out)))
+                k.cache[("v", out, cur_idx)] = val
+            cur = out
+        k.store(t, cur_idx, k.value(t, cur_idx))
+    _emit_loop(k, k.shape(a), deps, body)
 
 
 def _anchors_for(k: Kernel, shape: tuple, deps: frozenset) -> list[str]:
@@ -468,6 +553,8 @@ def render_kernel(k: Kernel) -> str:
                 kernels.STATS[node.op](k, node)
             else:
                 kernels.reduce_pass(k, node)
+        elif p[0] == "fwd":
+            _emit_forward(k, p[1], p[2], _deps(k, p[1], memo))
         else:
             _, shape, ts = p
             deps = frozenset().union(*(_deps(k, t, memo) for t in ts))
