@@ -3,17 +3,22 @@
 Only the tensors the cost model says cross a group boundary (``cost.group_reads`` /
 ``cost.group_writes``) live in global buffers, passed in by the caller as ``void *B[]`` (buffer
 ``i`` is row ``i`` of :func:`buffer_table`). Inside a group every other tensor is a value
-computed *on demand at an index* (:meth:`Kernel.value`): an elementwise/broadcast/layout chain
-becomes scalar temporaries in one loop (common subexpressions shared), layout ops are index maps,
-an anchor (MatMul/Gemm/Conv) computes a row tile of its output into a small stack array that the
-fused epilogue reads, and a reduction (Softmax, LayerNormalization) first fills per-row statistics,
-then its outputs are expressions of its (recomputed) input and those statistics. The per-op C lives
-in :mod:`solverfuse.emit.kernels` (``code_for_op``, a table op -> C expression).
+computed *on demand at an index* (:meth:`Kernel.value`): an elementwise/broadcast chain becomes
+scalar temporaries in one loop (common subexpressions shared), layout ops are index maps, and an
+anchor (MatMul/Gemm/Conv) accumulates a tile of its output (a row; a Conv's output plane) in a
+stack array that the fused epilogue reads. The per-op C lives in :mod:`solverfuse.emit.kernels`
+(``code_for_op``, a table op -> C expression). A kernel takes one of three shapes:
 
-A kernel therefore runs a few *passes*, each one loop nest: one per reduction (statistics or
-reduced output), then one per shape of written tensors. An anchor or window op whose output is
-needed by several passes, or at another shape, is *materialised* into kernel-local scratch
-instead of being recomputed (said in a comment in the C; rare for the common patterns).
+* **row loop** (:func:`_emit_rows`) -- every written tensor has one shape S and every reduction is
+  a Softmax/LayerNormalization over its last axis: one loop over the rows of S computes the anchor
+  tile, each reduction's statistics as row scalars, then every output of the row;
+* **forward store** (:func:`_emit_forward`) -- an anchor's output reshaped/transposed into the
+  written tensor (attention head split): the loop runs over the anchor's tile and stores at the
+  forward-mapped index;
+* **passes** (the general case) -- one loop nest per Reduce*/statistics pass, then one per shape
+  of written tensors; statistics and reduced values sit in kernel-local scratch indexed by row,
+  and an anchor/window output needed by several passes (or at another shape) is materialised in
+  kernel-local scratch rather than recomputed (said in a comment in the C).
 
 No user string reaches the C text: buffers, kernels and temporaries are numbered; the tensor
 names are listed in ``buffers.json`` next to the source.
