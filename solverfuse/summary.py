@@ -75,7 +75,15 @@ def format_inspect(s: dict) -> str:
 
 def format_plan(plan, max_ops: int = 8) -> str:
     """The human-readable summary of a plan: groups with their ops, traffic vs unfused vs Q_min,
-    status, bound, gap and solve time (``solverfuse plan``)."""
+    status, bound, gap and solve time (``solverfuse plan``).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.plans import build_plan
+    >>> g = load_graph({"tensors": {"x": {"shape": [64]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> print(format_plan(build_plan(g, "nvidia-h100", [["r"]], strategy="manual")).splitlines()[0])
+    plan for 'graph' on nvidia-h100: 1 kernels (manual, heuristic)
+    """
     lines = [f"plan for {plan.graph_name!r} on {plan.hardware}: {len(plan.groups)} kernels "
              f"({plan.strategy}, {plan.status})"]
     for g in plan.groups:
