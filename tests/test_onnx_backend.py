@@ -2,11 +2,14 @@
 
 ``onnx.backend.test.runner.Runner`` turns each ONNX node test (a one-node model + its input and
 expected output protobufs) and each light model into a unittest; pytest collects the
-``OnnxBackend*Test`` classes below. Tests are selected by ``include`` patterns: a representative
-set of node tests for every op family the op table supports (each one a full import -> plan ->
-C compile -> run, about a second each, so not all ~700 variants), plus the 9 light models.
-Variants our stack does not support are excluded below, each with the reason; nothing is skipped
-silently (every non-included test is reported by unittest as "no matched include pattern").
+``OnnxBackend*Test`` classes below. Selection: a representative set of node tests for every op
+family the op table supports (each is a full import -> plan -> C compile -> run; all ~590
+passing variants would cost ~2 minutes of CI), every variant of the families where some variants
+are unsupported (so the exclusions below are real and visible), and the 9 light models.
+Unsupported variants are excluded by the commented patterns in EXCLUDED and reported as skipped
+with that pattern. Measured over all 727 node tests whose ops are all in the op table: 594 pass;
+of the 133 others, 132 match EXCLUDED and one is a float16 test of a family not selected here
+(``test_flexattention_fp16_expanded_ver26``).
 """
 from __future__ import annotations
 
@@ -64,12 +67,33 @@ NODE_TESTS = [
 LIGHT = ["test_bvlc_alexnet", "test_densenet121", "test_inception_v1", "test_inception_v2",
          "test_resnet50", "test_shufflenet", "test_squeezenet", "test_vgg19", "test_zfnet512"]
 
-INCLUDED = [re.compile(f"^{name}_cpu$") for name in NODE_TESTS + LIGHT]
+#: Families included with every variant (regex prefixes), because some variants are unsupported.
+#: CastLike and RotaryEmbedding are not in the op table: only their ``_expanded`` forms (the
+#: function body, made of supported ops) are selected.
+FAMILIES = [r"test_cast_", r"test_castlike_\w*_expanded", r"test_batchnorm", r"test_dropout",
+            r"test_training_dropout", r"test_max_", r"test_min_", r"test_mod_", r"test_equal",
+            r"test_identity", r"test_maxpool", r"test_rotary_embedding\w*_expanded"]
+INCLUDED = [re.compile(f"^{name}_cpu$") for name in NODE_TESTS + LIGHT] + \
+    [re.compile(f"^{prefix}.*_cpu$") for prefix in FAMILIES]
 for pattern in INCLUDED:
     backend_test.include(pattern.pattern)
 
-#: Included tests we cannot pass, with the reason (they show as skipped with this pattern).
+#: Unsupported variants: pattern -> why (they show as skipped with this pattern).
 EXCLUDED: dict[str, str] = {
+    # float16/bfloat16 have no C type in the emitter; 8/4/2-bit and e8m0 floats are not in the
+    # op table's dtypes (only float32/float64 casts run)
+    r"^test_cast(like)?_.*(FLOAT16|FLOAT8|FLOAT4|INT4|UINT4|INT2|UINT2|E8M0)": "narrow dtypes",
+    r"^test_(max|min)_float16": "float16 has no C type in the emitter",
+    r"^test_mod_.*float16": "float16 has no C type in the emitter",
+    # training mode computes batch statistics / random masks; solverfuse executes inference
+    r"^test_batchnorm_\w*training_mode": "BatchNormalization training_mode=1",
+    r"^test_training_dropout(?!_zero_ratio)": "Dropout with training_mode=true and ratio > 0",
+    r"^test_equal_string": "string tensors",
+    r"^test_identity_(opt|sequence)": "optional and sequence types",
+    r"^test_maxpool_with_argmax": "MaxPool's second (Indices) output",
+    # the expanded function computes a Reshape target from runtime Shape/Slice/Concat ops:
+    # solverfuse plans static shapes only
+    r"^test_rotary_embedding\w*interleaved": "Reshape shape computed at run time",
 }
 for pattern in EXCLUDED:
     backend_test.exclude(pattern)
