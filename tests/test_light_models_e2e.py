@@ -43,6 +43,12 @@ def model_case(name: str):
     return _cache[name]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _free_weights():
+    yield
+    _cache.clear()
+
+
 @pytest.mark.parametrize("strategy", ["optimal", "unfused"])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_light_model_matches_onnxruntime(name, strategy):
