@@ -318,7 +318,9 @@ def _plot_runtime(rt: dict, path: Path) -> None:
     width = 0.8 / len(names)
     for i, k in enumerate(names):
         vals = [m["variants"].get(k, {}).get("median_s", 0) / m["variants"]["optimal"]["median_s"] for m in motifs]
-        ax.bar([j + i * width for j in range(len(motifs))], vals, width, label=k)
+        # bars start at 1 (= the optimal plan): up = slower than optimal, down = faster
+        ax.bar([j + i * width for j in range(len(motifs))], [v - 1 if v else 0 for v in vals], width,
+               bottom=1, label=k)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks([j + (len(names) - 1) * width / 2 for j in range(len(motifs))])
     ax.set_xticklabels([m["graph"] for m in motifs], rotation=20, ha="right", fontsize=8)
