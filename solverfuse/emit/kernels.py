@@ -8,12 +8,12 @@ a global load, a scratch read or, for an in-group producer, more inlined code. S
 * ``UNARY`` / ``NARY`` -- elementwise and broadcasting ops as C expression templates
   (broadcasting is index arithmetic: a size-1 input dim reads index 0);
 * ``INDEX_MAPS`` -- layout ops (Transpose, Reshape, Slice, Concat, Split, ...) as index maps;
-* anchors (MatMul/Gemm/Conv) as an inner dot-product loop per element, plus ``TILES``: a row of
-  the output accumulated in a stack array with a vectorisable inner loop (used when the pass runs
-  over the anchor's own shape -- the fused-epilogue case);
-* windows (MaxPool/AveragePool/LRN) and Gather per element;
-* ``STATS`` (Softmax, LogSoftmax, LayerNormalization): a pass filling per-row statistics, after
-  which each output element is an expression; ``reduce_pass``: Reduce* and global pooling.
+* ``SPECIAL`` -- ops with structure (BatchNormalization, Clip, Cast) and, from
+  :mod:`solverfuse.emit.anchors`, the anchors, windows and Gather (per element; anchor tiles
+  live there too);
+* ``STATS`` (Softmax, LogSoftmax, LayerNormalization): row statistics (a pass of their own, or
+  scalars inside a row loop), after which each output element is an expression;
+  ``reduce_pass``: Reduce* and global pooling.
 
 >>> sorted(UNARY)[:4], "Concat" in INDEX_MAPS, sorted(TILES)
 (['Abs', 'Ceil', 'Cos', 'Elu'], True, ['Conv', 'Gemm', 'MatMul'])
@@ -21,31 +21,15 @@ a global load, a scratch read or, for an in-group producer, more inlined code. S
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from ..errors import EmitError
 from ..ops import numel, reduce_axes, slice_params, transpose_perm
+from .anchors import SPECIAL_ANCHORS, TILES  # noqa: F401  (TILES re-exported)
+from .c import attr_str, bmap, linear, lit, strides
 
 
-def _lit(v, ct):
-    from .c import lit
-    return lit(v, ct)
-
-
-def _attr_str(v, default: str) -> str:
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def bmap(idx: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int]) -> tuple[str, ...]:
-    """Index of a broadcast input (right-aligned; size-1 dims read index 0).
-
-    >>> bmap(("i", "j", "k"), (2, 3, 4), (3, 1))
-    ('j', '0')
-    """
-    r = len(out_shape) - len(in_shape)
-    return tuple("0" if d == 1 else idx[r + j] for j, d in enumerate(in_shape))
+_lit = lit
+_attr_str = attr_str
 
 
 # ---- elementwise: (attrs, a, ct) -> expr
@@ -145,14 +129,7 @@ def _reshape_like(k, node, pos, idx):
     return k.value(x, tuple(src))
 
 
-def _linear(shape, idx):
-    from .c import linear
-    return linear(shape, idx)
-
-
-def _strides(shape):
-    from .c import strides
-    return strides(shape)
+_linear, _strides = linear, strides
 
 
 def _transpose(k, node, pos, idx):
@@ -268,348 +245,7 @@ def _cast(k, node, pos, idx):
 
 
 # ---- anchors, per element (the general fallback; see TILES for the fused-epilogue fast path)
-def _mm_operands(k, node, full):
-    """(A index, B index) functions of k for MatMul at full (batch..., i, j) output index."""
-    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
-    a2 = a if len(a) > 1 else (1,) + a
-    b2 = b if len(b) > 1 else b + (1,)
-    batch = full[:-2]
-    oshape = tuple(max(x, y) for x, y in zip((1,) * (len(batch) - len(a2[:-2])) + a2[:-2],
-                                              (1,) * (len(batch) - len(b2[:-2])) + b2[:-2]))
-    ab, bb = bmap(batch, oshape, a2[:-2]), bmap(batch, oshape, b2[:-2])
-
-    def ai(kk):
-        return ab + ((full[-2], kk) if len(a) > 1 else (kk,))
-
-    def bi(kk):
-        return bb + ((kk, full[-1]) if len(b) > 1 else (kk,))
-    return ai, bi, a2[-1]
-
-
-def _matmul(k, node, pos, idx):
-    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
-    full = tuple(idx)
-    if len(a) == 1:
-        full = full[:-1] + ("0",) + full[-1:]
-    if len(b) == 1:
-        full = full + ("0",)
-    ai, bi, K = _mm_operands(k, node, full)
-    ct = k.ct(node.outputs[0])
-    acc, kk = k.fresh("acc"), k.fresh("k")
-    k.line(f"{ct} {acc} = 0;")
-    with k.block(f"for (long {kk} = 0; {kk} < {K}; {kk}++)"):
-        k.line(f"{acc} += {k.value(node.inputs[0], ai(kk))} * {k.value(node.inputs[1], bi(kk))};")
-    return acc
-
-
-def _gemm_idx(node, i, j, kk):
-    at = node.attributes
-    return ((kk, i) if at.get("transA", 0) else (i, kk)), ((j, kk) if at.get("transB", 0) else (kk, j))
-
-
-def _gemm_k(k, node):
-    a = k.shape(node.inputs[0])
-    return a[0] if node.attributes.get("transA", 0) else a[1]
-
-
-def _gemm_epilogue(k, node, acc, i, j):
-    at, ct = node.attributes, k.ct(node.outputs[0])
-    expr = f"{_lit(at.get('alpha', 1.0), ct)} * {acc}"
-    if len(node.inputs) > 2 and node.inputs[2]:
-        c = k.value(node.inputs[2], bmap((i, j), k.shape(node.outputs[0]), k.shape(node.inputs[2])))
-        expr += f" + {_lit(at.get('beta', 1.0), ct)} * {c}"
-    return expr
-
-
-def _gemm(k, node, pos, idx):
-    i, j = idx
-    ct = k.ct(node.outputs[0])
-    acc, kk = k.fresh("acc"), k.fresh("k")
-    k.line(f"{ct} {acc} = 0;")
-    ia, ib = _gemm_idx(node, i, j, kk)
-    with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
-        k.line(f"{acc} += {k.value(node.inputs[0], ia)} * {k.value(node.inputs[1], ib)};")
-    return _gemm_epilogue(k, node, acc, i, j)
-
-
-def window_geometry(attrs: dict, in_sp: Sequence[int], kernel: Sequence[int], out_sp: Sequence[int]):
-    """(strides, dilations, pads_begin) of a Conv/pool, resolving ``auto_pad``.
-
-    >>> window_geometry({"auto_pad": "SAME_UPPER", "strides": [2]}, [7], [3], [4])
-    ([2], [1], [1])
-    """
-    n = len(in_sp)
-    st = list(attrs.get("strides", [1] * n))
-    dil = list(attrs.get("dilations", [1] * n))
-    auto = _attr_str(attrs.get("auto_pad"), "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        begin = []
-        for i in range(n):
-            total = max(0, (out_sp[i] - 1) * st[i] + (kernel[i] - 1) * dil[i] + 1 - in_sp[i])
-            begin.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-        return st, dil, begin
-    if auto == "VALID":
-        return st, dil, [0] * n
-    return st, dil, list(attrs.get("pads", [0] * (2 * n)))[:n]
-
-
-def _conv_geometry(k, node):
-    x, w, out = (k.shape(t) for t in (node.inputs[0], node.inputs[1], node.outputs[0]))
-    kernel = list(node.attributes.get("kernel_shape", w[2:]))
-    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
-    group = node.attributes.get("group", 1)
-    return x, w, out, kernel, st, dil, pb, group
-
-
-def _conv(k, node, pos, idx):
-    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
-    ct = k.ct(node.outputs[0])
-    cg, mg = w[1], out[1] // group
-    n, m, osp = idx[0], idx[1], idx[2:]
-    acc, c = k.fresh("acc"), k.fresh("c")
-    bias = len(node.inputs) > 2 and node.inputs[2]
-    k.line(f"{ct} {acc} = {k.value(node.inputs[2], (m,)) if bias else _lit(0, ct)};")
-    ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
-    with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
-        kv = [k.fresh("r") for _ in kernel]
-        pos_ = [k.fresh("p") for _ in kernel]
-        opened = []
-        for d, (r, p) in enumerate(zip(kv, pos_)):
-            k.line(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++) {{")
-            k.depth += 1
-            opened.append(dict(k.cache))
-            k.line(f"const long {p} = {osp[d]}*{st[d]} - {pb[d]} + {r}*{dil[d]};")
-            k.line(f"if ({p} < 0 || {p} >= {x[2 + d]}) continue;")
-        xv = k.value(node.inputs[0], (n, ch) + tuple(pos_))
-        wv = k.value(node.inputs[1], (m, c) + tuple(kv))
-        k.line(f"{acc} += {xv} * {wv};")
-        for saved in reversed(opened):
-            k.depth -= 1
-            k.cache = saved
-            k.line("}")
-    return acc
-
-
-# ---- tiles for anchors (fused epilogue fast path): fill k.tiles[t] for the tile at `outer`
-#: Largest tile kept on the stack (elements).
-MAX_TILE = 16384
-
-
-def tile_rank(k, node) -> int:
-    """How many trailing output dims an anchor's tile spans: a Conv tiles its whole output plane
-    when it fits (the per-tap loop overhead is paid once per plane), everything else one row."""
-    if node.op != "Conv":
-        return 1
-    out = k.shape(node.outputs[0])
-    d = len(out) - 2
-    while d > 1 and numel(out[-d:]) > MAX_TILE:
-        d -= 1
-    return d
-
-
-def _tile_open(k, t, d=1):
-    ct, n = k.ct(t), numel(k.shape(t)[-d:])
-    arr, j = k.fresh("T"), k.fresh("j")
-    k.line(f"{ct} {arr}[{n}];")
-    k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = 0;")
-    return arr, ct, n
-
-
-def _tile_done(k, t, outer, arr, d=1):
-    """From here on, ``t`` at (outer..., j...) is ``arr[linear(j...)]`` (last d dims)."""
-    k.tiles[t] = (tuple("0" if n == 1 else k.index(i) for i, n in zip(outer, k.shape(t)[:-d])), arr, d)
-
-
-def tile_matmul(k, t, outer, d=1):
-    node = k.graph.index.node[k.graph.index.producer[t]]
-    arr, ct, n = _tile_open(k, t)
-    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
-    if len(a) < 2 or len(b) < 2:
-        j = k.fresh("j")
-        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
-            k.line(f"{arr}[{j}] = {_matmul(k, node, 0, tuple(outer) + (j,))};")
-        return _tile_done(k, t, outer, arr)
-    kk, j = k.fresh("k"), k.fresh("j")
-    ai, bi, K = _mm_operands(k, node, tuple(outer) + (j,))
-    with k.block(f"for (long {kk} = 0; {kk} < {K}; {kk}++)"):
-        av = k.value(node.inputs[0], ai(kk))
-        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
-            k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], bi(kk))};")
-    _tile_done(k, t, outer, arr)
-
-
-def tile_gemm(k, t, outer, d=1):
-    node = k.graph.index.node[k.graph.index.producer[t]]
-    arr, ct, n = _tile_open(k, t)
-    i = outer[0]
-    kk, j = k.fresh("k"), k.fresh("j")
-    ia, ib = _gemm_idx(node, i, j, kk)
-    with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
-        av = k.value(node.inputs[0], ia)
-        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
-            k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], ib)};")
-    with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
-        k.line(f"{arr}[{j}] = {_gemm_epilogue(k, node, f'{arr}[{j}]', i, j)};")
-    _tile_done(k, t, outer, arr)
-
-
-def tile_conv(k, t, outer, d=1):
-    """The last ``d`` spatial dims of Conv output at (n, m, outer spatial...): per (channel,
-    kernel tap) one bounds-free loop nest over the valid output positions (contiguous when the
-    stride is 1), so the checks are paid per tap, not per element."""
-    node = k.graph.index.node[k.graph.index.producer[t]]
-    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
-    arr, ct, n = _tile_open(k, t, d)
-    cg, mg = w[1], out[1] // group
-    nn, m, osp = outer[0], outer[1], outer[2:]
-    nsp, fixed = len(kernel), len(kernel) - d
-    if len(node.inputs) > 2 and node.inputs[2]:
-        j = k.fresh("j")
-        bv = k.value(node.inputs[2], (m,))
-        k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = {bv};")
-    c = k.fresh("c")
-    ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
-    with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
-        # a kernel extent of 1 (1x1 convolutions) gets no loop: its tap index is the literal 0
-        kv = ["0" if kernel[e] == 1 else k.fresh("r") for e in range(nsp)]
-        src = []
-        opened = []
-
-        def open_(header):
-            k.line(header + " {")
-            k.depth += 1
-            opened.append(dict(k.cache))
-
-        def term(v, factor):
-            return "" if v == "0" or factor == 0 else f" + {v}" if factor == 1 else f" + {v}*{factor}"
-        for e in range(fixed):
-            p = k.fresh("p")
-            if kv[e] != "0":
-                open_(f"for (long {kv[e]} = 0; {kv[e]} < {kernel[e]}; {kv[e]}++)")
-            k.line(f"const long {p} = {osp[e]}*{st[e]} - {pb[e]}{term(kv[e], dil[e])};")
-            k.line(f"if ({p} < 0 || {p} >= {x[2 + e]}) continue;")
-            src.append(p)
-        ranges = []
-        for e in range(fixed, nsp):
-            r, s, dl, p, size = kv[e], st[e], dil[e], pb[e], x[2 + e]
-            if r == "0":  # the valid output range is known now
-                ranges.append((str(max(0, -(-p // s))), str(min(out[2 + e], (size - 1 + p) // s + 1))))
-                continue
-            open_(f"for (long {r} = 0; {r} < {kernel[e]}; {r}++)")
-            lo, hi = k.fresh("lo"), k.fresh("hi")
-            k.line(f"const long {lo} = sf_max(0, sf_cdiv({p} - {r}*{dl}, {s}));")
-            k.line(f"const long {hi} = sf_min({out[2 + e]}, sf_fdiv({size - 1 + p} - {r}*{dl}, {s}) + 1);")
-            ranges.append((lo, hi))
-        wv = k.value(node.inputs[1], (m, c) + tuple(kv))
-        js = []
-        for e, (lo, hi) in zip(range(fixed, nsp), ranges):
-            j = k.fresh("j")
-            open_(f"for (long {j} = {lo}; {j} < {hi}; {j}++)")
-            js.append(j)
-            shift = f"{j}*{st[e]}" if st[e] != 1 else j
-            src.append(f"{shift}{f' - {pb[e]}' if pb[e] else ''}{term(kv[e], dil[e])}")
-        xv = k.value(node.inputs[0], (nn, ch) + tuple(src))
-        k.line(f"{arr}[{_linear(out[-d:], js)}] += {xv} * {wv};")
-        for saved in reversed(opened):
-            k.depth -= 1
-            k.cache = saved
-            k.line("}")
-    _tile_done(k, t, outer, arr, d)
-
-
-TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv}
-
-
-# ---- windows and gather, per element
-def _window_loops(k, node, idx, body):
-    """Loop over the valid taps of a pooling window at output ``idx``; body(positions, in_pad)."""
-    x, out = k.shape(node.inputs[0]), k.shape(node.outputs[0])
-    kernel = list(node.attributes["kernel_shape"])
-    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
-    pads = list(node.attributes.get("pads", [0] * (2 * len(kernel))))
-    opened, pos_ = [], []
-    inpad = []
-    for d in range(len(kernel)):
-        r, p = k.fresh("r"), k.fresh("p")
-        k.line(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++) {{")
-        k.depth += 1
-        opened.append(dict(k.cache))
-        k.line(f"const long {p} = {idx[2 + d]}*{st[d]} - {pb[d]} + {r}*{dil[d]};")
-        pos_.append(p)
-        inpad.append(f"{p} < {x[2 + d] + (pads[len(kernel) + d] if len(pads) > d else 0)}")
-    inside = " && ".join(f"{p} >= 0 && {p} < {x[2 + d]}" for d, p in enumerate(pos_))
-    body(pos_, inside, " && ".join(inpad))
-    for saved in reversed(opened):
-        k.depth -= 1
-        k.cache = saved
-        k.line("}")
-
-
-def _maxpool(k, node, pos, idx):
-    if pos != 0:
-        raise EmitError(f"node {node.name!r}: MaxPool's Indices output is not supported by the C emitter")
-    ct = k.ct(node.outputs[0])
-    m, f = k.fresh("mx"), k.fresh("f")
-    k.line(f"{ct} {m} = 0; int {f} = 1;")
-
-    def body(p, inside, _):
-        with k.block(f"if ({inside})"):
-            v = k.value(node.inputs[0], (idx[0], idx[1]) + tuple(p))
-            k.line(f"if ({f} || {v} > {m}) {{ {m} = {v}; {f} = 0; }}")
-    _window_loops(k, node, idx, body)
-    return m
-
-
-def _avgpool(k, node, pos, idx):
-    ct = k.ct(node.outputs[0])
-    s, n = k.fresh("sum"), k.fresh("cnt")
-    k.line(f"{ct} {s} = 0; long {n} = 0;")
-    include = node.attributes.get("count_include_pad", 0)
-
-    def body(p, inside, inpad):
-        if include:
-            k.line(f"if ({inpad}) {n}++;")
-        with k.block(f"if ({inside})"):
-            k.line(f"{s} += {k.value(node.inputs[0], (idx[0], idx[1]) + tuple(p))};")
-            if not include:
-                k.line(f"{n}++;")
-    _window_loops(k, node, idx, body)
-    return f"({n} ? {s} / ({ct}){n} : {_lit(0, ct)})"
-
-
-def _lrn(k, node, pos, idx):
-    at, ct = node.attributes, k.ct(node.outputs[0])
-    size, channels = at["size"], k.shape(node.inputs[0])[1]
-    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
-    s, c = k.fresh("sq"), k.fresh("c")
-    k.line(f"{ct} {s} = 0;")
-    with k.block(f"for (long {c} = sf_max(0, {idx[1]} - {lo}); {c} <= sf_min({channels - 1}, {idx[1]} + {hi}); {c}++)"):
-        v = k.value(node.inputs[0], (idx[0], c) + tuple(idx[2:]))
-        k.line(f"{s} += {v} * {v};")
-    x = k.value(node.inputs[0], idx)
-    alpha, beta, bias = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0)
-    return f"{x} / pow({_lit(bias, ct)} + {_lit(alpha / size, ct)} * {s}, {_lit(beta, ct)})"
-
-
-def _gather(k, node, pos, idx):
-    data, ind = node.inputs[0], node.inputs[1]
-    d, q = k.shape(data), len(k.shape(ind))
-    axis = node.attributes.get("axis", 0) % len(d)
-    iv = k.value(ind, tuple(idx[axis:axis + q]))
-    ix = k.fresh("g")
-    k.line(f"long {ix} = (long){iv};")
-    k.line(f"if ({ix} < 0) {ix} += {d[axis]};")
-    with k.block(f"if ({ix} < 0 || {ix} >= {d[axis]})"):
-        if k.threads > 1:
-            k.lines.append("#pragma omp atomic write")
-        k.line("sf_error = 3;")
-        k.line(f"{ix} = 0;")
-    return k.value(data, tuple(idx[:axis]) + (ix,) + tuple(idx[axis + q:]))
-
-
-SPECIAL = {"BatchNormalization": _batchnorm, "Clip": _clip, "Cast": _cast, "MatMul": _matmul,
-           "Gemm": _gemm, "Conv": _conv, "MaxPool": _maxpool, "AveragePool": _avgpool,
-           "LRN": _lrn, "Gather": _gather, **INDEX_MAPS}
+SPECIAL = {"BatchNormalization": _batchnorm, "Clip": _clip, "Cast": _cast, **SPECIAL_ANCHORS, **INDEX_MAPS}
 
 
 def code_for_op(k, node, pos: int, idx: tuple[str, ...]) -> str:

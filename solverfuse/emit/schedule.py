@@ -1,0 +1,299 @@
+"""How a group's kernel is laid out: which values are recomputed, which are materialised, and
+the loop nests (*passes*) that run them -- a row loop, a forward-mapped store, or passes.
+
+:func:`render_kernel` is the entry point (called by :func:`solverfuse.emit.c.render` per group).
+The rules, in the order they are tried:
+
+1. :func:`_row_fusable` -> :func:`_emit_rows`: one loop over rows; anchor row tile, reduction
+   statistics as row scalars, then all outputs of the row (Softmax / LayerNorm + producers and
+   consumers, MatMul + Softmax, residual + LayerNorm + GELU);
+2. otherwise per pass (:func:`_plan_passes`): Reduce*/statistics passes in graph order, then one
+   pass per shape of written tensors -- or, for an anchor reshaped/transposed into the written
+   tensor, :func:`_emit_forward` (loop over the anchor's tile, store at the mapped index);
+3. an anchor/window output needed by several passes or at another shape is materialised in
+   kernel-local scratch (:func:`_materialise_inline`).
+
+>>> sorted(STATS_OPS)
+['LayerNormalization', 'LogSoftmax', 'Softmax']
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import EmitError
+from ..ops import OPS, numel
+from . import anchors, kernels
+from .anchors import MAX_TILE
+from .c import Kernel, _assemble, ctype, linear, strides
+
+MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+                    "ReduceSumSquare", "GlobalAveragePool", "GlobalMaxPool"}
+STATS_OPS = {"Softmax", "LogSoftmax", "LayerNormalization"}
+
+
+def _deps(k: Kernel, tensor: str, memo: dict) -> frozenset:
+    """In-group tensors evaluated inline when ``tensor`` is requested (materialised ones stop)."""
+    if tensor in memo:
+        return memo[tensor]
+    p = k.graph.index.producer.get(tensor)
+    if not tensor or p not in k.members or p in k.materialised:
+        out = frozenset()
+    else:
+        node = k.graph.index.node[p]
+        out = frozenset([tensor]).union(*(_deps(k, t, memo) for t in node.inputs if t))
+    memo[tensor] = out
+    return out
+
+
+def _plan_passes(k: Kernel) -> list:
+    """Decide which nodes are materialised and the passes: ('node', v) or ('out', shape, tensors)."""
+    g = k.graph
+    for v in k.nodes:
+        if g.index.node[v].op in MATERIALISED_OPS:
+            k.materialised.add(v)
+    while True:
+        memo: dict = {}
+        passes = []
+        for v in k.nodes:
+            node = g.index.node[v]
+            if v in k.materialised or node.op in STATS_OPS:
+                ins = node.inputs[:1] if node.op in STATS_OPS else node.inputs
+                deps = frozenset().union(*(_deps(k, t, memo) for t in ins if t))
+                shape = k.shape(node.outputs[0])
+                passes.append((("node", v), shape, deps))
+        by_shape: dict[tuple, list[str]] = {}
+        for t in k.writes:
+            p = g.index.producer[t]
+            if p in k.materialised and not any(c in k.members for c in g.index.consumers.get(t, [])):
+                continue  # its own pass writes it straight to global memory
+            by_shape.setdefault(k.shape(t), []).append(t)
+        for shape, ts in by_shape.items():
+            deps = frozenset().union(*(_deps(k, t, memo) for t in ts))
+            chain = _forward_chain(k, ts[0]) if len(ts) == 1 else None
+            if chain is not None and chain[0] not in k.materialised:
+                # run in the anchor's own iteration space (its tile), store at the mapped index
+                a = g.index.node[chain[0]].outputs[0]
+                passes.append((("fwd", ts[0], chain), k.shape(a), deps))
+            else:
+                passes.append((("out", shape, ts), shape, deps))
+        promote = set()
+        for v in k.nodes:
+            node = g.index.node[v]
+            if v in k.materialised or OPS[node.op].role not in ("anchor", "window"):
+                continue
+            t = node.outputs[0]
+            using = [shape for _, shape, deps in passes if t in deps]
+            if len(using) > 1 or any(s != k.shape(t) for s in using):
+                promote.add(v)
+        if not promote:
+            return [p for p, _, _ in passes]
+        k.materialised |= promote
+
+
+LAYOUT_MAPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
+
+
+def _forward_chain(k: Kernel, t: str) -> Optional[list[str]]:
+    """[anchor, node, ..., producer of t] when written tensor ``t`` is an anchor's output reshaped /
+    transposed (and maybe passed through elementwise ops) -- each node on the chain has exactly one
+    in-group input, and only layout maps change the shape -- with a shape different from the
+    anchor's. Such a pass can loop over the anchor's tile and store at the forward-mapped index
+    instead of materialising the anchor (e.g. the QKV projection + head split of attention)."""
+    g = k.graph
+    chain: list[str] = []
+    cur = t
+    while True:
+        v = g.index.producer.get(cur)
+        if v not in k.members or v in k.materialised:
+            return None
+        node = g.index.node[v]
+        role = OPS[node.op].role
+        chain.append(v)
+        if role == "anchor":
+            break
+        inner = [u for u in node.inputs if u and g.index.producer.get(u) in k.members]
+        if len(inner) != 1 or node.outputs.index(cur) != 0:
+            return None
+        if node.op not in LAYOUT_MAPS and (role not in ("elementwise", "broadcast")
+                                           or k.shape(inner[0]) != k.shape(cur)):
+            return None
+        cur = inner[0]
+    chain.reverse()
+    if node.op not in anchors.TILES or k.shape(node.outputs[0]) == k.shape(t):
+        return None
+    return chain
+
+
+def _forward_index(k: Kernel, node, idx: tuple) -> tuple:
+    """The output index of a layout op for input index ``idx`` (the inverse of its index map)."""
+    x, out = node.inputs[0], node.outputs[0]
+    xs, os_ = k.shape(x), k.shape(out)
+    if node.op == "Transpose":
+        from ..ops import transpose_perm
+        perm = transpose_perm(node.attributes, len(xs))
+        return tuple(idx[p] for p in perm)
+    if node.op in ("Identity", "Dropout"):
+        return tuple(idx)
+    if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
+        it = iter([i for i, d in zip(idx, xs) if d != 1])
+        return tuple("0" if d == 1 else next(it) for d in os_)
+    lin = k.index(linear(xs, idx))
+    st = strides(os_)
+    return tuple("0" if d == 1 else (lin if s == 1 else f"{lin} / {s}") if j == 0 else
+                 f"({lin if s == 1 else f'{lin} / {s}'}) % {d}" for j, (d, s) in enumerate(zip(os_, st)))
+
+
+def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
+    """A pass over the anchor's tile; each layout op on the chain maps the index forward and its
+    output value is registered (not recomputed), elementwise ops run as usual; t is stored."""
+    g = k.graph
+    a = g.index.node[chain[0]].outputs[0]
+    k.line(f"/* pass: in the anchor's iteration space, through {len(chain) - 1} op(s) to a mapped store */")
+
+    def body(idx):
+        cur, cur_idx = a, tuple(idx)
+        for v in chain[1:]:
+            node = g.index.node[v]
+            out = node.outputs[0]
+            if node.op in LAYOUT_MAPS:
+                for u in node.inputs[1:]:
+                    if u:
+                        k.param_values(u)  # checked at run time, as the index map would
+                val = k.value(cur, cur_idx)
+                cur_idx = tuple("0" if d == 1 else k.index(i)
+                                for i, d in zip(_forward_index(k, node, cur_idx), k.shape(out)))
+                k.cache[("v", out, cur_idx)] = val
+            cur = out
+        k.store(t, cur_idx, k.value(t, cur_idx))
+    _emit_loop(k, k.shape(a), deps, body)
+
+
+def _anchors_for(k: Kernel, shape: tuple, deps: frozenset) -> list[str]:
+    """The anchor output of this pass's shape that gets a tile (vectorisable inner loops)."""
+    out = []
+    for t in sorted(deps, key=lambda t: k.graph.index.position[k.graph.index.producer[t]]):
+        node = k.graph.index.node[k.graph.index.producer[t]]
+        if node.op in anchors.TILES and k.shape(t) == shape and len(shape) and 1 < shape[-1] <= MAX_TILE:
+            out.append(t)
+    return out[:1]  # a group holds at most one anchor (cost.group_violation)
+
+
+def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
+    """One pass: loops over ``shape``; an anchor's tile (its last d dims: a row, or a Conv's
+    output plane) is computed before the inner loops that run the fused epilogue."""
+    tiled = _anchors_for(k, shape, deps)
+    if not tiled:
+        with k.loops(shape, parallel=True) as idx:
+            body(idx)
+        return
+    (t,) = tiled
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    d = anchors.tile_rank(k, node)
+    with k.loops(shape[:-d], parallel=True) as outer:
+        anchors.TILES[node.op](k, t, outer, d)
+        with k.loops(shape[-d:]) as inner:
+            body(tuple(outer) + tuple(inner))
+    del k.tiles[t]
+
+
+def _row_fusable(k: Kernel) -> Optional[tuple]:
+    """The shape S when the whole group can run as ONE loop over the rows S[:-1]: every written
+    tensor has shape S, every reduction is a Softmax/LogSoftmax/LayerNormalization over the last
+    axis of an S-shaped input, every anchor/window output has shape S (anchors get a row tile),
+    and no layout op remaps indices (every value is read at the current row). Then the row
+    statistics are scalars and the anchor row lives in a stack tile."""
+    g = k.graph
+    shapes = {k.shape(t) for t in k.writes}
+    if len(shapes) != 1:
+        return None
+    (shape,) = shapes
+    if not shape or not 1 < shape[-1] <= MAX_TILE:
+        return None
+    has_stats = False
+    for v in k.nodes:
+        node = g.index.node[v]
+        role = OPS[node.op].role if node.op in OPS else "opaque"
+        if node.op in MATERIALISED_OPS:
+            return None
+        if role == "injective" and node.op not in ("Identity", "Dropout"):
+            return None  # an index map could read another row, whose statistics are gone
+        if node.op in STATS_OPS:
+            rank = len(k.shape(node.inputs[0]))
+            if k.shape(node.inputs[0]) != shape or node.attributes.get("axis", -1) % rank != rank - 1:
+                return None
+            has_stats = True
+        elif role in ("anchor", "window") and (k.shape(node.outputs[0]) != shape or
+                                               (role == "anchor" and node.op not in anchors.TILES)):
+            return None
+    return shape if has_stats else None
+
+
+def _emit_rows(k: Kernel, shape: tuple) -> None:
+    """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
+    inner loop over the row), then one inner loop storing every written tensor."""
+    g = k.graph
+    memo: dict = {}
+    deps = frozenset().union(*(_deps(k, t, memo) for t in k.writes))
+    tiled = _anchors_for(k, shape, deps)
+    k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
+    with k.loops(shape[:-1], parallel=True) as outer:
+        for t in tiled:
+            anchors.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
+        for v in k.nodes:
+            node = g.index.node[v]
+            if node.op in STATS_OPS:
+                kernels.STATS[node.op](k, node, row=tuple(outer))
+        with k.loops(shape[-1:]) as inner:
+            idx = tuple(outer) + tuple(inner)
+            for t in k.writes:
+                k.store(t, idx, k.value(t, idx))
+    for t in tiled:
+        del k.tiles[t]
+
+
+def render_kernel(k: Kernel) -> str:
+    """The C function ``k<gid>`` of one group."""
+    g = k.graph
+    for v in k.nodes:
+        op = g.index.node[v].op
+        if op not in OPS or op not in kernels.SUPPORTED:
+            raise EmitError(f"node {v!r}: op {op!r} is not supported by the C emitter")
+        for t in g.index.node[v].inputs + g.index.node[v].outputs:
+            if t:
+                ctype(g, t)
+    rows = _row_fusable(k)
+    if rows is not None:
+        _emit_rows(k, rows)
+        return _assemble(k)
+    passes = _plan_passes(k)
+    memo: dict = {}
+    for p in passes:
+        if p[0] == "node":
+            node = g.index.node[p[1]]
+            deps = frozenset().union(*(_deps(k, t, memo) for t in node.inputs if t))
+            if p[1] in k.materialised and node.op not in MATERIALISED_OPS:
+                _materialise_inline(k, node, deps)
+            elif node.op in STATS_OPS:
+                kernels.STATS[node.op](k, node)
+            else:
+                kernels.reduce_pass(k, node)
+        elif p[0] == "fwd":
+            _emit_forward(k, p[1], p[2], _deps(k, p[1], memo))
+        else:
+            _, shape, ts = p
+            deps = frozenset().union(*(_deps(k, t, memo) for t in ts))
+            k.line(f"/* pass: {len(ts)} written tensor(s) of shape {list(shape)} */")
+            _emit_loop(k, shape, deps, lambda idx, ts=ts: [k.store(t, idx, k.value(t, idx)) for t in ts])
+    return _assemble(k)
+
+
+def _materialise_inline(k: Kernel, node, deps) -> None:
+    """An anchor/window output computed once into kernel-local scratch (the rare fallback)."""
+    t = node.outputs[0]
+    arr = k.alloc(k.ct(t), numel(k.shape(t)), "output of an anchor/window op needed by several passes")
+
+    def body(idx):
+        k.line(f"{arr}[{linear(k.shape(t), idx)}] = {k.value(t, idx)};")
+    _emit_loop(k, k.shape(t), deps | {t}, body)
+    k.scratch[t] = arr
+    k.cache = {key: v for key, v in k.cache.items() if not (key[0] == "v" and key[1] == t)}
