@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -449,6 +450,23 @@ int sf_counters(long long *out);
 """
 
 
+def _shared_kernel(text: str, gi: int, seen: dict, funcs: list, about: str) -> tuple[str, list[int]]:
+    """Renumber a kernel's buffers locally (in order of first use) so that groups with the same
+    code -- repeated blocks of a network -- share one C function (less to compile); returns the
+    function to call and the global buffers to pass, in local order."""
+    local: dict[int, int] = {}
+
+    def loc(m):
+        if m.group(1) is not None:
+            return f"b{local.setdefault(int(m.group(1)), len(local))}"
+        return f"B[{local.setdefault(int(m.group(2)), len(local))}]"
+    canon = re.sub(r"\bb(\d+)\b|\bB\[(\d+)\]", loc, text).replace(f"static int k{gi}(", "static int KERNEL(", 1)
+    if canon not in seen:
+        seen[canon] = f"k{gi}"
+        funcs.append(about + "\n" + canon.replace("static int KERNEL(", f"static int k{gi}(", 1))
+    return seen[canon], [g for g, _ in sorted(local.items(), key=lambda kv: kv[1])]
+
+
 def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False) -> dict[str, str]:
     """Render a plan as C: ``model.c``, ``model.h`` and ``buffers.json`` (file name -> text).
 
@@ -475,17 +493,22 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     for b in table:
         ctype(graph, b.tensor)
     funcs, driver = [], []
+    seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
     for gi, grp in enumerate(plan.groups):
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads)
-        funcs.append(f"/* group {gi}: {len(grp.nodes)} op(s): {', '.join(sorted({graph.index.node[v].op for v in grp.nodes}))} */\n"
-                     + render_kernel(k))
+        text = render_kernel(k)
+        about = f"/* group {gi}: {len(grp.nodes)} op(s): {', '.join(sorted({graph.index.node[v].op for v in grp.nodes}))} */"
         if counters:
+            funcs.append(about + "\n" + text)
             rd = [buffers[t] for t in k.reads]
             wr = [buffers[t] for t in k.writes]
             arr = lambda xs: "(const int[]){" + (", ".join(map(str, xs)) or "0") + "}"
             call = f"sf_counted({gi}, k{gi}, B, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)})"
         else:
-            call = f"k{gi}(B)"
+            name, args = _shared_kernel(text, gi, seen, funcs, about)
+            call = f"{name}((void *const[]){{{', '.join(f'B[{a}]' for a in args)}}})" if args else f"{name}(B)"
+            if name != f"k{gi}":
+                driver.append(f"    /* group {gi}: the same code as {name} */")
         driver.append(f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;")
     nb = len(table)
     consts = [
