@@ -196,3 +196,13 @@ def test_transformer_blocks_unfused_and_fused(block, cache):
         # masked softmax / residual + layer norm run as row loops: no kernel-local scratch at all
         src = render(build_plan(g, HW, fuse_greedily(g), strategy="t"), g)["model.c"]
         assert "kernel-local scratch" not in src and "mapped store" in src and "one row loop" in src
+
+
+def test_groups_with_identical_code_share_one_function(cache):
+    t = {"x": [4, 5], "y": [4, 5], "b": _c([5])}
+    g = graph(t, ["x", "y"], ["u", "v"], [("a1", "Add", ["x", "b"], ["h1"]), ("r1", "Relu", ["h1"], ["u"]),
+                                         ("a2", "Add", ["y", "b"], ["h2"]), ("r2", "Relu", ["h2"], ["v"])])
+    groups = [["a1", "r1"], ["a2", "r2"]]
+    src = render(build_plan(g, HW, groups, strategy="t"), g)["model.c"]
+    assert src.count("static int k") == 1 and "the same code as k0" in src
+    check(g, groups, cache)  # each call still gets its own buffers
