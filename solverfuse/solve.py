@@ -81,7 +81,7 @@ EXACT_OPS = 3000
 MAX_PAIRS = 6000
 #: Ops per window: contiguous runs of a topological order, so every edge between windows goes
 #: forward and plans made window by window are legal together.
-WINDOW = 60
+WINDOW = 30
 
 
 @dataclass
