@@ -8,8 +8,12 @@ reports them to a ``progress`` callback, and checks that the objective equals
 which validates it.
 
 Parts (see :mod:`solverfuse.formulations.presolve`) are solved one after another, smallest first,
-each with a share of the remaining time proportional to its size; the plan is ``optimal`` only if
-every part is proven optimal, and its bound is the sum of the parts' bounds.
+each with a share of the remaining time proportional to its size, by the set-partitioning
+formulation (lazy cycle cuts added here) or, when a part has too many candidate groups, the
+representative-assignment one. The plan is ``optimal`` only if every part is proven optimal, and
+its bound is the sum of the parts' bounds. Parts too large to prove anything about, and graphs
+over :data:`EXACT_OPS` ops, are planned in topological windows and reported ``feasible`` with
+their traffic floor as bound (``formulations/set-partitioning.md``, last section).
 
 >>> from solverfuse.graph import load_graph
 >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
@@ -338,7 +342,7 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "greedy_hints", "SolveReport", "Incumbent", "normalise", "best_hint", "STATUS", "Presolve"]
+__all__ = ["solve", "solve_report", "greedy_hints", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
 
 
 def greedy_hints(graph: Graph, hw: Hardware) -> list[list[list[str]]]:
