@@ -68,6 +68,24 @@ _FOLDABLE = {"ConstantOfShape", "Shape", "Size", "Unsqueeze", "Squeeze", "Reshap
              "Where", "Not", "ReduceProd", "Sqrt", "Floor", "Ceil"}
 
 
+def _training_mode(op: str, attrs: dict, ins: list, consts: dict) -> Optional[str]:
+    """Why a Dropout/BatchNormalization node runs in training mode (None in inference mode).
+
+    Eliding a training-mode Dropout or running a training-mode BatchNormalization with its running
+    statistics would silently change the numbers, so such graphs are refused.
+    """
+    if attrs.get("is_test", 1) == 0 and op in ("Dropout", "BatchNormalization"):
+        return "is_test=0"
+    if op == "BatchNormalization" and attrs.get("training_mode", 0):
+        return "training_mode=1"
+    if op == "Dropout" and len(ins) > 2 and ins[2]:
+        c = consts.get(ins[2])
+        value = c.materialise() if c is not None else None
+        if value is None or bool(np.asarray(value).reshape(-1)[0]):
+            return "training_mode input is true or not a constant"
+    return None
+
+
 @dataclass
 class _Const:
     """A constant during import: shape/dtype plus either a uniform ``fill`` or an ``array``."""
@@ -407,6 +425,10 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
             consts[onode.output[0]] = c = _constant_node(onode, attrs)
             known[onode.output[0]] = (c.shape, c.dtype)
             continue
+        training = _training_mode(op, attrs, ins, consts)
+        if training:
+            raise GraphError(f"node {label!r}: {op} in training mode ({training}) is not supported; "
+                             f"solverfuse plans inference graphs")
         if op in ELIDED_OPS and ins and ins[0]:
             alias[onode.output[0]] = ins[0]
             elided_by[onode.output[0]] = label

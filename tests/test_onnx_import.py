@@ -372,3 +372,26 @@ def test_cli_import_symbolic_dims(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["tensors"]["y"]["shape"] == [3, 8]
     _one_line_error(runner.invoke(app, ["import", str(path), "--dim", "batch"]), "NAME=VALUE")
+
+
+@pytest.mark.parametrize("make", ["dropout_true", "dropout_runtime", "bn_training"])
+def test_training_mode_is_refused(make):
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 4])
+    inits = [helper.make_tensor("r", TensorProto.FLOAT, [], [0.5]),
+             helper.make_tensor("t", TensorProto.BOOL, [], [True])]
+    inputs = [x]
+    if make == "dropout_true":
+        nodes = [helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop")]
+    elif make == "dropout_runtime":
+        inputs.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+        nodes = [helper.make_node("Dropout", ["x", "r", "flag"], ["y"], name="drop")]
+    else:
+        inits += [helper.make_tensor(n, TensorProto.FLOAT, [3], [1.0, 1.0, 1.0]) for n in ("s", "b", "m", "v")]
+        nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn",
+                                  training_mode=1)]
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, [y], inits),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(GraphError, match=r"node '(drop|bn)': .* training mode"):
+        import_onnx(model)
