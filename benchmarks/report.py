@@ -94,10 +94,16 @@ def planning_md(rows: list[dict], results_dir: Path) -> str:
             scal.append([r["graph"], r["ops"], o["status"], proven, f"{o['seconds']:.2f}", gap,
                          _fmt_bytes(o["traffic"])])
         opt = o.get("traffic")
-        cells = [r["graph"], _fmt_bytes(r["q_min"]), _fmt_bytes(opt), _x(_ratio(r["q_min"], opt))]
+        label = r["graph"]
+        if opt is None:       # no optimal plan (solver timed out): compare with the best plan found
+            found = [st["traffic"] for st in r["strategies"].values() if "traffic" in st]
+            opt = min(found) if found else None
+            label += " †"
+        cells = [label, _fmt_bytes(r["q_min"]), _fmt_bytes(o.get("traffic")), _x(_ratio(r["q_min"], opt))]
         for s in strategies:
             st = r["strategies"].get(s, {})
-            cells.append(_x(_ratio(st.get("traffic"), opt)) if "traffic" in st else f"error")
+            cells.append(_x(_ratio(st.get("traffic"), opt)) if "traffic" in st else "timed out"
+                         if "timed out" in st.get("error", "") else "error")
         cells.append(_x(_ratio(r["unfused"], opt)))
         qual.append(cells)
     gm = ["**geometric mean**", "", "", _x(_gmean([_ratio(r.get("q_min"), r.get("optimal", {}).get("traffic"))
@@ -122,8 +128,21 @@ def planning_md(rows: list[dict], results_dir: Path) -> str:
         "optimum itself is from the lower bound). The same cost model scores every plan.", "",
         _table(["graph", "Q_min", "optimal", "Q_min / opt"] + [f"{s} / opt" for s in strategies] +
                ["unfused / opt"], qual),
+        "", "† no optimal plan (the solver did not return in time): ratios are to the best plan any "
+        "strategy found. The geometric means cover the graphs with an optimal plan.", "",
+        "Wall time of each strategy (s; each ran in a child process killed after its time-out):", "",
+        _table(["graph", "ops"] + list(STRATEGIES) + ["optimal"], [
+            [r["graph"], r.get("ops", "—")] +
+            [_secs(r.get("strategies", {}).get(s, {})) for s in STRATEGIES] + [_secs(r.get("optimal", {}))]
+            for r in rows]),
         "", "![traffic of each strategy relative to optimal](results/plan_quality.png)",
     ])
+
+
+def _secs(x: dict) -> str:
+    if "error" in x:
+        return "timed out" if "timed out" in x["error"] else "error"
+    return f"{x['seconds']:.2f}" if "seconds" in x else "—"
 
 
 def _plt():
@@ -145,6 +164,13 @@ def _plot_scaling(rows: list[dict], path: Path) -> None:
                        label=f"{status}", s=40, zorder=3)
             for x, y, name in pts:
                 ax.annotate(name.split(" (")[0], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    late = [(r["ops"], r["optimal"]["seconds"], r["graph"]) for r in rows
+            if "timed out" in r.get("optimal", {}).get("error", "") and "seconds" in r["optimal"]]
+    if late:
+        ax.scatter([p[0] for p in late], [p[1] for p in late], marker="^", color="tab:red", s=50,
+                   label="timed out (killed)", zorder=3)
+        for x, y, name in late:
+            ax.annotate(name.split(" (")[0], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("ops in the graph")

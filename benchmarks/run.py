@@ -488,7 +488,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--no-merge", dest="merge", action="store_false",
                     help="do not carry over sections of an earlier results.json in --out")
     ap.add_argument("--debug", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite RESULTS.md and the plots from --out's results.json; measure nothing")
     args = ap.parse_args(argv)
+    if args.report_only:
+        import report
+        out = args.out or HERE
+        report.write(json.loads((out / "results" / "results.json").read_text()), out)
+        return 0
     if args.torch_path:
         sys.path.append(args.torch_path)
     _TORCH_OPS.update(_torch_ops())
