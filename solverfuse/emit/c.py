@@ -232,8 +232,11 @@ class Kernel:
             self.line("}")
 
     @contextlib.contextmanager
-    def loops(self, shape: Sequence[int], parallel: bool = False) -> Iterator[tuple[str, ...]]:
-        """Nested loops over ``shape`` (size-1 dims get index ``0``); yields the index tuple."""
+    def loops(self, shape: Sequence[int], parallel: bool = False,
+              simd: Optional[str] = None) -> Iterator[tuple[str, ...]]:
+        """Nested loops over ``shape`` (size-1 dims get index ``0``); yields the index tuple.
+        ``simd`` (e.g. ``"reduction(+:s)"``) marks the innermost loop ``#pragma omp simd``: a
+        reduction the compiler may then reorder into vector lanes (it may not without it)."""
         idx, dims = [], []
         for d in shape:
             if d == 1:
@@ -245,10 +248,16 @@ class Kernel:
         if parallel and self.threads > 1 and dims:
             self.line(f"#pragma omp parallel for collapse({min(len(dims), 3)}) schedule(static) "
                       f"num_threads({self.threads})")
+        mark = None
         with contextlib.ExitStack() as stack:
-            for v, d in dims:
+            for n, (v, d) in enumerate(dims):
+                if simd is not None and n == len(dims) - 1:
+                    mark = len(self.lines)
+                    self.line(f"#pragma omp simd {simd}")
                 stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
             yield tuple(idx)
+        if mark is not None and any("#pragma omp" in ln for ln in self.lines[mark + 1:]):
+            del self.lines[mark]  # no OpenMP construct may be nested in a simd loop
 
     def tmp(self, ct: str, expr: str, prefix: str = "v") -> str:
         if _simple(expr):
@@ -369,6 +378,16 @@ PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 #include <time.h>
 #include <tgmath.h>
 #include "model.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) \
+    && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+/* glibc's libmvec has vector variants of these (linked through -lm): declaring them lets -O3
+   vectorise the loops that call them instead of making one scalar call per element. */
+#define SF_SIMD __attribute__((__simd__("notinbranch")))
+SF_SIMD float expf(float); SF_SIMD float logf(float); SF_SIMD float erff(float);
+SF_SIMD float tanhf(float); SF_SIMD float sinf(float); SF_SIMD float cosf(float);
+SF_SIMD float powf(float, float);
+#endif
 
 static int sf_error;
 static inline long sf_fdiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }

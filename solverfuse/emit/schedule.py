@@ -5,8 +5,8 @@ the loop nests (*passes*) that run them -- a row loop, a forward-mapped store, o
 The rules, in the order they are tried:
 
 1. :func:`_row_fusable` -> :func:`_emit_rows`: one loop over rows; anchor row tile, reduction
-   statistics as row scalars, then all outputs of the row (Softmax / LayerNorm + producers and
-   consumers, MatMul + Softmax, residual + LayerNorm + GELU);
+   statistics and last-axis Reduce* as row scalars, then all outputs of the row (Softmax /
+   LayerNorm + producers and consumers, MatMul + Softmax, residual + LayerNorm + GELU, x - mean(x));
 2. otherwise per pass (:func:`_plan_passes`): Reduce*/statistics passes in graph order, then one
    pass per shape of written tensors -- or, for an anchor reshaped/transposed into the written
    tensor, :func:`_emit_forward` (loop over the anchor's tile, store at the mapped index);
@@ -198,8 +198,8 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
 
 def _row_fusable(k: Kernel) -> Optional[tuple]:
     """The shape S when the whole group can run as ONE loop over the rows S[:-1]: every written
-    tensor has shape S, every reduction is a Softmax/LogSoftmax/LayerNormalization over the last
-    axis of an S-shaped input, every anchor/window output has shape S (anchors get a row tile),
+    tensor has shape S, every reduction is a Softmax/LogSoftmax/LayerNormalization or Reduce* over
+    the last axis of an S-shaped input, every anchor/window output has shape S (anchors get a row tile),
     and no layout op remaps indices (every value is read at the current row). Then the row
     statistics are scalars and the anchor row lives in a stack tile."""
     g = k.graph
@@ -214,7 +214,11 @@ def _row_fusable(k: Kernel) -> Optional[tuple]:
         node = g.index.node[v]
         role = OPS[node.op].role if node.op in OPS else "opaque"
         if node.op in MATERIALISED_OPS:
-            return None
+            # a reduction over the last axis of an S-shaped input is a row scalar
+            if k.shape(node.inputs[0]) != shape or not kernels.reduce_last_axis(k, node):
+                return None
+            has_stats = True
+            continue
         if role == "injective" and node.op not in ("Identity", "Dropout"):
             return None  # an index map could read another row, whose statistics are gone
         if node.op in STATS_OPS:
@@ -236,6 +240,7 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
     deps = frozenset().union(*(_deps(k, t, memo) for t in k.writes))
     tiled = _anchors_for(k, shape, deps)
     k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
+    before = set(k.tiles)
     with k.loops(shape[:-1], parallel=True) as outer:
         for t in tiled:
             anchors.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
@@ -243,12 +248,14 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
             node = g.index.node[v]
             if node.op in STATS_OPS:
                 kernels.STATS[node.op](k, node, row=tuple(outer))
+            elif node.op in MATERIALISED_OPS:
+                kernels.reduce_row(k, node, tuple(outer))
         with k.loops(shape[-1:]) as inner:
             idx = tuple(outer) + tuple(inner)
             for t in k.writes:
                 k.store(t, idx, k.value(t, idx))
-    for t in tiled:
-        del k.tiles[t]
+    for t in set(k.tiles) - before:
+        del k.tiles[t]  # the row's tiles and row copies end with the row loop
 
 
 def render_kernel(k: Kernel) -> str:
