@@ -79,10 +79,12 @@ def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, w
 
 
 #: Graphs with more ops skip the exact presolve and are planned in windows (no optimality claim).
-EXACT_OPS = 3000
+EXACT_OPS = 20000
 #: A part with more candidate pairs than this is planned in windows too (its model would be too
 #: weak to prove anything); the plan is then ``feasible`` and its bound the part's traffic floor.
 MAX_PAIRS = 6000
+#: Parts of more ops than this are planned in windows without computing their candidates.
+MAX_PART_OPS = 400
 #: Ops per window: contiguous runs of a topological order, so every edge between windows goes
 #: forward and plans made window by window are legal together.
 WINDOW = 30
@@ -121,9 +123,9 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     if len(graph.nodes) > exact_ops:
         add_windows(list(graph.index.order))
     else:
-        pre = presolve(graph, hw)
+        pre = presolve(graph, hw, max_part=MAX_PART_OPS)
         for part in pre.parts:
-            if len(part) > 1 and sum(len(pre.cand[v]) - 1 for v in part) > max_pairs:
+            if len(part) > MAX_PART_OPS or (len(part) > 1 and sum(len(pre.cand[v]) - 1 for v in part) > max_pairs):
                 add_windows(part)
             else:
                 regions.append([cost.group_traffic(graph, part), True])

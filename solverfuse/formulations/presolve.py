@@ -124,11 +124,13 @@ class _Reach:
         return ok
 
 
-def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None) -> Presolve:
+def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
+             max_part: Optional[int] = None) -> Presolve:
     """Compatible affinities, independent parts and candidate representatives (see module doc).
 
     ``nodes`` restricts everything to a subset of the ops that no path leaves and re-enters (e.g.
-    a contiguous window of a topological order); groups then never reach outside it.
+    a contiguous window of a topological order); groups then never reach outside it. Parts of
+    more than ``max_part`` ops get no candidates (``cand`` lacks their ops).
     """
     if nodes is None:
         order = list(graph.index.order)
@@ -183,6 +185,8 @@ def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None) 
         if len(members) == 1:
             cand[order[members[0]]] = [order[members[0]]]
             continue
+        if max_part is not None and len(members) > max_part:
+            continue  # the caller plans this part in windows; no candidates needed
         later: dict[int, list[int]] = {i: [i] for i in members}
         for i in members:
             for j in _within_budget(i, adj, reach.regs, limit):
