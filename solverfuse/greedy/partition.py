@@ -41,21 +41,37 @@ class Partition:
     def __init__(self, graph: Graph, hw: Hardware):
         self.graph, self.hw = graph, hw
         self.pos = graph.index.position
-        self.gid: dict[str, int] = {v: i for i, v in enumerate(graph.index.order)}
-        self.members: dict[int, list[str]] = {i: [v] for i, v in enumerate(graph.index.order)}
+        order = graph.index.order
+        self.gid: dict[str, int] = {v: i for i, v in enumerate(order)}
+        self.members: dict[int, list[str]] = {i: [v] for i, v in enumerate(order)}
         self.first: dict[int, int] = {i: i for i in self.members}  # smallest topological position
+        # Quotient-graph adjacency, kept up to date by merge() (a merge touches only neighbours).
+        self._succ: dict[int, set[int]] = {i: {self.gid[w] for w in graph.index.succs[v]}
+                                           for i, v in enumerate(order)}
+        self._pred: dict[int, set[int]] = {i: {self.gid[u] for u in graph.index.preds[v]}
+                                           for i, v in enumerate(order)}
+        self._memos: list[dict[int, object]] = []
+
+    def memo(self) -> dict[int, object]:
+        """A per-group cache (group id -> value) that :meth:`merge` clears for the merged groups.
+
+        Baselines keep group properties in it (traffic, accessed buffers, ...) instead of
+        recomputing them from the ops at every candidate merge."""
+        m: dict[int, object] = {}
+        self._memos.append(m)
+        return m
 
     def nodes(self, gs: Iterable[int]) -> list[str]:
         """The ops of several groups together, in graph order."""
         return sorted((v for g in set(gs) for v in self.members[g]), key=self.pos.__getitem__)
 
     def succ(self, g: int) -> set[int]:
-        """Groups that read a tensor group ``g`` writes."""
-        return {self.gid[w] for v in self.members[g] for w in self.graph.index.succs[v]} - {g}
+        """Groups that read a tensor group ``g`` writes (a live view: do not modify)."""
+        return self._succ[g]
 
     def pred(self, g: int) -> set[int]:
-        """Groups that write a tensor group ``g`` reads."""
-        return {self.gid[u] for v in self.members[g] for u in self.graph.index.preds[v]} - {g}
+        """Groups that write a tensor group ``g`` reads (a live view: do not modify)."""
+        return self._pred[g]
 
     def cycle_through(self, gs: Collection[int]) -> Optional[str]:
         """An op on a path that leaves the union of ``gs`` and re-enters it, if any.
@@ -66,16 +82,15 @@ class Partition:
         """
         union = set(gs)
         last = max(self.pos[self.members[g][-1]] for g in union)
-        stack = [h for g in union for h in self.succ(g) if h not in union]
+        succ, first = self._succ, self.first
+        stack = [h for g in union for h in succ[g] if h not in union and first[h] < last]
         seen = set(stack)
         while stack:
             h = stack.pop()
-            if self.first[h] >= last:
-                continue
-            for k in self.succ(h):
+            for k in succ[h]:
                 if k in union:
                     return self.members[h][0]
-                if k not in seen:
+                if k not in seen and first[k] < last:
                     seen.add(k)
                     stack.append(k)
         return None
@@ -90,11 +105,24 @@ class Partition:
 
     def merge(self, gs: Collection[int]) -> int:
         """Merge the groups ``gs`` (already checked with :meth:`why_not`); returns the new id."""
-        gs = sorted(set(gs))
+        gset = set(gs)
+        gs = sorted(gset)
         keep = gs[0]
         nodes = self.nodes(gs)
+        succ = set().union(*(self._succ[g] for g in gs)) - gset
+        pred = set().union(*(self._pred[g] for g in gs)) - gset
         for g in gs[1:]:
-            del self.members[g], self.first[g]
+            del self.members[g], self.first[g], self._succ[g], self._pred[g]
+        for h in succ:
+            self._pred[h] -= gset
+            self._pred[h].add(keep)
+        for h in pred:
+            self._succ[h] -= gset
+            self._succ[h].add(keep)
+        self._succ[keep], self._pred[keep] = succ, pred
+        for m in self._memos:
+            for g in gs:
+                m.pop(g, None)
         for v in nodes:
             self.gid[v] = keep
         self.members[keep] = nodes
