@@ -1,6 +1,7 @@
 """XLA's GPU priority fusion + sibling multi-output fusion as a baseline (see :func:`xla`)."""
 from __future__ import annotations
 
+import heapq
 from typing import Optional
 
 from .. import cost
@@ -81,21 +82,35 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
         return (saved, gs) if saved >= 0 else None
 
     # A producer's priority depends on its group and its consumers' groups only, so after a
-    # merge only the new group and its producers are recomputed (XLA's UpdatePriorities).
-    cache = {p: candidate(p) for p in part.members}
-    while True:
-        ranked = sorted(((c[0], part.first[p], c[1]) for p, c in cache.items() if c is not None),
-                        key=lambda r: (r[0], r[1]), reverse=True)
-        for _, _, gs in ranked:
-            if part.why_not(gs) is None:
-                k = part.merge(gs)
-                for g in gs:
-                    cache.pop(g, None)
-                for g in [k, *part.pred(k)]:
-                    cache[g] = candidate(g)
-                break
-        else:
-            break
+    # merge only the new group and its producers are recomputed (XLA's UpdatePriorities). The
+    # queue is a heap, highest (priority, first op) on top; an entry whose group was merged or
+    # recomputed since is stale and skipped. A candidate that fails why_not is dropped: it
+    # would fail again until recomputed (its groups are unchanged, and merges elsewhere only
+    # add paths between groups), so trying it again could never change the outcome.
+    cache: dict[int, Optional[tuple]] = {}
+    heap: list[tuple] = []
+
+    def queue(p: int) -> None:
+        c = candidate(p)
+        entry = None if c is None else (-c[0], -part.first[p], p, c[1])
+        cache[p] = entry
+        if entry is not None:
+            heapq.heappush(heap, entry)
+
+    for p in list(part.members):
+        queue(p)
+    while heap:
+        entry = heapq.heappop(heap)
+        p, gs = entry[2], entry[3]
+        if cache.get(p) is not entry:
+            continue
+        cache[p] = None
+        if part.why_not(gs) is None:
+            k = part.merge(gs)
+            for g in gs:
+                cache.pop(g, None)
+            for g in [k, *part.pred(k)]:
+                queue(g)
     _xla_sibling_fusion(graph, part)
     return part.groups()
 
@@ -140,28 +155,51 @@ def _xla_hero_elements(graph: Graph, nodes: list[str]) -> int:
 
 
 def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
-    """Sibling multi-output fusion: fuse consumers of a common operand (see :func:`xla`)."""
-    changed = True
-    while changed:
-        changed = False
-        for t in graph.tensors:
-            users = sorted({part.gid[c] for c in graph.index.consumers.get(t, [])},
-                           key=part.first.__getitem__)
-            for i, a in enumerate(users):
-                for b in users[i + 1:]:
-                    if a not in part.members or b not in part.members or a == b:
-                        continue
-                    if b in part.succ(a):
-                        continue  # connected siblings are not multi-output fused (IsConnected)
-                    if any(cost.role(graph, v) == "anchor" for v in part.members[a] + part.members[b]):
-                        continue  # library calls are never multi-output fusion roots
-                    if _xla_hero_elements(graph, part.members[a]) != _xla_hero_elements(graph, part.members[b]):
-                        continue
-                    nodes = part.nodes([a, b])
-                    if _operands_and_outputs(graph, nodes) > XLA_MAX_OPERANDS_AND_OUTPUTS:
-                        continue
-                    if part.why_not([a, b]) is None:
-                        part.merge([a, b])
-                        changed = True
-            if changed:
-                break
+    """Sibling multi-output fusion: fuse consumers of a common operand (see :func:`xla`).
+
+    The pass visits the tensors in order, tries every pair of a tensor's consumer groups, and
+    starts over from the first tensor after a tensor where something merged, until a whole pass
+    merges nothing. A tensor whose consumer groups have not changed since it last merged nothing
+    would merge nothing again (merges elsewhere only add paths between groups), so only tensors
+    read by a changed group are revisited: a heap of those, smallest index first, gives exactly
+    the restarting pass's sequence of merges without rescanning every tensor.
+    """
+    index = {t: i for i, t in enumerate(graph.tensors)}
+    names = list(graph.tensors)
+    dirty = [i for i, t in enumerate(names) if len(graph.index.consumers.get(t, [])) > 1]
+    pending = set(dirty)
+    hero = part.memo()
+
+    def hero_of(g: int) -> int:
+        if g not in hero:
+            hero[g] = _xla_hero_elements(graph, part.members[g])
+        return hero[g]
+
+    while dirty:
+        i = heapq.heappop(dirty)
+        pending.discard(i)
+        users = sorted({part.gid[c] for c in graph.index.consumers.get(names[i], [])},
+                       key=part.first.__getitem__)
+        changed = []
+        for j, a in enumerate(users):
+            for b in users[j + 1:]:
+                if a not in part.members or b not in part.members or a == b:
+                    continue
+                if b in part.succ(a):
+                    continue  # connected siblings are not multi-output fused (IsConnected)
+                if any(cost.role(graph, v) == "anchor" for v in part.members[a] + part.members[b]):
+                    continue  # library calls are never multi-output fusion roots
+                if hero_of(a) != hero_of(b):
+                    continue
+                nodes = part.nodes([a, b])
+                if _operands_and_outputs(graph, nodes) > XLA_MAX_OPERANDS_AND_OUTPUTS:
+                    continue
+                if part.why_not([a, b]) is None:
+                    changed.append(part.merge([a, b]))
+        # Every tensor read by a changed group (this one included) is visited again.
+        for k in changed:
+            for v in part.members.get(k, ()):
+                for t in graph.index.node[v].inputs:
+                    if t and index[t] not in pending:
+                        pending.add(index[t])
+                        heapq.heappush(dirty, index[t])
