@@ -38,7 +38,7 @@ from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan, order_groups
 from .formulations import assign, partition
-from .formulations.presolve import Presolve, presolve
+from .formulations.presolve import Presolve, presolve, traffic_floor
 
 #: CP-SAT status -> what it means for one part (the only place statuses are mapped).
 STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.UNKNOWN: "no-solution",
@@ -114,8 +114,8 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     # valid), an inexact one is planned in windows and keeps its traffic floor as bound
     regions: list[list] = []
 
-    def add_windows(nodes: Sequence[str]) -> None:
-        regions.append([cost.group_traffic(graph, list(nodes)), False])
+    def add_windows(nodes: Sequence[str], floor: Optional[int] = None) -> None:
+        regions.append([cost.group_traffic(graph, list(nodes)) if floor is None else floor, False])
         for k in range(0, len(nodes), window):
             pre_w = presolve(graph, hw, nodes=nodes[k:k + window])
             units.extend(_Unit(pre_w, part, len(regions) - 1) for part in pre_w.parts)
@@ -126,9 +126,9 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         pre = presolve(graph, hw, max_part=MAX_PART_OPS)
         for part in pre.parts:
             if len(part) > MAX_PART_OPS or (len(part) > 1 and sum(len(pre.cand[v]) - 1 for v in part) > max_pairs):
-                add_windows(part)
+                add_windows(part, traffic_floor(graph, pre, part))
             else:
-                regions.append([cost.group_traffic(graph, part), True])
+                regions.append([traffic_floor(graph, pre, part), True])
                 units.append(_Unit(pre, part, len(regions) - 1))
     report = SolveReport(plan=None, parts=len(units),  # type: ignore[arg-type]
                          largest_part=max((len(u.part) for u in units), default=0),

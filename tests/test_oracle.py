@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from solverfuse.graph import load_graph
 from solverfuse.hardware import load_hardware
+from solverfuse.formulations.presolve import presolve, traffic_floor
 from solverfuse.oracle import brute_force
 from solverfuse.plans import validate
 from solverfuse.solve import solve_report
@@ -106,6 +107,10 @@ def test_solver_matches_brute_force(case):
     plan = solve_report(g, hw, workers=1, time_limit=30, hints=[groups]).plan
     assert plan.status == "optimal" and plan.traffic_bytes == best
     # planning in windows of 3 ops is legal and never worse than its hint, but claims no optimum
-    plan = solve_report(g, hw, workers=1, time_limit=30, hints=[groups], exact_ops=0, window=3).plan
-    validate(plan, g, hw)
-    assert plan.traffic_bytes == best and plan.bound_bytes <= best
+    for mode in ({"exact_ops": 0}, {"max_pairs": 0}):
+        plan = solve_report(g, hw, workers=1, time_limit=30, hints=[groups], window=3, **mode).plan
+        validate(plan, g, hw)
+        assert plan.traffic_bytes == best and plan.bound_bytes <= best
+    # the presolve's traffic floor is a valid bound
+    pre = presolve(g, hw)
+    assert sum(traffic_floor(g, pre, part) for part in pre.parts) <= best

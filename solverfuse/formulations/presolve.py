@@ -248,3 +248,56 @@ def _merge_cycles(graph: Graph, reach: _Reach, comp: list[int]) -> list[list[int
     first = {s: min(m) for s, m in members.items()}
     ordered = list(nx.lexicographical_topological_sort(cond, key=lambda s: first[s]))
     return [sorted(members[s]) for s in ordered]
+
+
+def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
+    """A lower bound on the traffic of every legal plan of the part ``nodes`` (of ``pre``),
+    from pairs that can never share a group (incompatible hulls):
+
+    * a tensor read by ops of which ``k`` are pairwise incompatible is read by at least ``k``
+      groups, less one if the producer is in the part and may join one of them;
+    * a produced tensor is written if it is an output, is read outside the part, or is read by
+      an op that can never share a group with its producer.
+
+    At least the part's own traffic as one kernel (``cost.group_traffic``), and much tighter when
+    anchors (which never fuse their inputs) abound.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [64, 64]}, "w": {"shape": [64, 64], "constant": True}},
+    ...     "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "m", "op": "MatMul", "inputs": ["h", "w"], "outputs": ["y"]}]})
+    >>> pre = presolve(g, load_hardware("nvidia-h100"))
+    >>> traffic_floor(g, pre, ["a", "m"]) == 5 * 16384   # x, h, w read; h, y written
+    True
+    """
+    members = set(nodes)
+    reach, pos = pre.reach, pre.pos
+    idx = graph.index
+
+    def never(a: str, b: str) -> bool:
+        i, j = sorted((pos[a], pos[b]))
+        return i != j and not reach.compatible(i, j)
+
+    total = 0
+    read: dict[str, None] = {}
+    for v in nodes:
+        for t in idx.node[v].inputs:
+            if t:
+                read[t] = None
+    for t in read:
+        indep: list[str] = []
+        for c in idx.consumers[t]:
+            if c in members and all(never(c, d) for d in indep):
+                indep.append(c)
+        prod = idx.producer.get(t)
+        k = len(indep) - (1 if prod in members and any(not never(prod, c) for c in indep) else 0)
+        total += graph.nbytes(t) * max(k, 0)
+    outputs = set(graph.outputs)
+    for u in nodes:
+        for t in idx.node[u].outputs:
+            cons = idx.consumers.get(t, []) if t else []
+            if t and (t in outputs or any(c not in members or never(u, c) for c in cons)):
+                total += graph.nbytes(t)
+    return max(total, cost.group_traffic(graph, list(nodes)))
