@@ -19,6 +19,11 @@ def has_role(graph: Graph, nodes: Iterable[str], role: str) -> bool:
     return any(cost.role(graph, v) == role for v in nodes)
 
 
+#: Largest graph for which :class:`Partition` keeps every op's descendants as a bitset
+#: (quadratic memory: 10,000 ops take about 6 MB).
+REACH_MAX_OPS = 20_000
+
+
 class Partition:
     """A mutable partition of a graph's ops into groups, with the checks every baseline shares.
 
@@ -51,6 +56,7 @@ class Partition:
         self._pred: dict[int, set[int]] = {i: {self.gid[u] for u in graph.index.preds[v]}
                                            for i, v in enumerate(order)}
         self._memos: list[dict[int, object]] = []
+        self._reach: Optional[dict[str, int]] = None
 
     def memo(self) -> dict[int, object]:
         """A per-group cache (group id -> value) that :meth:`merge` clears for the merged groups.
@@ -76,11 +82,16 @@ class Partition:
     def cycle_through(self, gs: Collection[int]) -> Optional[str]:
         """An op on a path that leaves the union of ``gs`` and re-enters it, if any.
 
-        Such a path makes the merged group non-convex (and the quotient graph cyclic). Every
-        edge goes forward in topological order, so a group whose first op comes after the last
-        op of the union cannot lead back into it; the search prunes those.
+        Such a path makes the merged group non-convex (and the quotient graph cyclic). First a
+        path of ops (:meth:`op_path_back`); failing that, a search over the quotient graph,
+        which also finds paths that enter a group at one op and leave it from another it does
+        not reach. Every edge goes forward in topological order, so a group whose first op
+        comes after the last op of the union cannot lead back into it; the search prunes those.
         """
         union = set(gs)
+        via = self.op_path_back(union)
+        if via is not None:
+            return via
         last = max(self.pos[self.members[g][-1]] for g in union)
         succ, first = self._succ, self.first
         stack = [h for g in union for h in succ[g] if h not in union and first[h] < last]
@@ -95,6 +106,39 @@ class Partition:
                     stack.append(k)
         return None
 
+    def op_path_back(self, gs: Collection[int]) -> Optional[str]:
+        """An op outside the union on a path of ops from the union back into it, if any.
+
+        Uses each op's descendants as a bitset over topological positions (computed once per
+        partition, for graphs up to :data:`REACH_MAX_OPS` ops): the union's members as a mask,
+        a path back exists iff some op just outside the union has a descendant inside it.
+        """
+        reach = self._descendants()
+        if reach is None:
+            return None
+        pos, succs = self.pos, self.graph.index.succs
+        members = [v for g in set(gs) for v in self.members[g]]
+        mask = 0
+        for v in members:
+            mask |= 1 << pos[v]
+        for v in members:
+            for w in succs[v]:
+                if not mask >> pos[w] & 1 and reach[w] & mask:
+                    return w
+        return None
+
+    def _descendants(self) -> Optional[dict[str, int]]:
+        if self._reach is None and len(self.pos) <= REACH_MAX_OPS:
+            pos, succs = self.pos, self.graph.index.succs
+            reach: dict[str, int] = {}
+            for v in reversed(self.graph.index.order):
+                r = 0
+                for w in succs[v]:
+                    r |= reach[w] | 1 << pos[w]
+                reach[v] = r
+            self._reach = reach
+        return self._reach
+
     def why_not(self, gs: Collection[int]) -> Optional[str]:
         """Why merging the groups ``gs`` is illegal (fusion rule, capacity, cycle); None if legal."""
         why = cost.group_violation(self.graph, self.nodes(gs), self.hw)
@@ -102,6 +146,10 @@ class Partition:
             return why
         via = self.cycle_through(gs)
         return f"merging would create a cycle through {via!r}" if via else None
+
+    def can_merge(self, gs: Collection[int]) -> bool:
+        """``why_not(gs) is None``, with the cheap test for a path of ops back into the union first."""
+        return self.op_path_back(gs) is None and self.why_not(gs) is None
 
     def merge(self, gs: Collection[int]) -> int:
         """Merge the groups ``gs`` (already checked with :meth:`why_not`); returns the new id."""

@@ -1,6 +1,7 @@
 """XLA's GPU priority fusion + sibling multi-output fusion as a baseline (see :func:`xla`)."""
 from __future__ import annotations
 
+import bisect
 import heapq
 from typing import Optional
 
@@ -157,45 +158,80 @@ def _xla_hero_elements(graph: Graph, nodes: list[str]) -> int:
 def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
     """Sibling multi-output fusion: fuse consumers of a common operand (see :func:`xla`).
 
-    The pass visits the tensors in order, tries every pair of a tensor's consumer groups, and
-    starts over from the first tensor after a tensor where something merged, until a whole pass
-    merges nothing. A tensor whose consumer groups have not changed since it last merged nothing
-    would merge nothing again (merges elsewhere only add paths between groups), so only tensors
-    read by a changed group are revisited: a heap of those, smallest index first, gives exactly
-    the restarting pass's sequence of merges without rescanning every tensor.
+    The pass visits the tensors in order, tries every pair of a tensor's consumer groups (in
+    order of their first op), and starts over from the first tensor after a tensor where
+    something merged, until a whole pass merges nothing.
+
+    Computed without the rescans: a pair refused once is refused again while neither group
+    changes (merges elsewhere only add paths between groups). So only tensors read by a changed
+    group are visited again -- a heap of those, smallest index first, reproduces the restarting
+    pass -- and a visit tries only the pairs with a group that changed since the tensor's last
+    visit (``settled`` records the groups whose pairs were all tried, at their ``version``).
     """
     index = {t: i for i, t in enumerate(graph.tensors)}
     names = list(graph.tensors)
     dirty = [i for i, t in enumerate(names) if len(graph.index.consumers.get(t, [])) > 1]
     pending = set(dirty)
-    hero = part.memo()
+    hero, anchor = part.memo(), part.memo()
+    version: dict[int, int] = {}
+    settled: dict[int, dict[int, int]] = {}
+    merges = 0
 
     def hero_of(g: int) -> int:
         if g not in hero:
             hero[g] = _xla_hero_elements(graph, part.members[g])
         return hero[g]
 
+    def has_anchor(g: int) -> bool:
+        if g not in anchor:
+            anchor[g] = any(cost.role(graph, v) == "anchor" for v in part.members[g])
+        return anchor[g]
+
+    def fusible(a: int, b: int) -> bool:
+        if b in part.succ(a):
+            return False  # connected siblings are not multi-output fused (IsConnected)
+        if has_anchor(a) or has_anchor(b):
+            return False  # library calls are never multi-output fusion roots
+        if hero_of(a) != hero_of(b) or part.op_path_back([a, b]) is not None:
+            return False
+        if _operands_and_outputs(graph, part.nodes([a, b])) > XLA_MAX_OPERANDS_AND_OUTPUTS:
+            return False
+        return part.why_not([a, b]) is None
+
     while dirty:
         i = heapq.heappop(dirty)
         pending.discard(i)
         users = sorted({part.gid[c] for c in graph.index.consumers.get(names[i], [])},
                        key=part.first.__getitem__)
+        start = {g: version.get(g, 0) for g in users}
+        old = settled.get(i, {})
+        fresh = [old.get(g) != start[g] for g in users]
+        fresh_at = [k for k, f in enumerate(fresh) if f]  # sorted positions of fresh groups
         changed = []
         for j, a in enumerate(users):
-            for b in users[j + 1:]:
-                if a not in part.members or b not in part.members or a == b:
+            k = j
+            while a in part.members:
+                if fresh[j]:
+                    k += 1
+                    if k >= len(users):
+                        break
+                else:  # only pairs with a changed group can merge
+                    n = bisect.bisect_right(fresh_at, k)
+                    if n == len(fresh_at):
+                        break
+                    k = fresh_at[n]
+                b = users[k]
+                if b not in part.members or not fusible(a, b):
                     continue
-                if b in part.succ(a):
-                    continue  # connected siblings are not multi-output fused (IsConnected)
-                if any(cost.role(graph, v) == "anchor" for v in part.members[a] + part.members[b]):
-                    continue  # library calls are never multi-output fusion roots
-                if hero_of(a) != hero_of(b):
-                    continue
-                nodes = part.nodes([a, b])
-                if _operands_and_outputs(graph, nodes) > XLA_MAX_OPERANDS_AND_OUTPUTS:
-                    continue
-                if part.why_not([a, b]) is None:
-                    changed.append(part.merge([a, b]))
+                keep = part.merge([a, b])
+                merges += 1
+                version[keep] = merges
+                changed.append(keep)
+                at = j if keep == a else k
+                if not fresh[at]:
+                    fresh[at] = True
+                    bisect.insort(fresh_at, at)
+        settled[i] = {g: start[g] for g in users if g in part.members and version.get(g, 0) == start[g]}
         # Every tensor read by a changed group (this one included) is visited again.
         for k in changed:
             for v in part.members.get(k, ()):
