@@ -40,15 +40,26 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     capacity model, :func:`cost.group_violation`.
     """
     part = Partition(graph, hw)
+    accessed_memo, reduction_memo, extern_memo = part.memo(), part.memo(), part.memo()
+
+    def accessed(g: int) -> set[str]:
+        if g not in accessed_memo:
+            accessed_memo[g] = _accessed(graph, part.members[g])
+        return accessed_memo[g]
 
     def is_reduction(g: int) -> bool:
-        return has_role(graph, part.members[g], "reduction")
+        if g not in reduction_memo:
+            reduction_memo[g] = has_role(graph, part.members[g], "reduction")
+        return reduction_memo[g]
 
     def extern(g: int) -> bool:
-        return any(cost.role(graph, v) == "anchor" for v in part.members[g])
+        if g not in extern_memo:
+            extern_memo[g] = any(cost.role(graph, v) == "anchor" for v in part.members[g])
+        return extern_memo[g]
 
     def shared(a: int, b: int) -> int:
-        common = _accessed(graph, part.members[a]) & _accessed(graph, part.members[b])
+        sa, sb = accessed(a), accessed(b)
+        common = sa & sb if len(sa) <= len(sb) else sb & sa
         return sum(graph.nbytes(t) for t in common)
 
     def can_fuse(a: int, b: int) -> bool:
@@ -62,14 +73,17 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
         before = len(part.members)
         users: dict[str, list[int]] = {}
         for g in sorted(part.members, key=part.first.__getitem__):
-            for t in sorted(_accessed(graph, part.members[g])):
+            for t in sorted(accessed(g)):
                 users.setdefault(t, []).append(g)
         pairs: dict[tuple[int, int], None] = {}
+        tried: set[tuple[int, int]] = set()  # no group changes while the pairs are collected
         for gs in users.values():
             for i, a in enumerate(gs):
                 for b in gs[i + 1:i + 1 + INDUCTOR_PAIRWISE_ATTEMPTS]:
-                    if (a, b) not in pairs and can_fuse(a, b):
-                        pairs[(a, b)] = None
+                    if (a, b) not in tried:
+                        tried.add((a, b))
+                        if can_fuse(a, b):
+                            pairs[(a, b)] = None
 
         def score(pair):
             a, b = pair
