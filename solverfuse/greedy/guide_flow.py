@@ -37,9 +37,15 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
         sum(graph.flops(v) for v in order) / hw.peak(dtype)
     mb = {v: memory_bound(graph, [v], hw) for v in order}
 
+    traffic = part.memo()
+
+    def group_traffic(g: int) -> int:
+        if g not in traffic:
+            traffic[g] = cost.group_traffic(graph, part.members[g])
+        return traffic[g]
+
     def saved(gs: list[int]) -> int:
-        return sum(cost.group_traffic(graph, part.members[g]) for g in gs) - \
-            cost.group_traffic(graph, part.nodes(gs))
+        return sum(group_traffic(g) for g in gs) - cost.group_traffic(graph, part.nodes(gs))
 
     def pairs(kind: str) -> list[tuple[int, int]]:
         out = set()
