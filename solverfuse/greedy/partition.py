@@ -20,7 +20,7 @@ def has_role(graph: Graph, nodes: Iterable[str], role: str) -> bool:
 
 
 #: Largest graph for which :class:`Partition` keeps every op's descendants as a bitset
-#: (quadratic memory: 10,000 ops take about 6 MB).
+#: (quadratic memory: 10,000 ops take about 12 MB).
 REACH_MAX_OPS = 20_000
 
 
@@ -56,7 +56,8 @@ class Partition:
         self._pred: dict[int, set[int]] = {i: {self.gid[u] for u in graph.index.preds[v]}
                                            for i, v in enumerate(order)}
         self._memos: list[dict[int, object]] = []
-        self._reach: Optional[dict[str, int]] = None
+        self._reach: Optional[tuple[dict[str, int], dict[str, int]]] = None
+        self._bits = self.memo()
 
     def memo(self) -> dict[int, object]:
         """A per-group cache (group id -> value) that :meth:`merge` clears for the merged groups.
@@ -107,36 +108,51 @@ class Partition:
         return None
 
     def op_path_back(self, gs: Collection[int]) -> Optional[str]:
-        """An op outside the union on a path of ops from the union back into it, if any.
+        """An op outside the union of ``gs`` on a path of ops from the union back into it, if any.
 
-        Uses each op's descendants as a bitset over topological positions (computed once per
-        partition, for graphs up to :data:`REACH_MAX_OPS` ops): the union's members as a mask,
-        a path back exists iff some op just outside the union has a descendant inside it.
+        Each op's descendants and ancestors are bitsets over topological positions (computed once
+        per partition, for graphs up to :data:`REACH_MAX_OPS` ops; OR-ed per group and memoised):
+        such an op is exactly one that is both a descendant and an ancestor of the union.
         """
-        reach = self._descendants()
-        if reach is None:
+        if self._descendants() is None:
             return None
-        pos, succs = self.pos, self.graph.index.succs
-        members = [v for g in set(gs) for v in self.members[g]]
-        mask = 0
-        for v in members:
-            mask |= 1 << pos[v]
-        for v in members:
-            for w in succs[v]:
-                if not mask >> pos[w] & 1 and reach[w] & mask:
-                    return w
-        return None
+        mask = desc = anc = 0
+        for g in set(gs):
+            m, d, a = self._group_bits(g)
+            mask, desc, anc = mask | m, desc | d, anc | a
+        back = desc & anc & ~mask
+        return self.graph.index.order[(back & -back).bit_length() - 1] if back else None
 
-    def _descendants(self) -> Optional[dict[str, int]]:
+    def _group_bits(self, g: int) -> tuple[int, int, int]:
+        """(members, descendants, ancestors) of group ``g`` as bitsets, memoised until it merges."""
+        hit = self._bits.get(g)
+        if hit is None:
+            desc, anc = self._reach
+            mask = d = a = 0
+            for v in self.members[g]:
+                mask |= 1 << self.pos[v]
+                d |= desc[v]
+                a |= anc[v]
+            hit = self._bits[g] = (mask, d, a)
+        return hit
+
+    def _descendants(self) -> Optional[tuple[dict[str, int], dict[str, int]]]:
+        """Every op's descendants and ancestors as bitsets (None for graphs over the limit)."""
         if self._reach is None and len(self.pos) <= REACH_MAX_OPS:
-            pos, succs = self.pos, self.graph.index.succs
-            reach: dict[str, int] = {}
+            pos, succs, preds = self.pos, self.graph.index.succs, self.graph.index.preds
+            desc: dict[str, int] = {}
             for v in reversed(self.graph.index.order):
                 r = 0
                 for w in succs[v]:
-                    r |= reach[w] | 1 << pos[w]
-                reach[v] = r
-            self._reach = reach
+                    r |= desc[w] | 1 << pos[w]
+                desc[v] = r
+            anc: dict[str, int] = {}
+            for v in self.graph.index.order:
+                r = 0
+                for u in preds[v]:
+                    r |= anc[u] | 1 << pos[u]
+                anc[v] = r
+            self._reach = (desc, anc)
         return self._reach
 
     def why_not(self, gs: Collection[int]) -> Optional[str]:

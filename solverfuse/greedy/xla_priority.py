@@ -60,8 +60,22 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
     part = Partition(graph, hw)
     outputs = set(graph.outputs)
 
+    anchor, reduction, time = part.memo(), part.memo(), part.memo()
+
     def has_anchor(g: int) -> bool:
-        return any(cost.role(graph, v) == "anchor" for v in part.members[g])
+        if g not in anchor:
+            anchor[g] = any(cost.role(graph, v) == "anchor" for v in part.members[g])
+        return anchor[g]
+
+    def has_reduction(g: int) -> bool:
+        if g not in reduction:
+            reduction[g] = has_role(graph, part.members[g], "reduction")
+        return reduction[g]
+
+    def group_time(g: int) -> float:
+        if g not in time:
+            time[g] = cost.group_time(graph, part.members[g], hw1)
+        return time[g]
 
     _library_epilogues(graph, part)
 
@@ -72,14 +86,13 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
             return None
         if has_anchor(p) or any(has_anchor(c) for c in consumers):
             return None  # library calls are not fusible
-        if has_role(graph, members, "reduction") and any(has_role(graph, part.members[c], "reduction") for c in consumers):
+        if has_reduction(p) and any(has_reduction(c) for c in consumers):
             return None
         gs = [p, *consumers]
         nodes = part.nodes(gs)
         if _operands_and_outputs(graph, nodes) > XLA_MAX_OPERANDS_AND_OUTPUTS:
             return None
-        saved = sum(cost.group_time(graph, part.members[g], hw1) for g in gs) - \
-            cost.group_time(graph, nodes, hw1)
+        saved = sum(group_time(g) for g in gs) - cost.group_time(graph, nodes, hw1)
         return (saved, gs) if saved >= 0 else None
 
     # A producer's priority depends on its group and its consumers' groups only, so after a
