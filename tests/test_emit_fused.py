@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -123,7 +124,11 @@ def test_fused_kernels_keep_intermediates_out_of_global_memory():
     src, _ = _source("matmul_softmax")
     assert "one row loop" in src and "malloc" not in src  # the matmul row lives in a stack tile
     src, _ = _source("conv_bn_relu")
-    assert "malloc" not in src and "float T" in src  # conv + bn + relu: a stack row tile
+    # conv + bn + relu: the conv's output block lives in a stack tile that the epilogue reads; the
+    # only kernel-local scratch holds copies of the conv's own global inputs, no intermediate
+    assert "float T" in src
+    assert sorted(re.findall(r"/\* s\d+: kernel-local scratch, ([^*]*) \*/", src)) == [
+        "Conv weights repacked by output-channel block", "zero-padded, stride-phase-split copy of a Conv input"]
     src, _ = _source("centering_with_reduce_and_layout")  # the general path: passes over scratch
     assert "kernel-local scratch" in src and "one row loop" not in src
 
@@ -193,9 +198,12 @@ def test_transformer_blocks_unfused_and_fused(block, cache):
         assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
     if block == "bert_block":
         # Q/K/V projection + head split: the matmul tile is stored through the index maps, and
-        # masked softmax / residual + layer norm run as row loops: no kernel-local scratch at all
+        # masked softmax / residual + layer norm run as row loops: no intermediate in kernel-local
+        # scratch (the only scratch holds padded copies of weight matrices, for the blocked tiles)
         src = render(build_plan(g, HW, fuse_greedily(g), strategy="t"), g)["model.c"]
-        assert "kernel-local scratch" not in src and "mapped store" in src and "one row loop" in src
+        assert set(re.findall(r"/\* s\d+: kernel-local scratch, ([^*]*) \*/", src)) == {
+            "MatMul B padded to whole chunks of columns"}
+        assert "mapped store" in src and "one row loop" in src
 
 
 def test_groups_with_identical_code_share_one_function(cache):

@@ -136,3 +136,21 @@ def test_lrn_against_onnxruntime(cache):
              ("lrn5", "LRN", ["img"], ["o_lrn5"], {"size": 5})]
     g = graph(t, ["img"], ["o_lrn", "o_lrn5"], nodes)
     check(g, unfused(g), cache, engine="onnxruntime")
+
+
+@pytest.mark.parametrize("shape,kernel,attrs", [
+    ((1, 16, 12, 12), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),                      # stride 1, padded
+    ((2, 8, 9, 14), (8, 8, 1, 1), {}),                                             # 1x1, batch 2
+    ((1, 4, 13, 15), (8, 4, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),      # stride 2, odd sizes
+    ((1, 3, 40, 44), (16, 3, 5, 5), {"strides": [2, 1], "pads": [2, 2, 2, 2], "dilations": [1, 2]}),
+    ((1, 6, 70, 64), (4, 6, 3, 3), {"pads": [1, 1, 1, 1]}),                         # several bands of rows
+    ((2, 6, 10, 10), (12, 2, 3, 3), {"group": 3, "pads": [1, 1, 1, 1]}),             # grouped: 4 out/group
+])
+def test_register_blocked_conv_with_epilogue(shape, kernel, attrs, cache):
+    """Convs that take the register-blocked tile (output channels divisible by 2): bias, a fused
+    ReLU epilogue, strides, dilations, asymmetric pads, planes split into bands, vs reference."""
+    t = {"x": shape, "w": {"shape": list(kernel), "constant": True}, "bb": {"shape": [kernel[0]], "constant": True}}
+    g = graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w", "bb"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
+    plan, _, _ = check(g, [["c", "r"]], cache, rtol=1e-4, atol=1e-5)
+    from solverfuse.emit.c import render
+    assert "stride-phase-split copy of a Conv input" in render(plan, g)["model.c"]  # the blocked tile ran

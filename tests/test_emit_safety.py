@@ -53,7 +53,7 @@ def test_hostile_names_compile_strict_and_run(cache):
     check(g, fuse_greedily(g), cache)
 
 
-@pytest.mark.parametrize("which", ["hostile", "attention", "layernorm_gelu", "ops"])
+@pytest.mark.parametrize("which", ["hostile", "attention", "layernorm_gelu", "ops", "blocked_conv"])
 def test_sanitizers_find_nothing(which, cache):
     if which == "hostile":
         g = hostile_graph()
@@ -64,6 +64,15 @@ def test_sanitizers_find_nothing(which, cache):
                    ("mp", "MaxPool", ["img"], ["p"], {"kernel_shape": [2, 3], "pads": [1, 1, 1, 1], "ceil_mode": 1,
                                                       "strides": [2, 2]}),
                    ("ga", "Gather", ["img", "i"], ["g"], {"axis": 2})])
+    elif which == "blocked_conv":
+        # register-blocked conv tiles: padded phase-split copy, bands of rows whose last chunk
+        # runs past the plane into the copy's slack (stride 1 and 2, dilation, bias + relu)
+        t = {"x": [1, 3, 11, 13], "w": {"shape": [8, 3, 3, 3], "constant": True},
+             "v": {"shape": [4, 3, 3, 2], "constant": True}, "bb": {"shape": [8], "constant": True}}
+        g = graph(t, ["x"], ["y", "z"],
+                  [("c", "Conv", ["x", "w", "bb"], ["h"], {"pads": [1, 2, 1, 0], "dilations": [1, 2]}),
+                   ("r", "Relu", ["h"], ["y"]),
+                   ("c2", "Conv", ["x", "v"], ["z"], {"strides": [2, 3], "pads": [0, 1, 2, 1]})])
     else:
         g = load_graph(EXAMPLES / f"{which}.json")
     for groups in (unfused(g), fuse_greedily(g)):

@@ -11,6 +11,8 @@ loops, used when a pass runs over the anchor's own shape -- the fused-epilogue c
 """
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import EmitError
@@ -268,6 +270,204 @@ def tile_conv(k, t, outer, d=1):
 
 
 TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv}
+
+#: Output positions per register-blocked chunk (two 16-lane vectors of accumulators per channel;
+#: measured: 16 makes GCC 12 keep the accumulators in memory, 10x slower).
+CHUNK = 32
+
+
+@dataclass(frozen=True)
+class ConvBlocking:
+    """How a register-blocked Conv tile is laid out (see :func:`conv_blocking`)."""
+    mb: int       # output channels per tile (accumulators kept in registers for each)
+    rows: int     # output rows per tile (a band; the tile loop runs over bands)
+    hq: int       # rows of one phase plane of the input copy
+    wq: int       # its width = the tile's row pitch (>= output width: junk columns are dropped)
+    chunk: int    # output positions per accumulator chunk
+
+
+def conv_blocking(k, node):
+    """The register-blocked Conv tile for this node, or None (then the plain tile is used).
+
+    The plain tile accumulates one output channel's plane in memory: every multiply-add loads
+    and stores the tile. The blocked tile keeps ``mb`` output channels x ``chunk`` output positions
+    of accumulators in registers through the whole (input channel, tap) loop, so each input value
+    loaded feeds ``mb`` multiply-adds. The input is first copied zero-padded and split into its
+    stride phases (plane (ph, pw) holds padded rows ph, ph+s0, ... and columns pw, pw+s1, ...): a
+    tap then reads one phase plane at stride 1, so a band of output rows is one contiguous run of
+    positions with row pitch ``wq`` (the few columns past the output width are computed and
+    dropped) and every chunk is a contiguous vector load -- no bounds checks, no strided loads.
+    Only 2-D float convolutions whose output channels per group are even; instrumented builds keep
+    the plain tile (the counters then see the reads the cost model describes, not the copy)."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    if k.counters or len(kernel) != 2 or k.ct(node.outputs[0]) != "float":
+        return None
+    mb = next((b for b in (8, 4, 2) if (out[1] // group) % b == 0), None)  # a block stays in one group
+    if mb is None:
+        return None
+    hp, wp = (max(pb[e] + x[2 + e], (out[2 + e] - 1) * st[e] + (kernel[e] - 1) * dil[e] + 1) for e in range(2))
+    hq, wq = -(-hp // st[0]), -(-wp // st[1])
+    rows = max(r for r in range(1, out[2] + 1) if out[2] % r == 0
+               and (mb * _round_up(r * wq, CHUNK) <= MAX_TILE or r == 1))
+    return ConvBlocking(mb, rows, hq, wq, CHUNK)
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
+    """Offset of tap (r0, r1) from the channel's start: its phase plane, then row and column."""
+    a, b = r0 * dil[0], r1 * dil[1]
+    return ((a % st[0]) * st[1] + b % st[1]) * blk.hq * blk.wq + (a // st[0]) * blk.wq + b // st[1]
+
+
+def conv_input_view(k, node, blk: ConvBlocking) -> str:
+    """Before the tile loops: the zero-padded, phase-split copy of the Conv input in kernel-local
+    scratch (``[N][C][s0][s1][hq][wq]``), with zeroed slack after it for the last band's chunk,
+    which runs past the last plane."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    xt, ct = node.inputs[0], k.ct(node.inputs[0])
+    dims = (x[0], x[1], st[0], st[1], blk.hq, blk.wq)
+    size = numel(dims)
+    taps = max(_tap_offset(blk, st, dil, r0, r1) for r0 in range(kernel[0]) for r1 in range(kernel[1]))
+    last = (out[2] - blk.rows) * blk.wq + _round_up(blk.rows * blk.wq, blk.chunk) - 1 + taps
+    slack = max(0, last + 1 - numel(dims[2:]))
+    arr = k.alloc(ct, size + slack, "zero-padded, stride-phase-split copy of a Conv input")
+    if slack:
+        k.line(f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;")
+    with k.loops(dims, parallel=True) as (n, c, ph, pw, i, j):
+        v = k.fresh("v")
+        k.line(f"{ct} {v} = 0;")
+        ii = k.index(" + ".join(t for t in (f"{i}*{st[0]}" if st[0] > 1 else i, ph, f"{-pb[0]}" if pb[0] else "") if t and t != "0") or "0")
+        jj = k.index(" + ".join(t for t in (f"{j}*{st[1]}" if st[1] > 1 else j, pw, f"{-pb[1]}" if pb[1] else "") if t and t != "0") or "0")
+        with k.block(f"if ({ii} >= 0 && {ii} < {x[2]} && {jj} >= 0 && {jj} < {x[3]})"):
+            k.line(f"{v} = {k.value(xt, (n, c, ii, jj))};")
+        k.line(f"{arr}[{_linear(dims, (n, c, ph, pw, i, j))}] = {v};")
+    return arr
+
+
+def conv_weight_view(k, node, blk: ConvBlocking) -> str:
+    """Before the tile loops: the Conv weights repacked in kernel-local scratch as
+    ``[M/mb][C][taps][mb]``, so the mb weights a tile step multiplies are one cache line (read
+    in place, rows of C*taps floats apart -- 4 KiB for C=1024 -- they fall into one L1 set and
+    evict each other: measured 10x slower on ResNet-50's last stage)."""
+    w, ct = node.inputs[1], k.ct(node.inputs[1])
+    ws = k.shape(w)
+    dims = (ws[0] // blk.mb, ws[1], ws[2], ws[3], blk.mb)
+    arr = k.alloc(ct, numel(ws), "Conv weights repacked by output-channel block")
+    with k.loops(dims, parallel=True) as (mi, c, r0, r1, a):
+        m = k.index(" + ".join(t for t in (f"{mi}*{blk.mb}" if mi != "0" else "", a if a != "0" else "") if t) or "0")
+        k.line(f"{arr}[{_linear(dims, (mi, c, r0, r1, a))}] = {k.value(w, (m, c, r0, r1))};")
+    return arr
+
+
+def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi: str) -> str:
+    """Output channels m0..m0+mb-1 x output rows r0..r0+rows-1 of Conv output at batch ``n`` into
+    a stack array ``T[mb][rows * wq]`` (row r of channel a at ``T[a] + r*wq``); its name."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    span = _round_up(blk.rows * blk.wq, blk.chunk)
+    ct, mb, chunk = k.ct(node.outputs[0]), blk.mb, blk.chunk
+    arr, q, a, e, c, acc = (k.fresh(p) for p in ("T", "q", "a", "e", "c", "acc"))
+    taps = kernel[0] * kernel[1]
+    cplane = st[0] * st[1] * blk.hq * blk.wq
+    k.line(f"{ct} {arr}[{mb}][{span}];")
+    with k.block(f"for (long {q} = 0; {q} < {span}; {q} += {chunk})"):
+        k.line(f"{ct} {acc}[{mb}][{chunk}];")
+        k.line(f"for (int {a} = 0; {a} < {mb}; {a}++) for (int {e} = 0; {e} < {chunk}; {e}++) {acc}[{a}][{e}] = 0;")
+        goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
+        plane = f"({n}*{x[1]} + {goff}{c})*{cplane}" if n != "0" else f"({goff}{c})*{cplane}"
+        row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
+        offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
+        tap, off = k.fresh("tap"), k.fresh("off")
+        if taps > 1:
+            k.line(f"static const long {off}[{taps}] = {{{', '.join(map(str, offs))}}};")
+        # input channels of the block's group (all of them when ungrouped)
+        with k.block(f"for (long {c} = 0; {c} < {w[1]}; {c}++)"):
+            xb = k.fresh("xb")
+            k.line(f"const {ct} *{xb} = {src} + {plane}{row0} + {q};")
+            with k.block(f"for (long {tap} = 0; {tap} < {taps}; {tap}++)") if taps > 1 else _nothing():
+                xt = f"{xb}[{off}[{tap}] + {e}]" if taps > 1 else f"{xb}[{e}]"
+                tp = f" + {tap}*{mb}" if taps > 1 else ""
+                wrow = f"{mi}*{w[1] * taps * mb} + " if mi != "0" else ""
+                # unrolled over the block's channels: constant accumulator addresses, which
+                # the compiler keeps in vector registers across the whole channel loop
+                for ai in range(mb):
+                    wv = f"{wsrc}[{wrow}{c}*{taps * mb}{tp} + {ai}]"
+                    k.line(f"for (int {e} = 0; {e} < {chunk}; {e}++) {acc}[{ai}][{e}] += {wv} * {xt};")
+        with k.block(f"for (int {a} = 0; {a} < {mb}; {a}++)"):
+            bias = "0"
+            if len(node.inputs) > 2 and node.inputs[2]:
+                bias = k.value(node.inputs[2], (k.index(f"{m0} + {a}"),))
+            k.line(f"for (int {e} = 0; {e} < {chunk}; {e}++) {arr}[{a}][{q} + {e}] = {acc}[{a}][{e}] + {bias};")
+    return arr
+
+
+def matmul_blocking(k, node):
+    """``mb`` rows of a MatMul output per register-blocked tile, or None (the plain row tile).
+    For A [..., M, K] x a 2-D B [K, N] in float (weights: the common case of linear layers),
+    M divisible by 2, not instrumented: like :func:`conv_blocking`, ``mb`` output rows x CHUNK
+    columns of accumulators stay in registers through the K loop."""
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    if k.counters or len(a) < 2 or len(b) != 2 or k.ct(node.outputs[0]) != "float" \
+            or k.ct(node.inputs[0]) != "float" or b[1] < 8:
+        return None
+    return next((m for m in (8, 4, 2) if a[-2] % m == 0), None)
+
+
+def matmul_b_view(k, node) -> str:
+    """Before the tile loops: B copied to ``[K][N rounded up to CHUNK]`` (zero columns after N),
+    so every chunk of columns is a full vector load."""
+    bt = node.inputs[1]
+    kk, n = k.shape(bt)
+    n2 = _round_up(n, CHUNK)
+    arr = k.alloc(k.ct(bt), kk * n2, "MatMul B padded to whole chunks of columns")
+    with k.loops((kk, n2), parallel=True) as (r, j):
+        v = k.fresh("v")
+        k.line(f"float {v} = 0;")
+        with k.block(f"if ({j} < {n})"):
+            k.line(f"{v} = {k.value(bt, (r, j))};")
+        k.line(f"{arr}[{_linear((kk, n2), (r, j))}] = {v};")
+    return arr
+
+
+def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
+    """Rows i0..i0+mb-1 of MatMul output at ``batch`` into ``T[mb][N rounded up]``; its name.
+    The block of A is first transposed into a stack array (its mb rows read in place are K
+    floats apart: for K a multiple of 1024 they share one L1 set)."""
+    at = node.inputs[0]
+    a, b = k.shape(at), k.shape(node.inputs[1])
+    kk, n = b
+    n2 = _round_up(n, CHUNK)
+    out = k.shape(node.outputs[0])
+    arr, ap, q, r, e, acc, i = (k.fresh(p) for p in ("T", "A", "q", "r", "e", "acc", "a"))
+    k.line(f"float {arr}[{mb}][{n2}];")
+    if mb * kk <= MAX_TILE:
+        k.line(f"float {ap}[{kk}][{mb}];")
+        with k.block(f"for (long {r} = 0; {r} < {kk}; {r}++)"):
+            for ai in range(mb):
+                row = k.index(f"{i0} + {ai}") if i0 != "0" else str(ai)
+                k.line(f"{ap}[{r}][{ai}] = {k.value(at, bmap(batch, out[:-2], a[:-2]) + (row, r))};")
+        aval = lambda ai: f"{ap}[{r}][{ai}]"
+    else:
+        base = k.index(_linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0")))
+        src = k.ptr(at, "r")
+        aval = lambda ai: f"{src}[{base} + {ai * kk} + {r}]"
+    with k.block(f"for (long {q} = 0; {q} < {n2}; {q} += {CHUNK})"):
+        k.line(f"float {acc}[{mb}][{CHUNK}];")
+        k.line(f"for (int {i} = 0; {i} < {mb}; {i}++) for (int {e} = 0; {e} < {CHUNK}; {e}++) {acc}[{i}][{e}] = 0;")
+        with k.block(f"for (long {r} = 0; {r} < {kk}; {r}++)"):
+            br = k.fresh("br")
+            k.line(f"const float *{br} = {bsrc} + {r}*{n2} + {q};")
+            for ai in range(mb):
+                k.line(f"for (int {e} = 0; {e} < {CHUNK}; {e}++) {acc}[{ai}][{e}] += {aval(ai)} * {br}[{e}];")
+        k.line(f"for (int {i} = 0; {i} < {mb}; {i}++) for (int {e} = 0; {e} < {CHUNK}; {e}++) {arr}[{i}][{q} + {e}] = {acc}[{i}][{e}];")
+    return arr
 
 
 # ---- windows and gather, per element

@@ -188,12 +188,56 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
         return
     (t,) = tiled
     node = k.graph.index.node[k.graph.index.producer[t]]
+    blocking = anchors.conv_blocking(k, node) if node.op == "Conv" else None
+    if blocking is not None:
+        return _emit_conv_blocked(k, t, node, shape, blocking, body)
+    mb = anchors.matmul_blocking(k, node) if node.op == "MatMul" else None
+    if mb is not None:
+        return _emit_matmul_blocked(k, t, node, shape, mb, body)
     d = anchors.tile_rank(k, node)
     with k.loops(shape[:-d], parallel=True) as outer:
         anchors.TILES[node.op](k, t, outer, d)
         with k.loops(shape[-d:]) as inner:
             body(tuple(outer) + tuple(inner))
     del k.tiles[t]
+
+
+def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body) -> None:
+    """A pass over a Conv output with the register-blocked tile: loops over (batch, block of mb
+    output channels, band of output rows), the tile, then per channel and row of the tile the
+    epilogue's loop over the row (read as ``(T[a] + r*wq)[j]``)."""
+    view = anchors.conv_input_view(k, node, blk)
+    weights = anchors.conv_weight_view(k, node, blk)
+    bands = shape[2] // blk.rows
+    with k.loops((shape[0], shape[1] // blk.mb, bands), parallel=True) as (n, mi, band):
+        m0 = k.index(f"{mi}*{blk.mb}") if mi != "0" else "0"
+        r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
+        arr = anchors.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi)
+        with k.loops((blk.mb, blk.rows)) as (a, r):
+            m = a if m0 == "0" else k.index(f"{m0} + {a}")
+            oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
+            prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
+            k.tiles[t] = (prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
+            with k.loops(shape[3:]) as (j,):
+                body((n, m, oh, j))
+            del k.tiles[t]
+
+
+def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body) -> None:
+    """A pass over a MatMul output with the register-blocked tile: loops over (batch..., block
+    of mb rows), the tile, then per row of the block the epilogue's loop over the row."""
+    bsrc = anchors.matmul_b_view(k, node)
+    with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as outer:
+        batch, mi = tuple(outer[:-1]), outer[-1]
+        i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
+        arr = anchors.tile_matmul_blocked(k, node, batch, i0, bsrc, mb)
+        with k.loops((mb,)) as (a,):
+            i = a if i0 == "0" else k.index(f"{i0} + {a}")
+            prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))
+            k.tiles[t] = (prefix, f"{arr}[{a}]", 1)
+            with k.loops(shape[-1:]) as (j,):
+                body(batch + (i, j))
+            del k.tiles[t]
 
 
 def _row_fusable(k: Kernel) -> Optional[tuple]:
