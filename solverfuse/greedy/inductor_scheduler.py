@@ -62,12 +62,21 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
         common = sa & sb if len(sa) <= len(sb) else sb & sa
         return sum(graph.nbytes(t) for t in common)
 
+    fusible: dict[tuple[int, int], tuple[int, int, bool]] = {}
+
     def can_fuse(a: int, b: int) -> bool:
         if a == b or extern(a) or extern(b):
             return False
         if len(part.members[a]) + len(part.members[b]) > INDUCTOR_MAX_FUSION_SIZE:
             return False
-        return shared(a, b) >= 1 and cost.group_violation(graph, part.nodes([a, b]), hw) is None
+        # The answer depends on the two groups only: kept until either changes (most pairs
+        # are asked again, unchanged, in every round).
+        va, vb = part.version.get(a, 0), part.version.get(b, 0)
+        hit = fusible.get((a, b))
+        if hit is None or hit[0] != va or hit[1] != vb:
+            ok = shared(a, b) >= 1 and cost.group_violation(graph, part.nodes([a, b]), hw) is None
+            hit = fusible[(a, b)] = (va, vb, ok)
+        return hit[2]
 
     for _ in range(INDUCTOR_ROUNDS):
         before = len(part.members)

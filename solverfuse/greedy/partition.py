@@ -56,6 +56,9 @@ class Partition:
         self._pred: dict[int, set[int]] = {i: {self.gid[u] for u in graph.index.preds[v]}
                                            for i, v in enumerate(order)}
         self._memos: list[dict[int, object]] = []
+        #: Bumped for the surviving id at each merge: a group is unchanged while (id, version) is.
+        self.version: dict[int, int] = {}
+        self._merges = 0
         self._reach: Optional[tuple[dict[str, int], dict[str, int]]] = None
         self._bits = self.memo()
 
@@ -191,6 +194,8 @@ class Partition:
             self.gid[v] = keep
         self.members[keep] = nodes
         self.first[keep] = self.pos[nodes[0]]
+        self._merges += 1
+        self.version[keep] = self._merges
         return keep
 
     def groups(self) -> list[list[str]]:

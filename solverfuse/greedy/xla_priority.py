@@ -186,9 +186,8 @@ def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
     dirty = [i for i, t in enumerate(names) if len(graph.index.consumers.get(t, [])) > 1]
     pending = set(dirty)
     hero, anchor = part.memo(), part.memo()
-    version: dict[int, int] = {}
+    version = part.version
     settled: dict[int, dict[int, int]] = {}
-    merges = 0
 
     def hero_of(g: int) -> int:
         if g not in hero:
@@ -237,8 +236,6 @@ def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
                 if b not in part.members or not fusible(a, b):
                     continue
                 keep = part.merge([a, b])
-                merges += 1
-                version[keep] = merges
                 changed.append(keep)
                 at = j if keep == a else k
                 if not fresh[at]:
