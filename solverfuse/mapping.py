@@ -98,8 +98,16 @@ def op_footprint(graph: Graph, node: str, hw: Hardware) -> Footprint:
 def group_footprint(graph: Graph, nodes: Iterable[str], hw: Hardware) -> Footprint:
     """Registers (including the kernel's base registers) and L1 bytes of a group's kernel."""
     regs, l1 = hw.kernel_base_registers, 0
+    # Per-op footprints are cached on the graph for the last profile used (the entry holds
+    # the profile itself, so `is` identifies it): planners ask for many overlapping groups.
+    hit = graph.__dict__.get("_op_footprints")
+    if hit is None or hit[0] is not hw or hit[1] is not graph.nodes:
+        hit = graph.__dict__["_op_footprints"] = (hw, graph.nodes, {})
+    known = hit[2]
     for v in nodes:
-        fp = op_footprint(graph, v, hw)
+        fp = known.get(v)
+        if fp is None:
+            fp = known[v] = op_footprint(graph, v, hw)
         regs += fp.registers
         l1 += fp.l1_bytes
     return Footprint(regs, l1)
