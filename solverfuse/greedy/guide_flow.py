@@ -37,34 +37,51 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
         sum(graph.flops(v) for v in order) / hw.peak(dtype)
     mb = {v: memory_bound(graph, [v], hw) for v in order}
 
-    traffic = part.memo()
+    traffic, reads, all_mb, any_mb = part.memo(), part.memo(), part.memo(), part.memo()
 
     def group_traffic(g: int) -> int:
         if g not in traffic:
             traffic[g] = cost.group_traffic(graph, part.members[g])
         return traffic[g]
 
-    def saved(gs: list[int]) -> int:
-        return sum(group_traffic(g) for g in gs) - cost.group_traffic(graph, part.nodes(gs))
+    def group_reads(g: int) -> list[str]:
+        if g not in reads:
+            reads[g] = cost.group_reads(graph, part.members[g])
+        return reads[g]
+
+    def memory_bound_ops(g: int, every: bool) -> bool:
+        memo = all_mb if every else any_mb
+        if g not in memo:
+            memo[g] = (all if every else any)(mb[v] for v in part.members[g])
+        return memo[g]
+
+    def saved(a: int, b: int) -> int:
+        if b not in part.succ(a) and a not in part.succ(b):
+            # No tensor passes between the groups, so (by cost.group_traffic's definition) the
+            # merged group reads the union of their reads and writes what each wrote: the saving
+            # is the shared reads, counted once instead of twice.
+            ra, rb = set(group_reads(a)), group_reads(b)
+            return sum(graph.nbytes(t) for t in rb if t in ra)
+        return group_traffic(a) + group_traffic(b) - cost.group_traffic(graph, part.nodes([a, b]))
 
     def pairs(kind: str) -> list[tuple[int, int]]:
         out = set()
         for g in part.members:
             if kind == "vertical":
                 for h in part.succ(g):
-                    if any(mb[v] for v in part.members[g] + part.members[h]):
+                    if memory_bound_ops(g, False) or memory_bound_ops(h, False):
                         out.add((g, h))
-            else:
-                readers: dict[str, list[int]] = {}
-                for t in cost.group_reads(graph, part.members[g]):
-                    readers.setdefault(t, [])
-                for t in readers:
+            elif memory_bound_ops(g, True):
+                for t in group_reads(g):
                     for c in graph.index.consumers.get(t, []):
                         h = part.gid[c]
-                        if h != g and all(mb[v] for v in part.members[g] + part.members[h]):
+                        if h != g and memory_bound_ops(h, True):
                             out.add((min(g, h), max(g, h)))
-        return sorted(out, key=lambda p: (-saved(list(p)), part.first[p[0]], part.first[p[1]]))
+        return sorted(out, key=lambda p: (-saved(*p), part.first[p[0]], part.first[p[1]]))
 
+    # A pair refused stays refused while neither group changes (merges elsewhere only add paths
+    # between groups): (group, version) pairs already refused are not tried again.
+    refused: set[tuple[int, int, int, int]] = set()
     kinds = ["vertical", "horizontal"] if bandwidth_bound else ["horizontal", "vertical"]
     progress = True
     while progress:
@@ -72,12 +89,19 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
         for kind in kinds:
             # Pairs name groups by their first op, resolved to the current group when tried.
             for va, vb in [(part.members[a][0], part.members[b][0]) for a, b in pairs(kind)]:
-                a, b = part.gid[va], part.gid[vb]
-                if a == b or saved([a, b]) <= 0:
+                a, b = sorted((part.gid[va], part.gid[vb]))
+                if a == b:
                     continue
-                if group_footprint(graph, part.nodes([a, b]), hw).registers > hw.register_budget:
-                    continue  # the guide's first gate: the register budget
-                if part.why_not([a, b]) is None:
-                    part.merge([a, b])
-                    progress = True
+                key = (a, part.version.get(a, 0), b, part.version.get(b, 0))
+                if key in refused:
+                    continue
+                # The guide's tests in a cheap-first order (all must pass; none has effects):
+                # a saving, the register budget (its first gate), rules + L1, no cycle.
+                if part.op_path_back([a, b]) is not None or saved(a, b) <= 0 or \
+                        group_footprint(graph, part.nodes([a, b]), hw).registers > hw.register_budget or \
+                        part.why_not([a, b]) is not None:
+                    refused.add(key)
+                    continue
+                part.merge([a, b])
+                progress = True
     return part.groups()
