@@ -214,3 +214,20 @@ def test_groups_with_identical_code_share_one_function(cache):
     src = render(build_plan(g, HW, groups, strategy="t"), g)["model.c"]
     assert src.count("static int k") == 1 and "the same code as k0" in src
     check(g, groups, cache)  # each call still gets its own buffers
+
+
+def test_conv_read_through_a_channel_shuffle_is_materialised_once(cache):
+    """ShuffleNet's conv + relu + channel shuffle in one group: the shuffle reads the conv output
+    at other channels than the pass's own, outside any tile -- so the conv is computed once into
+    kernel-local scratch (by the blocked tile) instead of once per element, and matches the reference."""
+    t = {"x": [1, 4, 6, 6], "w": {"shape": [8, 4, 1, 1], "constant": True},
+         "s1": {"shape": [5], "dtype": "int64", "constant": True, "value": [1, 2, 4, 6, 6]},
+         "s2": {"shape": [4], "dtype": "int64", "constant": True, "value": [1, 8, 6, 6]}}
+    g = graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w"], ["h"]), ("r", "Relu", ["h"], ["a"]),
+                                ("r1", "Reshape", ["a", "s1"], ["b"]),
+                                ("tr", "Transpose", ["b"], ["d"], {"perm": [0, 2, 1, 3, 4]}),
+                                ("r2", "Reshape", ["d", "s2"], ["y"])])
+    plan, _, _ = check(g, [["c", "r", "r1", "tr", "r2"]], cache)
+    src = render(plan, g)["model.c"]
+    assert "output of an anchor/window op needed by several passes" in src
+    assert src.count("for (long c") == 1 and "stride-phase-split copy" in src  # one conv loop nest: the blocked tile

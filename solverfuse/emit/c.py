@@ -187,6 +187,15 @@ def attr_str(v, default: str) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+class UntiledRead(Exception):
+    """An anchor's output was read at an index outside its current tile (e.g. through a channel
+    shuffle): the schedule materialises that anchor instead of recomputing it per element."""
+
+    def __init__(self, node: str):
+        super().__init__(node)
+        self.node = node
+
+
 class Kernel:
     """The C function of one group: buffers, loops, scalar temporaries with CSE, scratch."""
 
@@ -312,8 +321,13 @@ class Kernel:
         if key in self.cache:
             return self.cache[key]
         tile = self.tiles.get(tensor)
-        if tile is not None and idx[:-tile[2]] == tile[0]:
-            return f"{tile[1]}[{linear(self.shape(tensor)[-tile[2]:], idx[-tile[2]:])}]"
+        if tile is not None:
+            if idx[:-tile[2]] == tile[0]:
+                return f"{tile[1]}[{linear(self.shape(tensor)[-tile[2]:], idx[-tile[2]:])}]"
+            producer = self.graph.index.producer.get(tensor)
+            if producer in self.members and tensor not in self.scratch \
+                    and self.graph.index.node[producer].op in ("Conv", "MatMul", "Gemm"):
+                raise UntiledRead(producer)  # else it would be recomputed per element
         ct = self.ct(tensor)
         producer = self.graph.index.producer.get(tensor)
         if tensor in self.scratch:

@@ -24,7 +24,7 @@ from ..errors import EmitError
 from ..ops import OPS, numel
 from . import anchors, kernels
 from .anchors import MAX_TILE
-from .c import Kernel, _assemble, ctype, linear, strides
+from .c import Kernel, UntiledRead, _assemble, ctype, linear, strides
 
 MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                     "ReduceSumSquare", "GlobalAveragePool", "GlobalMaxPool"}
@@ -303,8 +303,22 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
 
 
 def render_kernel(k: Kernel) -> str:
-    """The C function ``k<gid>`` of one group."""
+    """The C function ``k<gid>`` of one group. An anchor whose output some op reads outside the
+    anchor's tile (an index map between them) is materialised and the kernel rendered again."""
+    forced: set = set()
+    while True:
+        try:
+            return _render_kernel(k, forced)
+        except UntiledRead as e:
+            if e.node in forced:
+                raise EmitError(f"node {e.node!r}: internal error, tile read outside its tile") from None
+            forced.add(e.node)
+            k.__init__(k.graph, k.nodes, k.gid, k.buffers, counters=k.counters, threads=k.threads)
+
+
+def _render_kernel(k: Kernel, forced: set) -> str:
     g = k.graph
+    k.materialised |= forced
     for v in k.nodes:
         op = g.index.node[v].op
         if op not in OPS or op not in kernels.SUPPORTED:
@@ -312,7 +326,7 @@ def render_kernel(k: Kernel) -> str:
         for t in g.index.node[v].inputs + g.index.node[v].outputs:
             if t:
                 ctype(g, t)
-    rows = _row_fusable(k)
+    rows = _row_fusable(k) if not forced else None
     if rows is not None:
         _emit_rows(k, rows)
         return _assemble(k)
