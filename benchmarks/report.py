@@ -201,9 +201,11 @@ def _plot_quality(rows: list[dict], strategies: list[str], path: Path) -> None:
                label="Q_min", zorder=3)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks([j + len(series) * width / 2 for j in range(len(good))])
-    ax.set_xticklabels([r["graph"].split(" (")[0] for r in good], rotation=30, ha="right", fontsize=8)
+    ax.set_xticklabels([r["graph"].split(" (")[0] + ("" if r["optimal"].get("status") == "optimal" else " *")
+                        for r in good], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("traffic / optimal traffic")
-    ax.set_title("Plan traffic relative to the optimal plan (lower is better; optimal = 1)")
+    ax.set_title("Plan traffic relative to the optimal plan (lower is better; optimal = 1; "
+                 "* = best found, optimality not proven)")
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -365,7 +367,7 @@ def _plot_bandwidth(rt: dict, triad: Optional[float], path: Path) -> None:
     motifs = [m for m in rt["motifs"] if m.get("variants", {}).get("optimal", {}).get("gbs")]
     if not motifs:
         return
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(10.5, 4.2))
     ax.bar(range(len(motifs)), [m["variants"]["optimal"]["gbs"] for m in motifs], color="tab:green",
            label="optimal plan (predicted bytes / time)")
     unf = [m["variants"].get("unfused", {}).get("gbs", 0) for m in motifs]
@@ -382,7 +384,7 @@ def _plot_bandwidth(rt: dict, triad: Optional[float], path: Path) -> None:
     ax.set_xticklabels([m["graph"] for m in motifs], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("GB/s")
     ax.set_title("Achieved bandwidth of the emitted C")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
