@@ -30,7 +30,7 @@ def _fmt_bin(b: Optional[float]) -> str:
         return "—"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if b >= size:
-            return f"{b / size:g} {unit}"
+            return f"{b / size:.1f} {unit}".replace(".0 ", " ")
     return f"{int(b)} B"
 
 
