@@ -195,11 +195,23 @@ def tile_gemm(k, t, outer, d=1):
     arr, ct, n = _tile_open(k, t)
     i = outer[0]
     kk, j = k.fresh("k"), k.fresh("j")
-    ia, ib = _gemm_idx(node, i, j, kk)
-    with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
-        av = k.value(node.inputs[0], ia)
+    at = node.attributes
+    if at.get("transB", 0) and not at.get("transA", 0):
+        # B is [N, K] (a linear layer's weights): a contiguous dot product per output column
+        # (the axpy form below would stride through B by K floats per element)
         with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
-            k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], ib)};")
+            acc = k.fresh("acc")
+            k.line(f"{ct} {acc} = 0;")
+            with k.loops([_gemm_k(k, node)], simd=f"reduction(+:{acc})") as (r,):
+                ia, ib = _gemm_idx(node, i, j, r)
+                k.line(f"{acc} += {k.value(node.inputs[0], ia)} * {k.value(node.inputs[1], ib)};")
+            k.line(f"{arr}[{j}] = {acc};")
+    else:
+        ia, ib = _gemm_idx(node, i, j, kk)
+        with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
+            av = k.value(node.inputs[0], ia)
+            with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+                k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], ib)};")
     with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
         k.line(f"{arr}[{j}] = {_gemm_epilogue(k, node, f'{arr}[{j}]', i, j)};")
     _tile_done(k, t, outer, arr)
