@@ -44,9 +44,9 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
             traffic[g] = cost.group_traffic(graph, part.members[g])
         return traffic[g]
 
-    def group_reads(g: int) -> list[str]:
+    def group_reads(g: int) -> dict[str, None]:
         if g not in reads:
-            reads[g] = cost.group_reads(graph, part.members[g])
+            reads[g] = dict.fromkeys(cost.group_reads(graph, part.members[g]))
         return reads[g]
 
     def memory_bound_ops(g: int, every: bool) -> bool:
@@ -55,14 +55,32 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
             memo[g] = (all if every else any)(mb[v] for v in part.members[g])
         return memo[g]
 
+    nbytes: dict[str, int] = {}
+    savings: dict[tuple[int, int], tuple[int, int, int]] = {}
+
     def saved(a: int, b: int) -> int:
+        """Bytes saved by merging groups a < b (kept until either changes)."""
+        va, vb = part.version.get(a, 0), part.version.get(b, 0)
+        hit = savings.get((a, b))
+        if hit is not None and hit[0] == va and hit[1] == vb:
+            return hit[2]
         if b not in part.succ(a) and a not in part.succ(b):
             # No tensor passes between the groups, so (by cost.group_traffic's definition) the
             # merged group reads the union of their reads and writes what each wrote: the saving
             # is the shared reads, counted once instead of twice.
-            ra, rb = set(group_reads(a)), group_reads(b)
-            return sum(graph.nbytes(t) for t in rb if t in ra)
-        return group_traffic(a) + group_traffic(b) - cost.group_traffic(graph, part.nodes([a, b]))
+            ra, rb = group_reads(a), group_reads(b)
+            if len(rb) < len(ra):
+                ra, rb = rb, ra
+            s = 0
+            for t in ra:
+                if t in rb:
+                    if t not in nbytes:
+                        nbytes[t] = graph.nbytes(t)
+                    s += nbytes[t]
+        else:
+            s = group_traffic(a) + group_traffic(b) - cost.group_traffic(graph, part.nodes([a, b]))
+        savings[(a, b)] = (va, vb, s)
+        return s
 
     def pairs(kind: str) -> list[tuple[int, int]]:
         out = set()
