@@ -1,6 +1,8 @@
 """The fusion-strategy guide's decision flow as a baseline (see :func:`guide`)."""
 from __future__ import annotations
 
+import itertools
+
 from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
@@ -44,9 +46,9 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
             traffic[g] = cost.group_traffic(graph, part.members[g])
         return traffic[g]
 
-    def group_reads(g: int) -> dict[str, None]:
+    def group_reads(g: int) -> frozenset[str]:
         if g not in reads:
-            reads[g] = dict.fromkeys(cost.group_reads(graph, part.members[g]))
+            reads[g] = frozenset(cost.group_reads(graph, part.members[g]))
         return reads[g]
 
     def memory_bound_ops(g: int, every: bool) -> bool:
@@ -68,33 +70,37 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
             # No tensor passes between the groups, so (by cost.group_traffic's definition) the
             # merged group reads the union of their reads and writes what each wrote: the saving
             # is the shared reads, counted once instead of twice.
-            ra, rb = group_reads(a), group_reads(b)
-            if len(rb) < len(ra):
-                ra, rb = rb, ra
             s = 0
-            for t in ra:
-                if t in rb:
-                    if t not in nbytes:
-                        nbytes[t] = graph.nbytes(t)
-                    s += nbytes[t]
+            for t in group_reads(a) & group_reads(b):
+                if t not in nbytes:
+                    nbytes[t] = graph.nbytes(t)
+                s += nbytes[t]
         else:
             s = group_traffic(a) + group_traffic(b) - cost.group_traffic(graph, part.nodes([a, b]))
         savings[(a, b)] = (va, vb, s)
         return s
 
     def pairs(kind: str) -> list[tuple[int, int]]:
-        out = set()
-        for g in part.members:
-            if kind == "vertical":
+        out: set[tuple[int, int]] = set()
+        if kind == "vertical":
+            for g in part.members:
                 for h in part.succ(g):
                     if memory_bound_ops(g, False) or memory_bound_ops(h, False):
                         out.add((g, h))
-            elif memory_bound_ops(g, True):
-                for t in group_reads(g):
-                    for c in graph.index.consumers.get(t, []):
-                        h = part.gid[c]
-                        if h != g and memory_bound_ops(h, True):
-                            out.add((min(g, h), max(g, h)))
+        else:
+            # Horizontal: g reads t from global memory, h also consumes t, both memory-bound.
+            readers: dict[str, list[int]] = {}
+            for g in part.members:
+                if memory_bound_ops(g, True):
+                    for t in group_reads(g):
+                        readers.setdefault(t, []).append(g)
+            for t, rs in readers.items():
+                users = sorted({h for h in map(part.gid.__getitem__, graph.index.consumers[t])
+                                if memory_bound_ops(h, True)})
+                if len(users) == len(rs):  # every user reads t from memory: all pairs
+                    out.update(itertools.combinations(users, 2))
+                else:
+                    out.update((min(g, h), max(g, h)) for g in rs for h in users if h != g)
         return sorted(out, key=lambda p: (-saved(*p), part.first[p[0]], part.first[p[1]]))
 
     # A pair refused stays refused while neither group changes (merges elsewhere only add paths
