@@ -101,7 +101,9 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
                     out.update(itertools.combinations(users, 2))
                 else:
                     out.update((min(g, h), max(g, h)) for g in rs for h in users if h != g)
-        return sorted(out, key=lambda p: (-saved(*p), part.first[p[0]], part.first[p[1]]))
+        first = part.first
+        ranked = sorted([(-saved(a, b), first[a], first[b], a, b) for a, b in out])
+        return [(a, b) for _, _, _, a, b in ranked]
 
     # A pair refused stays refused while neither group changes (merges elsewhere only add paths
     # between groups): (group, version) pairs already refused are not tried again.
@@ -112,11 +114,14 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
         progress = False
         for kind in kinds:
             # Pairs name groups by their first op, resolved to the current group when tried.
+            gid, version = part.gid, part.version
             for va, vb in [(part.members[a][0], part.members[b][0]) for a, b in pairs(kind)]:
-                a, b = sorted((part.gid[va], part.gid[vb]))
+                a, b = gid[va], gid[vb]
                 if a == b:
                     continue
-                key = (a, part.version.get(a, 0), b, part.version.get(b, 0))
+                if a > b:
+                    a, b = b, a
+                key = (a, version.get(a, 0), b, version.get(b, 0))
                 if key in refused:
                     continue
                 # The guide's tests in a cheap-first order (all must pass; none has effects):
