@@ -11,7 +11,6 @@ loops, used when a pass runs over the anchor's own shape -- the fused-epilogue c
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -324,11 +323,6 @@ def conv_blocking(k, node):
     return ConvBlocking(mb, rows, hq, wq, CHUNK)
 
 
-@contextlib.contextmanager
-def _nothing():
-    yield
-
-
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -339,28 +333,111 @@ def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
     return ((a % st[0]) * st[1] + b % st[1]) * blk.hq * blk.wq + (a // st[0]) * blk.wq + b // st[1]
 
 
+def _acc_lines(mb: int, a: str) -> str:
+    # unrolled over the block's rows/channels: constant accumulator addresses, which the
+    # compiler keeps in vector registers across the whole reduction loop
+    return "\n".join(f"                for (int e = 0; e < {CHUNK}; e++) acc[{i}][e] += {a.format(i=i)} * xt[e];"
+                     for i in range(mb))
+
+
+def _helper_text(name: str) -> str:
+    """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
+    if name.startswith("sf_conv_tile"):
+        mb = int(name[len("sf_conv_tile"):])
+        return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
+   wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
+SF_NOINLINE static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
+    const float *restrict wp, long C, long taps, const long *restrict off)
+{{
+    for (long q = 0; q < span; q += {CHUNK}) {{
+        float acc[{mb}][{CHUNK}];
+        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) acc[a][e] = 0;
+        for (long c = 0; c < C; c++) {{
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict xt = x + c*cplane + off[t] + q;
+                const float *restrict w = wp + (c*taps + t)*{mb};
+{_acc_lines(mb, "w[{i}]")}
+            }}
+        }}
+        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) T[a*span + q + e] = acc[a][e];
+    }}
+}}
+"""
+    if name.startswith("sf_mm_tile"):
+        mb = int(name[len("sf_mm_tile"):])
+        return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
+   i < {mb}; the A block is transposed 256 columns at a time (its rows may share an L1 set). */
+SF_NOINLINE static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
+    const float *restrict b)
+{{
+    float ap[256][{mb}];
+    for (long i = 0; i < {mb} * n2; i++) T[i] = 0;
+    for (long k0 = 0; k0 < K; k0 += 256) {{
+        const long kn = K - k0 < 256 ? K - k0 : 256;
+        for (long r = 0; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = a[i*lda + k0 + r];
+        for (long q = 0; q < n2; q += {CHUNK}) {{
+            float acc[{mb}][{CHUNK}];
+            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) acc[i][e] = 0;
+            for (long r = 0; r < kn; r++) {{
+                const float *restrict xt = b + (k0 + r)*n2 + q;
+{_acc_lines(mb, "ap[r][{i}]")}
+            }}
+            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) T[i*n2 + q + e] += acc[i][e];
+        }}
+    }}
+}}
+"""
+    return {
+        "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
+   (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
+SF_NOINLINE static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
+    long s0, long s1, long hq, long wq, long p0, long p1)
+{
+    for (long nc = 0; nc < NC; nc++)
+        for (long ph = 0; ph < s0; ph++)
+            for (long pw = 0; pw < s1; pw++)
+                for (long i = 0; i < hq; i++)
+                    for (long j = 0; j < wq; j++) {
+                        const long ii = i*s0 + ph - p0, jj = j*s1 + pw - p1;
+                        *dst++ = (ii >= 0 && ii < H && jj >= 0 && jj < W) ? x[(nc*H + ii)*W + jj] : 0.0f;
+                    }
+}
+""",
+        "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
+SF_NOINLINE static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
+{
+    for (long mi = 0; mi < M / mb; mi++)
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++)
+                for (long a = 0; a < mb; a++) *dst++ = w[((mi*mb + a)*C + c)*taps + t];
+}
+""",
+        "sf_pad_cols": """/* [K][N] copied to [K][N2], zero columns after N. */
+SF_NOINLINE static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
+{
+    for (long r = 0; r < K; r++)
+        for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[r*N + j] : 0.0f;
+}
+""",
+    }[name]
+
+
 def conv_input_view(k, node, blk: ConvBlocking) -> str:
     """Before the tile loops: the zero-padded, phase-split copy of the Conv input in kernel-local
     scratch (``[N][C][s0][s1][hq][wq]``), with zeroed slack after it for the last band's chunk,
     which runs past the last plane."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
-    xt, ct = node.inputs[0], k.ct(node.inputs[0])
     dims = (x[0], x[1], st[0], st[1], blk.hq, blk.wq)
     size = numel(dims)
     taps = max(_tap_offset(blk, st, dil, r0, r1) for r0 in range(kernel[0]) for r1 in range(kernel[1]))
     last = (out[2] - blk.rows) * blk.wq + _round_up(blk.rows * blk.wq, blk.chunk) - 1 + taps
     slack = max(0, last + 1 - numel(dims[2:]))
-    arr = k.alloc(ct, size + slack, "zero-padded, stride-phase-split copy of a Conv input")
+    arr = k.alloc("float", size + slack, "zero-padded, stride-phase-split copy of a Conv input")
     if slack:
         k.line(f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;")
-    with k.loops(dims, parallel=True) as (n, c, ph, pw, i, j):
-        v = k.fresh("v")
-        k.line(f"{ct} {v} = 0;")
-        ii = k.index(" + ".join(t for t in (f"{i}*{st[0]}" if st[0] > 1 else i, ph, f"{-pb[0]}" if pb[0] else "") if t and t != "0") or "0")
-        jj = k.index(" + ".join(t for t in (f"{j}*{st[1]}" if st[1] > 1 else j, pw, f"{-pb[1]}" if pb[1] else "") if t and t != "0") or "0")
-        with k.block(f"if ({ii} >= 0 && {ii} < {x[2]} && {jj} >= 0 && {jj} < {x[3]})"):
-            k.line(f"{v} = {k.value(xt, (n, c, ii, jj))};")
-        k.line(f"{arr}[{_linear(dims, (n, c, ph, pw, i, j))}] = {v};")
+    k.helpers.add("sf_conv_copy")
+    k.line(f"sf_conv_copy({arr}, {k.ptr(node.inputs[0], 'r')}, {x[0] * x[1]}, {x[2]}, {x[3]}, {st[0]}, {st[1]}, "
+           f"{blk.hq}, {blk.wq}, {pb[0]}, {pb[1]});")
     return arr
 
 
@@ -369,13 +446,10 @@ def conv_weight_view(k, node, blk: ConvBlocking) -> str:
     ``[M/mb][C][taps][mb]``, so the mb weights a tile step multiplies are one cache line (read
     in place, rows of C*taps floats apart -- 4 KiB for C=1024 -- they fall into one L1 set and
     evict each other: measured 10x slower on ResNet-50's last stage)."""
-    w, ct = node.inputs[1], k.ct(node.inputs[1])
-    ws = k.shape(w)
-    dims = (ws[0] // blk.mb, ws[1], ws[2], ws[3], blk.mb)
-    arr = k.alloc(ct, numel(ws), "Conv weights repacked by output-channel block")
-    with k.loops(dims, parallel=True) as (mi, c, r0, r1, a):
-        m = k.index(" + ".join(t for t in (f"{mi}*{blk.mb}" if mi != "0" else "", a if a != "0" else "") if t) or "0")
-        k.line(f"{arr}[{_linear(dims, (mi, c, r0, r1, a))}] = {k.value(w, (m, c, r0, r1))};")
+    ws = k.shape(node.inputs[1])
+    arr = k.alloc("float", numel(ws), "Conv weights repacked by output-channel block")
+    k.helpers.add("sf_conv_pack")
+    k.line(f"sf_conv_pack({arr}, {k.ptr(node.inputs[1], 'r')}, {ws[0]}, {ws[1]}, {ws[2] * ws[3]}, {blk.mb});")
     return arr
 
 
@@ -384,39 +458,25 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     a stack array ``T[mb][rows * wq]`` (row r of channel a at ``T[a] + r*wq``); its name."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
     span = _round_up(blk.rows * blk.wq, blk.chunk)
-    ct, mb, chunk = k.ct(node.outputs[0]), blk.mb, blk.chunk
-    arr, q, a, e, c, acc = (k.fresh(p) for p in ("T", "q", "a", "e", "c", "acc"))
+    mb = blk.mb
+    arr, off, a, j = k.fresh("T"), k.fresh("off"), k.fresh("a"), k.fresh("j")
     taps = kernel[0] * kernel[1]
     cplane = st[0] * st[1] * blk.hq * blk.wq
-    k.line(f"{ct} {arr}[{mb}][{span}];")
-    with k.block(f"for (long {q} = 0; {q} < {span}; {q} += {chunk})"):
-        k.line(f"{ct} {acc}[{mb}][{chunk}];")
-        k.line(f"for (int {a} = 0; {a} < {mb}; {a}++) for (int {e} = 0; {e} < {chunk}; {e}++) {acc}[{a}][{e}] = 0;")
-        goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
-        plane = f"({n}*{x[1]} + {goff}{c})*{cplane}" if n != "0" else f"({goff}{c})*{cplane}"
-        row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
-        offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
-        tap, off = k.fresh("tap"), k.fresh("off")
-        if taps > 1:
-            k.line(f"static const long {off}[{taps}] = {{{', '.join(map(str, offs))}}};")
-        # input channels of the block's group (all of them when ungrouped)
-        with k.block(f"for (long {c} = 0; {c} < {w[1]}; {c}++)"):
-            xb = k.fresh("xb")
-            k.line(f"const {ct} *{xb} = {src} + {plane}{row0} + {q};")
-            with k.block(f"for (long {tap} = 0; {tap} < {taps}; {tap}++)") if taps > 1 else _nothing():
-                xt = f"{xb}[{off}[{tap}] + {e}]" if taps > 1 else f"{xb}[{e}]"
-                tp = f" + {tap}*{mb}" if taps > 1 else ""
-                wrow = f"{mi}*{w[1] * taps * mb} + " if mi != "0" else ""
-                # unrolled over the block's channels: constant accumulator addresses, which
-                # the compiler keeps in vector registers across the whole channel loop
-                for ai in range(mb):
-                    wv = f"{wsrc}[{wrow}{c}*{taps * mb}{tp} + {ai}]"
-                    k.line(f"for (int {e} = 0; {e} < {chunk}; {e}++) {acc}[{ai}][{e}] += {wv} * {xt};")
+    offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
+    k.line(f"float {arr}[{mb}][{span}];")
+    k.line(f"static const long {off}[{taps}] = {{{', '.join(map(str, offs))}}};")
+    # the block's group starts at input channel goff (0 when ungrouped)
+    goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
+    plane = f"({n}*{x[1]} + {goff}0)*{cplane}" if n != "0" else f"({goff}0)*{cplane}"
+    row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
+    wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
+    k.helpers.add(f"sf_conv_tile{mb}")
+    k.line(f"sf_conv_tile{mb}(&{arr}[0][0], {span}, {src} + {plane}{row0}, {cplane}, {wsrc}{wrow}, "
+           f"{w[1]}, {taps}, {off});")
+    if len(node.inputs) > 2 and node.inputs[2]:
         with k.block(f"for (int {a} = 0; {a} < {mb}; {a}++)"):
-            bias = "0"
-            if len(node.inputs) > 2 and node.inputs[2]:
-                bias = k.value(node.inputs[2], (k.index(f"{m0} + {a}"),))
-            k.line(f"for (int {e} = 0; {e} < {chunk}; {e}++) {arr}[{a}][{q} + {e}] = {acc}[{a}][{e}] + {bias};")
+            bias = k.value(node.inputs[2], (k.index(f"{m0} + {a}"),))
+            k.line(f"for (long {j} = 0; {j} < {span}; {j}++) {arr}[{a}][{j}] += {bias};")
     return arr
 
 
@@ -438,47 +498,24 @@ def matmul_b_view(k, node) -> str:
     bt = node.inputs[1]
     kk, n = k.shape(bt)
     n2 = _round_up(n, CHUNK)
-    arr = k.alloc(k.ct(bt), kk * n2, "MatMul B padded to whole chunks of columns")
-    with k.loops((kk, n2), parallel=True) as (r, j):
-        v = k.fresh("v")
-        k.line(f"float {v} = 0;")
-        with k.block(f"if ({j} < {n})"):
-            k.line(f"{v} = {k.value(bt, (r, j))};")
-        k.line(f"{arr}[{_linear((kk, n2), (r, j))}] = {v};")
+    arr = k.alloc("float", kk * n2, "MatMul B padded to whole chunks of columns")
+    k.helpers.add("sf_pad_cols")
+    k.line(f"sf_pad_cols({arr}, {k.ptr(bt, 'r')}, {kk}, {n}, {n2});")
     return arr
 
 
 def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
-    """Rows i0..i0+mb-1 of MatMul output at ``batch`` into ``T[mb][N rounded up]``; its name.
-    The block of A is first transposed into a stack array (its mb rows read in place are K
-    floats apart: for K a multiple of 1024 they share one L1 set)."""
+    """Rows i0..i0+mb-1 of MatMul output at ``batch`` into ``T[mb][N rounded up]``; its name."""
     at = node.inputs[0]
     a, b = k.shape(at), k.shape(node.inputs[1])
     kk, n = b
     n2 = _round_up(n, CHUNK)
     out = k.shape(node.outputs[0])
-    arr, ap, q, r, e, acc, i = (k.fresh(p) for p in ("T", "A", "q", "r", "e", "acc", "a"))
+    arr = k.fresh("T")
     k.line(f"float {arr}[{mb}][{n2}];")
-    if mb * kk <= MAX_TILE:
-        k.line(f"float {ap}[{kk}][{mb}];")
-        with k.block(f"for (long {r} = 0; {r} < {kk}; {r}++)"):
-            for ai in range(mb):
-                row = k.index(f"{i0} + {ai}") if i0 != "0" else str(ai)
-                k.line(f"{ap}[{r}][{ai}] = {k.value(at, bmap(batch, out[:-2], a[:-2]) + (row, r))};")
-        aval = lambda ai: f"{ap}[{r}][{ai}]"
-    else:
-        base = k.index(_linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0")))
-        src = k.ptr(at, "r")
-        aval = lambda ai: f"{src}[{base} + {ai * kk} + {r}]"
-    with k.block(f"for (long {q} = 0; {q} < {n2}; {q} += {CHUNK})"):
-        k.line(f"float {acc}[{mb}][{CHUNK}];")
-        k.line(f"for (int {i} = 0; {i} < {mb}; {i}++) for (int {e} = 0; {e} < {CHUNK}; {e}++) {acc}[{i}][{e}] = 0;")
-        with k.block(f"for (long {r} = 0; {r} < {kk}; {r}++)"):
-            br = k.fresh("br")
-            k.line(f"const float *{br} = {bsrc} + {r}*{n2} + {q};")
-            for ai in range(mb):
-                k.line(f"for (int {e} = 0; {e} < {CHUNK}; {e}++) {acc}[{ai}][{e}] += {aval(ai)} * {br}[{e}];")
-        k.line(f"for (int {i} = 0; {i} < {mb}; {i}++) for (int {e} = 0; {e} < {CHUNK}; {e}++) {arr}[{i}][{q} + {e}] = {acc}[{i}][{e}];")
+    base = _linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0"))
+    k.helpers.add(f"sf_mm_tile{mb}")
+    k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bsrc});")
     return arr
 
 

@@ -218,6 +218,7 @@ class Kernel:
         self.materialised: set[str] = set()       # nodes computed by a pass of their own
         self.tiles: dict[str, tuple] = {}         # anchor tensor -> (row index prefix, tile array)
         self.checked: list[str] = []              # parameter tensors checked against compiled values
+        self.helpers: set[str] = set()            # shared helper functions the kernel calls
 
     # ---- text
     def fresh(self, prefix: str) -> str:
@@ -533,10 +534,12 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     for b in table:
         ctype(graph, b.tensor)
     funcs, driver = [], []
+    helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
     for gi, grp in enumerate(plan.groups):
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads)
         text = render_kernel(k)
+        helpers |= k.helpers
         about = f"/* group {gi}: {len(grp.nodes)} op(s): {', '.join(sorted({graph.index.node[v].op for v in grp.nodes}))} */"
         if counters:
             funcs.append(about + "\n" + text)
@@ -558,7 +561,9 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     ]
     run = "int sf_run(void *const *B)\n{\n    int rc = 0;\n    sf_error = 0;\n" + "\n".join(driver) + "\n    return rc;\n}\n"
     no_counters = "" if counters else "int sf_counters(long long *out)\n{\n    (void)out;\n    return -1;\n}\n"
-    source = "\n".join([PRELUDE] + consts + ([COUNTER_PRELUDE] if counters else []) + funcs
+    from .anchors import _helper_text
+    source = "\n".join([PRELUDE] + consts + ([COUNTER_PRELUDE] if counters else [])
+                       + [_helper_text(h) for h in sorted(helpers)] + funcs
                        + [run, TIMING, no_counters])
     names = [{"index": i, "tensor": b.tensor, "role": b.role, "dtype": b.dtype, "shape": list(b.shape)}
              for i, b in enumerate(table)]
