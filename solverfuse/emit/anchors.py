@@ -336,7 +336,7 @@ def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
 def _acc_lines(mb: int, a: str) -> str:
     # unrolled over the block's rows/channels: constant accumulator addresses, which the
     # compiler keeps in vector registers across the whole reduction loop
-    return "\n".join(f"                for (int e = 0; e < {CHUNK}; e++) acc[{i}][e] += {a.format(i=i)} * xt[e];"
+    return "\n".join(f"                for (int e = 0; e < {CHUNK}; e++) acc[{i}][e] = SF_FMA({a.format(i=i)}, xt[e], acc[{i}][e]);"
                      for i in range(mb))
 
 

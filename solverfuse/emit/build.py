@@ -36,10 +36,8 @@ from ..errors import EmitError
 from ..graph import Graph
 from .c import RC_MESSAGES, BufferInfo, buffer_table, render
 
-# -fopenmp-simd: honour ``#pragma omp simd`` (vectorised reductions) without the OpenMP runtime;
-# -ffp-contract=fast: fused multiply-adds (ISO C mode turns them off; one rounding instead of two)
-BASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-fno-math-errno", "-fopenmp-simd", "-ffp-contract=fast",
-              "-Wall", "-Wextra"]
+# -fopenmp-simd: honour ``#pragma omp simd`` (vectorised reductions) without the OpenMP runtime
+BASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-fno-math-errno", "-fopenmp-simd", "-Wall", "-Wextra"]
 SANITIZE_FLAGS = ["-O1", "-g", "-std=c11", "-fopenmp-simd", "-Wall", "-Wextra", "-fsanitize=address,undefined",
                   "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 #: Exit code the sanitizers use in the standalone build (distinct from the kernels' codes).

@@ -411,6 +411,14 @@ SF_SIMD float powf(float, float);
 #define SF_NOINLINE
 #endif
 
+/* Accumulation inside an anchor's tile: a fused multiply-add where the hardware has one (the
+   order of a dot product's roundings is the implementation's choice; between ops it is not). */
+#if defined(__FMA__)
+#define SF_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define SF_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 static int sf_error;
 static inline long sf_fdiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 static inline long sf_cdiv(long a, long b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
