@@ -79,11 +79,17 @@ def _training_mode(op: str, attrs: dict, ins: list, consts: dict) -> Optional[st
     if op == "BatchNormalization" and attrs.get("training_mode", 0):
         return "training_mode=1"
     if op == "Dropout" and len(ins) > 2 and ins[2]:
-        c = consts.get(ins[2])
-        value = c.materialise() if c is not None else None
-        if value is None or bool(np.asarray(value).reshape(-1)[0]):
+        flag, ratio = _scalar(consts, ins[2]), _scalar(consts, ins[1]) if ins[1] else 0.5
+        if (flag is None or flag) and ratio != 0:  # ratio 0 drops nothing: identity even in training
             return "training_mode input is true or not a constant"
     return None
+
+
+def _scalar(consts: dict, tensor: str):
+    """The first element of a constant tensor, or None if it is not a known constant."""
+    c = consts.get(tensor)
+    value = c.materialise() if c is not None else None
+    return None if value is None else np.asarray(value).reshape(-1)[0].item()
 
 
 @dataclass

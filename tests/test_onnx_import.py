@@ -395,3 +395,14 @@ def test_training_mode_is_refused(make):
                               opset_imports=[helper.make_opsetid("", 18)])
     with pytest.raises(GraphError, match=r"node '(drop|bn)': .* training mode"):
         import_onnx(model)
+
+
+def test_training_dropout_with_zero_ratio_is_identity():
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    inits = [helper.make_tensor("r", TensorProto.FLOAT, [], [0.0]),
+             helper.make_tensor("t", TensorProto.BOOL, [], [True])]
+    model = helper.make_model(helper.make_graph([helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop")],
+                                                "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 18)])
+    assert [n.op for n in import_onnx(model).nodes] == ["Identity"]
