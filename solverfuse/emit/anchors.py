@@ -4,7 +4,11 @@ anchors (MatMul/Gemm/Conv), windows (MaxPool/AveragePool/LRN) and Gather.
 Each has a per-element form for :func:`solverfuse.emit.kernels.code_for_op` (an inner loop: a dot
 product, a window, an index lookup); anchors also have ``TILES``: a row of the output (a Conv's
 output plane, :func:`tile_rank`) accumulated in a stack array with bounds-free, vectorisable inner
-loops, used when a pass runs over the anchor's own shape -- the fused-epilogue case.
+loops, used when a pass runs over the anchor's own shape -- the fused-epilogue case. The fast form
+of those tiles is register-blocked (:func:`conv_blocking`, :func:`matmul_blocking`): several output
+channels/rows x 32 positions of accumulators stay in vector registers through the whole reduction,
+in helper functions shared by all kernels of a program (``sf_conv_tile<mb>``, ``sf_mm_tile<mb>``);
+the epilogue then reads the block row by row. Instrumented (counter) builds keep the plain tiles.
 
 >>> window_geometry({"pads": [1, 0, 2, 1]}, [5, 5], [3, 3], [5, 3])
 ([1, 1], [1, 1], [1, 0])

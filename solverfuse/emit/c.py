@@ -5,9 +5,10 @@ Only the tensors the cost model says cross a group boundary (``cost.group_reads`
 ``i`` is row ``i`` of :func:`buffer_table`). Inside a group every other tensor is a value
 computed *on demand at an index* (:meth:`Kernel.value`): an elementwise/broadcast chain becomes
 scalar temporaries in one loop (common subexpressions shared), layout ops are index maps, and an
-anchor (MatMul/Gemm/Conv) accumulates a tile of its output (a row; a Conv's output plane) in a
-stack array that the fused epilogue reads. The per-op C lives in :mod:`solverfuse.emit.kernels`
-(``code_for_op``, a table op -> C expression) and :mod:`solverfuse.emit.anchors` (ops that read
+anchor (MatMul/Gemm/Conv) accumulates a tile of its output (a row; a Conv's output plane; a
+register-blocked block of channels/rows x positions) in a stack array that the fused epilogue
+reads. The per-op C lives in :mod:`solverfuse.emit.kernels` (``code_for_op``, a table op -> C
+expression) and :mod:`solverfuse.emit.anchors` (ops that read
 materialised inputs: anchors and their tiles, windows, Gather); how a group's loops are arranged
 is decided in :mod:`solverfuse.emit.schedule`. A kernel takes one of three shapes:
 
