@@ -82,10 +82,10 @@ def format_plan(plan, max_ops: int = 8) -> str:
     >>> g = load_graph({"tensors": {"x": {"shape": [64]}}, "inputs": ["x"], "outputs": ["y"],
     ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
     >>> print(format_plan(build_plan(g, "nvidia-h100", [["r"]], strategy="manual")).splitlines()[0])
-    plan for 'graph' on nvidia-h100: 1 kernels (manual, heuristic)
+    plan for 'graph' on nvidia-h100: 1 kernel(s), strategy manual
     """
-    lines = [f"plan for {plan.graph_name!r} on {plan.hardware}: {len(plan.groups)} kernels "
-             f"({plan.strategy}, {plan.status})"]
+    lines = [f"plan for {plan.graph_name!r} on {plan.hardware}: {len(plan.groups)} kernel(s), "
+             f"strategy {plan.strategy}"]
     for g in plan.groups:
         ops = ", ".join(g.nodes[:max_ops]) + (f", ... (+{len(g.nodes) - max_ops})" if len(g.nodes) > max_ops else "")
         lines.append(f"  {g.name:>5s} {human_bytes(g.traffic_bytes):>11s}  regs {g.registers:3d}  "
