@@ -89,23 +89,22 @@ class Partition:
         Such a path makes the merged group non-convex (and the quotient graph cyclic). First a
         path of ops (:meth:`op_path_back`); failing that, a search over the quotient graph,
         which also finds paths that enter a group at one op and leave it from another it does
-        not reach. Every edge goes forward in topological order, so a group whose first op
-        comes after the last op of the union cannot lead back into it; the search prunes those.
+        not reach. No pruning by topological position: a group whose ops all come after the
+        union can still reach it through a later group that also holds an early op.
         """
         union = set(gs)
         via = self.op_path_back(union)
         if via is not None:
             return via
-        last = max(self.pos[self.members[g][-1]] for g in union)
-        succ, first = self._succ, self.first
-        stack = [h for g in union for h in succ[g] if h not in union and first[h] < last]
+        succ = self._succ
+        stack = [h for g in union for h in succ[g] if h not in union]
         seen = set(stack)
         while stack:
             h = stack.pop()
             for k in succ[h]:
                 if k in union:
                     return self.members[h][0]
-                if k not in seen and first[k] < last:
+                if k not in seen:
                     seen.add(k)
                     stack.append(k)
         return None
