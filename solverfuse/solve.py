@@ -344,16 +344,4 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "greedy_hints", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
-
-
-def greedy_hints(graph: Graph, hw: Hardware) -> list[list[list[str]]]:
-    """Every greedy baseline's partition (to seed the search); a baseline that fails is skipped."""
-    from . import greedy
-    out = []
-    for fn in greedy.STRATEGIES.values():
-        try:
-            out.append(fn(graph, hw))
-        except PlanError:
-            continue
-    return out
+__all__ = ["solve", "solve_report", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]

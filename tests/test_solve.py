@@ -169,8 +169,8 @@ def test_progress_reports_improving_incumbents():
 def test_light_models_are_proven_optimal_and_beat_every_hint(name):
     from .conftest import light_model_path
     g = load_graph(light_model_path(name))
-    from solverfuse.solve import greedy_hints
-    hints = greedy_hints(g, H100)
+    from solverfuse.api import greedy_hints
+    hints = greedy_hints(g, H100, budget_s=60)
     plan = solve(g, H100, workers=1, time_limit=60, hints=hints)
     assert plan.status == "optimal" and plan.bound_bytes == plan.traffic_bytes
     assert plan.traffic_bytes <= min(cost.plan_traffic(g, h) for h in hints)
