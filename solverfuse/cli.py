@@ -249,7 +249,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
         sys.stderr.flush()
 
     report = solve_report(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                          hints=greedy_hints(g, hw, budget_s=0.2 * time_limit), progress=progress if live else None)
+                          hints=greedy_hints(g, hw), progress=progress if live else None)
     if live:
         sys.stderr.write("\r\x1b[K")
     plan = report.plan

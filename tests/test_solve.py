@@ -170,7 +170,7 @@ def test_light_models_are_proven_optimal_and_beat_every_hint(name):
     from .conftest import light_model_path
     g = load_graph(light_model_path(name))
     from solverfuse.api import greedy_hints
-    hints = greedy_hints(g, H100, budget_s=60)
+    hints = greedy_hints(g, H100)
     plan = solve(g, H100, workers=1, time_limit=60, hints=hints)
     assert plan.status == "optimal" and plan.bound_bytes == plan.traffic_bytes
     assert plan.traffic_bytes <= min(cost.plan_traffic(g, h) for h in hints)
@@ -238,3 +238,16 @@ def test_windowed_planning_is_legal_feasible_and_bounded_honestly(mode):
     assert plan.status == "feasible"                       # windows prove nothing about the whole
     assert plan.bound_bytes <= exact.traffic_bytes <= plan.traffic_bytes <= plan.unfused_traffic_bytes
     assert report.largest_part <= 4
+
+
+def test_plan_stopped_by_its_limit_is_never_worse_than_a_baseline():
+    """When the limit stops the search, the planner still returns at most every baseline's
+    traffic (every baseline is a hint; the solver keeps the best legal one)."""
+    import solverfuse
+    from solverfuse import greedy
+    from solverfuse.zoo import synthetic_graph
+    g = synthetic_graph(300, seed=1)
+    p = solverfuse.plan(g, H100, time_limit=1, workers=1)
+    for name in greedy.STRATEGIES:
+        assert p.traffic_bytes <= greedy.greedy_plan(g, H100, name).traffic_bytes, name
+    assert p.bound_bytes is not None and p.bound_bytes <= p.traffic_bytes
