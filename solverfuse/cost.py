@@ -45,24 +45,13 @@ def group_reads(graph: Graph, nodes: Iterable[str]) -> list[str]:
 def group_writes(graph: Graph, nodes: Iterable[str]) -> list[str]:
     """Tensors a group must write to global memory: read outside it, or graph outputs."""
     members = set(nodes)
-    outputs = _output_set(graph)
+    outputs = graph.index.outputs
     out = []
     for v in nodes:
         for t in graph.index.node[v].outputs:
             if t and (t in outputs or any(c not in members for c in graph.index.consumers.get(t, []))):
                 out.append(t)
     return out
-
-
-def _output_set(graph: Graph) -> frozenset[str]:
-    # Cached on the graph like Graph.digest (a checked graph is not mutated): group_writes runs
-    # for every candidate group of every planner, and rebuilding the set each time dominated.
-    key = (id(graph.outputs), len(graph.outputs))
-    hit = graph.__dict__.get("_output_set_cache")
-    if hit is None or hit[0] != key:
-        hit = (key, frozenset(graph.outputs))
-        graph.__dict__["_output_set_cache"] = hit
-    return hit[1]
 
 
 def group_traffic(graph: Graph, nodes: Sequence[str]) -> int:

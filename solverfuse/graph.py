@@ -67,6 +67,7 @@ class GraphIndex:
     position: dict[str, int]
     preds: dict[str, list[str]]
     succs: dict[str, list[str]]
+    outputs: frozenset[str]
 
 
 class Graph(BaseModel):
@@ -95,7 +96,7 @@ class Graph(BaseModel):
                 succs[u].append(v)
         order = _topo_order(self.nodes, preds)
         return GraphIndex(node, producer, consumers, order, {n: i for i, n in enumerate(order)},
-                          preds, succs)
+                          preds, succs, frozenset(self.outputs))
 
     def nbytes(self, tensor: str) -> int:
         """Bytes of a tensor (elements x dtype size)."""
