@@ -22,7 +22,7 @@ import statistics
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Union
 
 import numpy as np
 

@@ -232,7 +232,7 @@ def _merge_cycles(graph: Graph, reach: _Reach, comp: list[int]) -> list[list[int
     """Merge components into parts so that the parts' quotient graph is acyclic; parts come in a
     topological order, each part's ops in graph order."""
     import networkx as nx
-    order, pos = reach.order, reach.pos
+    order = reach.order
     q = nx.DiGraph()
     q.add_nodes_from(set(comp))
     for i in range(len(order)):
