@@ -24,7 +24,7 @@ import math
 
 from ..errors import EmitError
 from ..ops import numel, reduce_axes, slice_params, transpose_perm
-from .anchors import SPECIAL_ANCHORS
+from .anchors import SPECIAL_ANCHORS, TILES  # noqa: F401  (TILES re-exported)
 from .c import attr_str, bmap, linear, lit, strides
 
 
