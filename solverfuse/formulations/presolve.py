@@ -7,9 +7,11 @@ in ``formulations/representative-assignment.md`` (section "Presolve"):
 * **connected groups suffice.** Call two ops *affine* when one reads a tensor the other produces
   (a DAG edge) or both read the same tensor (siblings). If a legal group is not connected under
   affinity, splitting it into its affine components keeps every part legal (the rules and the
-  additive capacity are monotone under taking subsets; a component of a convex group is convex)
-  and does not change the traffic (no tensor is shared between the components). So some optimal
-  plan has only affine-connected groups, and we search only those.
+  capacity -- additive but for a streaming reduction's row, which only shrinks with the group --
+  are monotone under taking subsets; a component of a convex group is convex) and does not raise
+  the traffic (no tensor is shared between the components, so each gather-aware read is decided
+  in one of them; a component of views only may become free). So some optimal plan has only
+  affine-connected groups, and we search only those (``formulations/reality.md``).
 * **pair legality.** Two ops ``u`` (earlier) and ``v`` can be in one convex group only if the group
   holds their *hull* -- every op on a path ``u -> v`` -- so the pair is *compatible* only if
   ``cost.group_violation(hull)`` is None. Affinity edges between incompatible pairs are dropped.
