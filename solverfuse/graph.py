@@ -62,7 +62,14 @@ class GraphIndex:
     """The structure of a checked graph, derived once (``graph.index``, cached) and handed to every
     stage: ops by name, producers and consumers of tensors, a topological order and each op's
     position in it, predecessors and successors, the graph outputs; computed on first use, the
-    descendant/ancestor bitsets over positions (:mod:`solverfuse.dag`) and tensor byte sizes."""
+    descendant/ancestor bitsets over positions (:mod:`solverfuse.dag`) and tensor byte sizes.
+
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 8]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["h"]}]})
+    >>> g.index.order, g.index.succs["r"], g.index.desc, g.index.anc, g.index.nbytes["h"]
+    (['r', 'e'], ['e'], [2, 0], [0, 1], 128)
+    """
     node: dict[str, Node]
     producer: dict[str, str]
     consumers: dict[str, list[str]]
