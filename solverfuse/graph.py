@@ -16,10 +16,9 @@ reference resolved. Every problem raises :class:`GraphError` with one line namin
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -27,6 +26,7 @@ from typing import Any, Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import dag
 from .errors import GraphError
 from .ops import DTYPE_ALIASES, DTYPE_SIZES, OPS, ShapeError, infer_node, node_flops, numel
 
@@ -59,7 +59,17 @@ class Node(BaseModel):
 
 @dataclass
 class GraphIndex:
-    """Derived lookups of a checked graph (built once, cached)."""
+    """The structure of a checked graph, derived once (``graph.index``, cached) and handed to every
+    stage: ops by name, producers and consumers of tensors, a topological order and each op's
+    position in it, predecessors and successors, the graph outputs; computed on first use, the
+    descendant/ancestor bitsets over positions (:mod:`solverfuse.dag`) and tensor byte sizes.
+
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 8]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["h"]}]})
+    >>> g.index.order, g.index.succs["r"], g.index.desc, g.index.anc, g.index.nbytes["h"]
+    (['r', 'e'], ['e'], [2, 0], [0, 1], 128)
+    """
     node: dict[str, Node]
     producer: dict[str, str]
     consumers: dict[str, list[str]]
@@ -68,6 +78,25 @@ class GraphIndex:
     preds: dict[str, list[str]]
     succs: dict[str, list[str]]
     outputs: frozenset[str]
+    tensors: dict[str, Tensor] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def desc(self) -> list[int]:
+        """Descendants of the op at each topological position, as a bitset over positions
+        (quadratic memory: about 12 MB for 10,000 ops; ask only when needed)."""
+        pos = self.position
+        return dag.descendants([[pos[w] for w in self.succs[v]] for v in self.order])
+
+    @cached_property
+    def anc(self) -> list[int]:
+        """Ancestors of the op at each topological position, as a bitset over positions."""
+        pos = self.position
+        return dag.ancestors([[pos[u] for u in self.preds[v]] for v in self.order])
+
+    @cached_property
+    def nbytes(self) -> dict[str, int]:
+        """Bytes of every shaped tensor (elements x dtype size)."""
+        return {k: numel(t.shape) * DTYPE_SIZES[t.dtype] for k, t in self.tensors.items() if t.shape is not None}
 
 
 class Graph(BaseModel):
@@ -94,14 +123,20 @@ class Graph(BaseModel):
         for v, ps in preds.items():
             for u in ps:
                 succs[u].append(v)
-        order = _topo_order(self.nodes, preds)
+        order = _topo_order(self.nodes, succs)
         return GraphIndex(node, producer, consumers, order, {n: i for i, n in enumerate(order)},
-                          preds, succs, frozenset(self.outputs))
+                          preds, succs, frozenset(self.outputs), self.tensors)
+
+    def model_copy(self, *, update: Optional[dict[str, Any]] = None, deep: bool = False) -> "Graph":
+        """A copy; one with changed fields derives its own :attr:`index` (the cached one would be stale)."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy.__dict__.pop("index", None)
+        return copy
 
     def nbytes(self, tensor: str) -> int:
         """Bytes of a tensor (elements x dtype size)."""
-        t = self.tensors[tensor]
-        return numel(t.shape) * DTYPE_SIZES[t.dtype]
+        return self.index.nbytes[tensor]
 
     def is_source(self, tensor: str) -> bool:
         """True for graph inputs and constants: tensors that start in global memory."""
@@ -168,28 +203,15 @@ def _np_dtype(dtype: str):
     return np.float32 if dtype == "bfloat16" else np.dtype("bool" if dtype == "bool" else dtype)
 
 
-def _topo_order(nodes: list[Node], preds: dict[str, list[str]]) -> list[str]:
-    """Kahn's algorithm, ties broken by file order (stable, deterministic)."""
-    pos = {n.name: i for i, n in enumerate(nodes)}
-    indeg = {n: len(p) for n, p in preds.items()}
-    succs: dict[str, list[str]] = {n: [] for n in preds}
-    for v, ps in preds.items():
-        for u in ps:
-            succs[u].append(v)
-    heap = [pos[n] for n, d in indeg.items() if d == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        u = nodes[heapq.heappop(heap)].name
-        order.append(u)
-        for v in succs[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(heap, pos[v])
+def _topo_order(nodes: list[Node], succs: dict[str, list[str]]) -> list[str]:
+    """A topological order, ties broken by file order (stable, deterministic)."""
+    num = {n.name: i for i, n in enumerate(nodes)}
+    order = dag.topological_order([[num[w] for w in succs[n.name]] for n in nodes], key=int)
     if len(order) != len(nodes):
-        stuck = min((n for n, d in indeg.items() if d > 0), key=pos.get)
+        done = set(order)
+        stuck = next(n.name for i, n in enumerate(nodes) if i not in done)
         raise GraphError(f"cycle: node {stuck!r} depends (transitively) on its own output")
-    return order
+    return [nodes[i].name for i in order]
 
 
 def _fmt_loc(loc) -> str:

@@ -1,4 +1,5 @@
-"""Hardware profiles: a pydantic model, the bundled JSON files, and ``detect()`` for the host.
+"""Hardware profiles: a pydantic model, the bundled JSON files (``solverfuse/hardware_profiles/``), and
+``detect()`` for the host.
 
 A profile holds what the mapping and cost models need: the register budget of one thread (GPU)
 or the vector register file (CPU), the L1/shared bytes one kernel's tile may use, caches, DRAM
@@ -66,7 +67,7 @@ class Hardware(BaseModel):
 
 
 def _bundled() -> dict[str, Path]:
-    root = resources.files("solverfuse.profiles")
+    root = resources.files("solverfuse").joinpath("hardware_profiles")
     return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".json")}
 
 

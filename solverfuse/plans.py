@@ -15,7 +15,6 @@ profile and the cost model -- it trusts no number written in the plan.
 """
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import tempfile
@@ -24,7 +23,7 @@ from typing import Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import cost
+from . import cost, dag
 from .errors import PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
@@ -47,7 +46,9 @@ class Group(BaseModel):
 
 
 class Plan(BaseModel):
-    """A fusion plan; ``groups`` are in execution order. See DESIGN section 2b."""
+    """A fusion plan; ``groups`` are in execution order. ``traffic_bytes`` is the sum over groups,
+    ``bound_bytes`` the solver's proven lower bound on the optimum (equal to ``traffic_bytes`` when
+    ``status`` is ``optimal``), ``lower_bound_bytes`` is Q_min (:func:`solverfuse.cost.q_min`)."""
     model_config = ConfigDict(extra="forbid")
     format: Literal["solverfuse-plan/1"] = FORMAT
     strategy: str
@@ -77,40 +78,32 @@ class Plan(BaseModel):
 
 
 def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str]]:
-    """Groups in an executable order (quotient graph topologically sorted), ops inside each
-    group in graph order. Raises PlanError if the quotient graph has a cycle."""
+    """Groups in an executable order (quotient graph topologically sorted, ready groups by their
+    first op), ops inside each group in graph order. Raises PlanError if a group is not convex or
+    the quotient graph has a cycle.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> order_groups(g, [["b"], ["a"]])
+    [['a'], ['b']]
+    """
     pos = graph.index.position
     for v in (v for g in groups for v in g if v not in pos):
         raise PlanError(f"group names unknown node {v!r}")
-    groups = [sorted(g, key=pos.__getitem__) for g in groups]
+    groups = [sorted(g, key=pos.__getitem__) for g in groups if g]
     for g in groups:
-        bad = _convexity_violation(graph, g) if len(g) > 1 else None
+        bad = convexity_violation(graph, g) if len(g) > 1 else None
         if bad:
             raise PlanError(f"group of {g[0]!r} is not convex: {bad}")
-    where = {v: i for i, g in enumerate(groups) for v in g}
-    succ: list[set[int]] = [set() for _ in groups]
-    indeg = [0] * len(groups)
-    for i, g in enumerate(groups):
-        for v in g:
-            for w in graph.index.succs[v]:
-                j = where.get(w)
-                if j is not None and j != i and j not in succ[i]:
-                    succ[i].add(j)
-                    indeg[j] += 1
-    heap = [(pos[g[0]], i) for i, g in enumerate(groups) if indeg[i] == 0 and g]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, i = heapq.heappop(heap)
-        out.append(groups[i])
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(heap, (pos[groups[j][0]], j))
-    if len(out) != sum(1 for g in groups if g):
-        stuck = next(groups[i][0] for i in range(len(groups)) if indeg[i] > 0)
+    succ = dag.quotient(groups, graph.index.succs)
+    order = dag.topological_order(succ, key=lambda i: pos[groups[i][0]])
+    if len(order) != len(groups):
+        done = set(order)
+        stuck = next(g[0] for i, g in enumerate(groups) if i not in done)
         raise PlanError(f"groups form a cycle (the group of {stuck!r} depends on itself)")
-    return out
+    return [groups[i] for i in order]
 
 
 def build_plan(graph: Graph, hardware: Union[str, Hardware], groups: Sequence[Sequence[str]], *,
@@ -167,7 +160,7 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
     if missing:
         raise PlanError(f"node {missing[0]!r} is in no group")
     for i, g in enumerate(plan.groups):
-        bad = _convexity_violation(graph, g.nodes)
+        bad = convexity_violation(graph, g.nodes)
         if bad:
             raise PlanError(f"group {g.name!r} is not convex: {bad}")
     for u in graph.index.order:
@@ -200,30 +193,19 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
         raise PlanError("status is optimal but bound_bytes != traffic_bytes")
 
 
-def _convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
-    """A path that leaves the group and re-enters it, if any (as text)."""
-    members = set(nodes)
-    succs, pos = graph.index.succs, graph.index.position
-    last = max(pos[v] for v in nodes)  # a path that re-enters the group ends at or before `last`
-    parent: dict[str, str] = {}
-    stack = []
-    for v in nodes:
-        for w in succs[v]:
-            if w not in members and w not in parent and pos[w] < last:
-                parent[w] = v
-                stack.append(w)
-    while stack:
-        x = stack.pop()
-        for w in succs[x]:
-            if w in members:
-                path = [w, x]
-                while path[-1] in parent:
-                    path.append(parent[path[-1]])
-                return " -> ".join(repr(p) for p in reversed(path))
-            if w not in parent and pos[w] < last:
-                parent[w] = x
-                stack.append(w)
-    return None
+def convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
+    """A path that leaves the group ``nodes`` and re-enters it, as text, or None if it is convex.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["k"]},
+    ...               {"name": "c", "op": "Neg", "inputs": ["k"], "outputs": ["y"]}]})
+    >>> convexity_violation(g, ["a", "c"]), convexity_violation(g, ["a", "b"])
+    ("'a' -> 'b' -> 'c'", None)
+    """
+    path = dag.path_back(nodes, graph.index.succs, graph.index.position)
+    return None if path is None else " -> ".join(repr(p) for p in path)
 
 
 def plan_to_json(plan: Plan) -> str:

@@ -13,7 +13,9 @@ formulation (lazy cycle cuts added here) or, when a part has too many candidate 
 representative-assignment one. The plan is ``optimal`` only if every part is proven optimal, and
 its bound is the sum of the parts' bounds. Parts too large to prove anything about, and graphs
 over :data:`EXACT_OPS` ops, are planned in topological windows and reported ``feasible`` with
-their traffic floor as bound (``formulations/set-partitioning.md``, last section).
+their traffic floor as bound (``formulations/set-partitioning.md``, section "Solving, and what
+happens at scale"). Each part's model comes from the first of :data:`FORMULATIONS` that accepts it,
+driven through the :class:`~solverfuse.formulations.protocol.Formulation` protocol.
 
 >>> from solverfuse.graph import load_graph
 >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
@@ -32,12 +34,13 @@ from typing import Callable, Optional, Sequence, Union
 
 from ortools.sat.python import cp_model
 
-from . import cost
+from . import cost, dag
 from .errors import PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan, order_groups
-from .formulations import assign, partition
+from .formulations import assign, set_partition
+from .formulations.protocol import Formulation
 from .formulations.presolve import Presolve, presolve, traffic_floor
 
 #: CP-SAT status -> what it means for one part (the only place statuses are mapped).
@@ -168,9 +171,8 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         remaining = max(0.0, time_limit - (time.monotonic() - start))
         deadline = time.monotonic() + (remaining * len(u.part) / left if left else remaining)
         left -= len(u.part)
-        f = partition.build(graph, hw, u.pre, u.part, max_groups=max_groups) or assign.build(graph, hw, u.pre, u.part)
-        kind = type(f).__module__.rsplit(".", 1)[-1]
-        report.formulations[kind] = report.formulations.get(kind, 0) + 1
+        f = _formulate(graph, hw, u.pre, u.part, max_groups)
+        report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
         report.variables += len(f.model.Proto().variables)
         f.hint(u.groups)
         log = _Log(graph, f, lambda v, b, k=k: notify(k, v, b))
@@ -216,10 +218,22 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     return report
 
 
+#: Formulation modules, tried in this order on every part: the first model built is solved.
+FORMULATIONS = (set_partition, assign)
+
+
+def _formulate(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], max_groups: int) -> Formulation:
+    for module in FORMULATIONS:
+        f = module.build(graph, hw, pre, part, max_groups=max_groups)
+        if f is not None:
+            return f
+    raise PlanError(f"bug: no formulation accepted the part of {part[0]!r}")
+
+
 class _Log(cp_model.CpSolverSolutionCallback):
     """Incumbent log of one part: reports every acyclic solution, keeps the best one."""
 
-    def __init__(self, graph: Graph, f, notify: Callable[[int, int], None]):
+    def __init__(self, graph: Graph, f: Formulation, notify: Callable[[int, int], None]):
         super().__init__()
         self.graph, self.f, self.notify = graph, f, notify
         self.best: Optional[tuple[int, list[list[str]]]] = None
@@ -238,7 +252,7 @@ def _floor(bound: float) -> int:
     return int(math.floor(bound + 1e-6 * max(1.0, abs(bound) * 1e-9)))
 
 
-def _run(f, seconds: float, workers: int, seed: int, log: _Log) -> tuple[str, int]:
+def _run(f: Formulation, seconds: float, workers: int, seed: int, log: _Log) -> tuple[str, int]:
     """Solve one part's model: (status, bound). Solutions arrive through ``log``; the final one
     is checked against CP-SAT's own objective value."""
     solver = cp_model.CpSolver()
@@ -268,19 +282,8 @@ def _run(f, seconds: float, workers: int, seed: int, log: _Log) -> tuple[str, in
 
 def quotient_cycle(graph: Graph, groups: Sequence[Sequence[str]]) -> Optional[list[list[str]]]:
     """Groups forming a cycle in the quotient graph (restricted to these groups), or None."""
-    import networkx as nx
-    where = {v: k for k, g in enumerate(groups) for v in g}
-    q = nx.DiGraph()
-    for k, g in enumerate(groups):
-        for v in g:
-            for w in graph.index.succs[v]:
-                j = where.get(w)
-                if j is not None and j != k:
-                    q.add_edge(k, j)
-    try:
-        return [list(groups[a]) for a, _ in nx.find_cycle(q)]
-    except nx.NetworkXNoCycle:
-        return None
+    cycle = dag.quotient_cycle(groups, graph.index.succs)
+    return None if cycle is None else [list(groups[k]) for k in cycle]
 
 
 def normalise(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str]]:
@@ -298,14 +301,7 @@ def normalise(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str]]:
     pos = graph.index.position
     for g in groups:
         members = set(g)
-        parent = {v: v for v in g}
-
-        def find(a):
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
+        uf = dag.UnionFind(g)
         seen: dict[str, str] = {}
         for v in g:
             for t in graph.index.node[v].inputs:
@@ -313,13 +309,11 @@ def normalise(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str]]:
                     continue
                 p = graph.index.producer.get(t)
                 for other in ([p] if p in members else []) + ([seen[t]] if t in seen else []):
-                    a, b = find(v), find(other)
-                    if a != b:
-                        parent[a] = b
+                    uf.union(v, other)
                 seen.setdefault(t, v)
         pieces: dict[str, list[str]] = {}
         for v in sorted(g, key=pos.__getitem__):
-            pieces.setdefault(find(v), []).append(v)
+            pieces.setdefault(uf.find(v), []).append(v)
         out.extend(pieces.values())
     return out
 

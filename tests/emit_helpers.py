@@ -10,7 +10,7 @@ from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.reference import reference_outputs
 from solverfuse.graph import load_graph
 from solverfuse.hardware import load_hardware
-from solverfuse.plans import _convexity_violation, build_plan, order_groups
+from solverfuse.plans import convexity_violation, build_plan, order_groups
 
 HW = load_hardware("nvidia-h100")
 
@@ -34,7 +34,7 @@ def fuse_greedily(g):
     for v in g.index.order:
         for grp in reversed(groups):
             cand = grp + [v]
-            if cost.group_violation(g, cand, HW) or _convexity_violation(g, cand):
+            if cost.group_violation(g, cand, HW) or convexity_violation(g, cand):
                 continue
             try:
                 order_groups(g, [x for x in groups if x is not grp] + [cand])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from solverfuse import cost
-from solverfuse.plans import _convexity_violation, order_groups
+from solverfuse.plans import convexity_violation, order_groups
 
 from .emit_helpers import HW, check, graph, model_counts
 
@@ -101,7 +101,7 @@ def random_partition(g, rng):
             if rng.random() < 0.2:
                 continue
             cand = groups[j] + [v]
-            if cost.group_violation(g, cand, HW) or _convexity_violation(g, cand):
+            if cost.group_violation(g, cand, HW) or convexity_violation(g, cand):
                 continue
             try:
                 order_groups(g, groups[:j] + [cand] + groups[j + 1:])

@@ -13,6 +13,7 @@ from solverfuse.plans import order_groups, validate
 from solverfuse.zoo import synthetic_graph
 
 from .conftest import EXAMPLES, LIGHT_MODELS, light_model_path
+from .greedy_reference import REFERENCES, Plain
 
 H100 = load_hardware("nvidia-h100")
 
@@ -256,174 +257,14 @@ def test_unknown_strategy_is_a_clear_error():
 # ---------------------------------------------------------------- the fast baselines == plain transcriptions
 #
 # The baselines keep incremental bookkeeping (quotient adjacency, per-group memos, descendant
-# bitsets, heaps, refused-pair sets) so that 10,000-op graphs take seconds. The references below
-# are the rules transcribed plainly -- everything recomputed from the members at every step, the
-# quotient-cycle test a plain search, XLA's sibling pass restarting from the first tensor -- and
-# each optimised baseline must produce exactly their partition.
-
-def _ref_succ(part, g):
-    return {part.gid[w] for v in part.members[g] for w in part.graph.index.succs[v]} - {g}
-
-
-def _ref_pred(part, g):
-    return {part.gid[u] for v in part.members[g] for u in part.graph.index.preds[v]} - {g}
-
-
-def _ref_cycle(part, gs):
-    """Whether merging ``gs`` closes a cycle in the quotient graph (a plain, unpruned search)."""
-    union = set(gs)
-    stack = [h for g in union for h in _ref_succ(part, g) if h not in union]
-    seen = set(stack)
-    while stack:
-        h = stack.pop()
-        for k in _ref_succ(part, h):
-            if k in union:
-                return True
-            if k not in seen:
-                seen.add(k)
-                stack.append(k)
-    return False
-
-
-def _ref_legal(part, gs):
-    return cost.group_violation(part.graph, part.nodes(gs), part.hw) is None and not _ref_cycle(part, gs)
-
-
-def _ref_xla(graph, hw):
-    from solverfuse.greedy.xla_priority import (_library_epilogues, _operands_and_outputs,
-                                                _xla_hero_elements)
-    hw1 = hw.model_copy(update={"launch_overhead_s": greedy.XLA_LAUNCH_OVERHEAD_S})
-    part = greedy.Partition(graph, hw)
-    _library_epilogues(graph, part)
-    anchor = lambda g: greedy.has_role(graph, part.members[g], "anchor")
-    reduction = lambda g: greedy.has_role(graph, part.members[g], "reduction")
-
-    def candidate(p):
-        consumers = sorted(_ref_succ(part, p))
-        if not consumers or any(t in graph.outputs for v in part.members[p] for t in graph.index.node[v].outputs):
-            return None
-        if anchor(p) or any(anchor(c) for c in consumers):
-            return None
-        if reduction(p) and any(reduction(c) for c in consumers):
-            return None
-        gs = [p, *consumers]
-        nodes = part.nodes(gs)
-        if _operands_and_outputs(graph, nodes) > greedy.XLA_MAX_OPERANDS_AND_OUTPUTS:
-            return None
-        saved = sum(cost.group_time(graph, part.members[g], hw1) for g in gs) - cost.group_time(graph, nodes, hw1)
-        return (saved, part.first[p], gs) if saved >= 0 else None
-
-    while True:  # every priority recomputed after every fusion
-        ranked = sorted((c for c in map(candidate, list(part.members)) if c), key=lambda c: c[:2], reverse=True)
-        gs = next((c[2] for c in ranked if _ref_legal(part, c[2])), None)
-        if gs is None:
-            break
-        part.merge(gs)
-    changed = True
-    while changed:  # sibling fusion, restarting from the first tensor after a merge
-        changed = False
-        for t in graph.tensors:
-            users = sorted({part.gid[c] for c in graph.index.consumers.get(t, [])}, key=part.first.__getitem__)
-            for i, a in enumerate(users):
-                for b in users[i + 1:]:
-                    if a not in part.members or b not in part.members or b in _ref_succ(part, a):
-                        continue
-                    if anchor(a) or anchor(b) or \
-                            _xla_hero_elements(graph, part.members[a]) != _xla_hero_elements(graph, part.members[b]):
-                        continue
-                    if _operands_and_outputs(graph, part.nodes([a, b])) > greedy.XLA_MAX_OPERANDS_AND_OUTPUTS:
-                        continue
-                    if _ref_legal(part, [a, b]):
-                        part.merge([a, b])
-                        changed = True
-            if changed:
-                break
-    return part.groups()
-
-
-def _ref_inductor(graph, hw):
-    part = greedy.Partition(graph, hw)
-    accessed = lambda g: set(cost.group_reads(graph, part.members[g])) | set(cost.group_writes(graph, part.members[g]))
-    reduction = lambda g: greedy.has_role(graph, part.members[g], "reduction")
-    shared = lambda a, b: sum(graph.nbytes(t) for t in accessed(a) & accessed(b))
-
-    def can_fuse(a, b):
-        if a == b or greedy.has_role(graph, part.members[a] + part.members[b], "anchor"):
-            return False
-        if len(part.members[a]) + len(part.members[b]) > greedy.INDUCTOR_MAX_FUSION_SIZE:
-            return False
-        return shared(a, b) >= 1 and cost.group_violation(graph, part.nodes([a, b]), hw) is None
-
-    for _ in range(greedy.INDUCTOR_ROUNDS):
-        before = len(part.members)
-        users = {}
-        for g in sorted(part.members, key=part.first.__getitem__):
-            for t in sorted(accessed(g)):
-                users.setdefault(t, []).append(g)
-        pairs = {}
-        for gs in users.values():
-            for i, a in enumerate(gs):
-                for b in gs[i + 1:i + 1 + greedy.INDUCTOR_PAIRWISE_ATTEMPTS]:
-                    if (a, b) not in pairs and can_fuse(a, b):
-                        pairs[(a, b)] = None
-
-        def score(pair):
-            a, b = pair
-            lo_a, hi_a = part.first[a], part.pos[part.members[a][-1]]
-            lo_b, hi_b = part.first[b], part.pos[part.members[b][-1]]
-            return (reduction(a) == reduction(b) and shared(a, b) > 0, shared(a, b),
-                    -max(abs(lo_a - hi_b), abs(lo_b - hi_a)))
-        heads = [(part.members[a][0], part.members[b][0]) for a, b in sorted(pairs, key=score, reverse=True)]
-        for va, vb in heads:
-            a, b = part.gid[va], part.gid[vb]
-            if b not in _ref_pred(part, a) and can_fuse(a, b) and not _ref_cycle(part, [a, b]):
-                part.merge([a, b])
-        if len(part.members) == before:
-            break
-    return part.groups()
-
-
-def _ref_guide(graph, hw):
-    from solverfuse.mapping import group_footprint
-    part = greedy.Partition(graph, hw)
-    order = graph.index.order
-    dtype = graph.tensors[graph.index.node[order[0]].outputs[0]].dtype
-    bandwidth_bound = cost.unfused_traffic(graph) / hw.dram_bandwidth >= \
-        sum(graph.flops(v) for v in order) / hw.peak(dtype)
-    mb = {v: greedy.memory_bound(graph, [v], hw) for v in order}
-    saved = lambda gs: sum(cost.group_traffic(graph, part.members[g]) for g in gs) - \
-        cost.group_traffic(graph, part.nodes(gs))
-
-    def pairs(kind):
-        out = set()
-        for g in part.members:
-            for h in _ref_succ(part, g) if kind == "vertical" else \
-                    {part.gid[c] for t in cost.group_reads(graph, part.members[g])
-                     for c in graph.index.consumers[t]} - {g}:
-                both = part.members[g] + part.members[h]
-                if any(map(mb.get, both)) if kind == "vertical" else all(map(mb.get, both)):
-                    out.add((g, h) if kind == "vertical" else (min(g, h), max(g, h)))
-        return sorted(out, key=lambda p: (-saved(list(p)), part.first[p[0]], part.first[p[1]]))
-
-    progress = True
-    while progress:
-        progress = False
-        for kind in ["vertical", "horizontal"] if bandwidth_bound else ["horizontal", "vertical"]:
-            for va, vb in [(part.members[a][0], part.members[b][0]) for a, b in pairs(kind)]:
-                a, b = part.gid[va], part.gid[vb]
-                if a == b or saved([a, b]) <= 0 or \
-                        group_footprint(graph, part.nodes([a, b]), hw).registers > hw.register_budget:
-                    continue
-                if _ref_legal(part, [a, b]):
-                    part.merge([a, b])
-                    progress = True
-    return part.groups()
-
-
-REFERENCES = {"xla": _ref_xla, "inductor": _ref_inductor, "guide": _ref_guide}
-
+# bitsets, heaps, refused-pair sets) so that 10,000-op graphs take seconds. The references in
+# greedy_reference.py are the rules transcribed plainly and independently of solverfuse.greedy --
+# everything recomputed from the members at every step, traffic and time from the tensors'
+# shapes, the quotient-cycle test a plain search -- and each baseline must produce exactly their
+# partition.
 
 def assert_same_as_reference(g, hw=H100):
+    assert set(REFERENCES) == set(greedy.STRATEGIES) - {"unfused"}
     for name, ref in REFERENCES.items():
         assert greedy.STRATEGIES[name](g, hw) == ref(g, hw), name
 
@@ -462,6 +303,29 @@ def test_partition_bookkeeping_matches_a_recount():
     import random
     g = synthetic_graph(150, seed=5, dim=16)
     part = greedy.Partition(g, H100)
+    data = Plain(g, H100)  # producers and consumers read from the graph's tensors, not its index
+
+    def _ref_succ(part, h):
+        return {part.gid[w] for v in part.members[h] for t in data.node[v].outputs if t
+                for w in data.consumers.get(t, [])} - {h}
+
+    def _ref_pred(part, h):
+        return {part.gid[data.producer[t]] for v in part.members[h] for t in data.node[v].inputs
+                if t in data.producer} - {h}
+
+    def _ref_cycle(part, gs):
+        union = set(gs)
+        stack = [h for k in union for h in _ref_succ(part, k) if h not in union]
+        seen = set(stack)
+        while stack:
+            for k in _ref_succ(part, stack.pop()):
+                if k in union:
+                    return True
+                if k not in seen:
+                    seen.add(k)
+                    stack.append(k)
+        return False
+
     rng = random.Random(0)
     cycles = 0
     for _ in range(400):

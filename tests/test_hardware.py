@@ -17,6 +17,7 @@ from solverfuse.cli import app
 from solverfuse.errors import HardwareError
 from solverfuse.hardware import Hardware, detect, list_hardware, load_hardware
 
+PROFILES = ROOT / "solverfuse" / "hardware_profiles"
 BUNDLED = ["aws-graviton3", "intel-xeon-8480", "nvidia-a100", "nvidia-h100", "nvidia-h200"]
 runner = CliRunner()
 
@@ -30,12 +31,12 @@ def _numeric_fields(data: dict) -> list[str]:
 
 def test_bundled_profiles_are_listed():
     assert list_hardware() == BUNDLED + ["detect"]
-    assert sorted(p.stem for p in (ROOT / "hardware").glob("*.json")) == BUNDLED
+    assert sorted(p.stem for p in PROFILES.glob("*.json")) == BUNDLED
 
 
 @pytest.mark.parametrize("name", BUNDLED)
 def test_profile_validates_and_cites_every_number(name):
-    data = json.loads((ROOT / "hardware" / f"{name}.json").read_text())
+    data = json.loads((PROFILES / f"{name}.json").read_text())
     hw = load_hardware(name)
     assert hw.name == name
     assert Hardware.model_validate(data) == hw
@@ -78,7 +79,7 @@ def test_cli_hardware_show(name):
 
 
 def test_cli_hardware_show_accepts_a_file(tmp_path):
-    data = json.loads((ROOT / "hardware" / "nvidia-a100.json").read_text())
+    data = json.loads((PROFILES / "nvidia-a100.json").read_text())
     data["name"] = "my-a100"
     path = tmp_path / "my a100.json"
     path.write_text(json.dumps(data))
@@ -94,7 +95,7 @@ def test_cli_hardware_detect():
 
 
 def _bad_profiles(tmp_path: Path) -> dict[str, Path]:
-    good = json.loads((ROOT / "hardware" / "nvidia-h100.json").read_text())
+    good = json.loads((PROFILES / "nvidia-h100.json").read_text())
     cases = {"malformed": "{ not json", "negative": {**good, "register_budget": -4},
              "missing": {k: v for k, v in good.items() if k != "l1_bytes"},
              "unknown-field": {**good, "warp_size": 32}}
@@ -123,8 +124,8 @@ def test_bad_profile_file_is_one_line_exit_2(tmp_path):
 
 
 def test_non_editable_wheel_ships_the_profiles(tmp_path):
-    """`pip wheel` (what a non-editable `pip install .` builds) packs hardware/*.json as
-    solverfuse/profiles/, and the installed copy loads them without the source tree."""
+    """`pip wheel` (what a non-editable `pip install .` builds) packs
+    solverfuse/hardware_profiles/*.json, and the installed copy loads them without the source tree."""
     src = tmp_path / "src"
     # a copy, so the build writes no build/ or *.egg-info into the shared working tree
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
@@ -136,8 +137,8 @@ def test_non_editable_wheel_ships_the_profiles(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = dist.glob("solverfuse-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert sorted(n for n in names if n.startswith("solverfuse/profiles/") and n.endswith(".json")) == \
-        [f"solverfuse/profiles/{n}.json" for n in BUNDLED]
+    assert sorted(n for n in names if n.endswith(".json")) == \
+        [f"solverfuse/hardware_profiles/{n}.json" for n in BUNDLED]
     assert "solverfuse/onnx_import.py" in names
 
     site = tmp_path / "site"

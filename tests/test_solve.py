@@ -210,7 +210,7 @@ def test_cli_plan_bad_hardware_is_one_line_and_writes_nothing(tmp_path):
 
 def test_worked_example_of_the_formulation_documents():
     """formulations/set-partitioning.md and representative-assignment.md: columns, costs, optimum."""
-    from solverfuse.formulations import assign, partition
+    from solverfuse.formulations import assign, set_partition
     from solverfuse.formulations.presolve import presolve
     from solverfuse.oracle import brute_force
     g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
@@ -219,7 +219,7 @@ def test_worked_example_of_the_formulation_documents():
                               {"name": "c", "op": "Neg", "inputs": ["x"], "outputs": ["z"]}]})
     pre = presolve(g, H100)
     assert pre.parts == [["a", "b", "c"]] and pre.cand == {"a": ["a"], "b": ["a", "b"], "c": ["a", "b", "c"]}
-    f = partition.build(g, H100, pre, pre.parts[0])
+    f = set_partition.build(g, H100, pre, pre.parts[0])
     assert dict(zip(map(tuple, f.groups), f.traffic)) == {
         ("a",): 2048, ("b",): 2048, ("c",): 2048, ("a", "b"): 2048, ("a", "c"): 3072, ("a", "b", "c"): 3072}
     fa = assign.build(g, H100, pre, pre.parts[0])

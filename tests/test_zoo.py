@@ -1,8 +1,6 @@
 """The graph zoo: builders load, shapes and ops are right, seeds are deterministic."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from solverfuse import cost, zoo
@@ -80,11 +78,10 @@ def test_synthetic_is_deterministic_per_seed():
     assert a.digest() == b.digest() and a.digest() != c.digest()
 
 
-def test_synthetic_10000_loads_fast():
-    t = time.perf_counter()
+def test_synthetic_10000_builds():
+    # how fast is measured by benchmarks/speed.py, not asserted here (a shared machine's noise)
     g = zoo.synthetic_graph(10_000)
-    assert time.perf_counter() - t < 20          # about 1 s on an idle core; generous for CI load
-    assert len(g.nodes) == 10_000
+    assert len(g.nodes) == 10_000 and len(g.index.order) == 10_000
 
 
 def test_synthetic_round_trips_through_json():

@@ -40,11 +40,12 @@ its plan's traffic, and the solver's bound is a bound on it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ortools.sat.python import cp_model
 
 from .. import cost
+from ..errors import PlanError
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import op_footprint
@@ -55,8 +56,9 @@ NAME = "representative-assignment"
 
 
 @dataclass
-class Formulation:
-    """A built CP-SAT model for one part, its decoder and its exact objective terms."""
+class RepresentativeAssignment:
+    """A built CP-SAT model for one part, its decoder and its exact objective terms (a
+    :class:`~.protocol.Formulation`)."""
     model: cp_model.CpModel
     nodes: list[str]
     assign: dict[tuple[str, str], cp_model.IntVar]
@@ -67,6 +69,7 @@ class Formulation:
     reads: dict[tuple[str, str], tuple[cp_model.IntVar, list[str], str | None]]
     writes: dict[str, tuple[cp_model.IntVar, str, list[str]]]
     free: dict[str, tuple[cp_model.IntVar, list[str]]]
+    name: str = NAME
 
     def decode(self, value: Callable[[cp_model.IntVar], int]) -> list[list[str]]:
         """Groups (lists of op names, graph order) of a solution; ``value`` reads a variable."""
@@ -108,8 +111,14 @@ class Formulation:
             self.model.AddHint(x, int(rep[r] == r and all(v in freeable for v in members[r])))
 
 
-def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> Formulation:
-    """Build the CP-SAT model of one presolve part (see the module doc and the .md document)."""
+    def forbid(self, cycle: Sequence[Sequence[str]]) -> None:
+        """Never needed: the levels already make every solution's quotient graph acyclic."""
+        raise PlanError(f"bug: the assignment model produced a quotient cycle through {cycle[0][0]!r}")
+
+def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
+          max_groups: Optional[int] = None) -> RepresentativeAssignment:
+    """Build the CP-SAT model of one presolve part (see the module doc and the .md document).
+    Never declines a part (``max_groups`` is for formulations that enumerate groups)."""
     model = cp_model.CpModel()
     nodes = list(part)
     members = set(nodes)
@@ -329,5 +338,5 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
     # the views' reads and writes), a floor the LP relaxation cannot see through the big-M rows
     model.Add(objective >= cost.plan_floor(graph, nodes))
     model.Minimize(objective)
-    return Formulation(model=model, nodes=nodes, assign=assign, level=level, terms=terms,
-                       constant=constant, same=same, reads=reads, writes=writes, free=free)
+    return RepresentativeAssignment(model=model, nodes=nodes, assign=assign, level=level, terms=terms,
+                                    constant=constant, same=same, reads=reads, writes=writes, free=free)

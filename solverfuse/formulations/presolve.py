@@ -2,7 +2,7 @@
 independent parts the problem splits into, and which representatives each op may be assigned to.
 
 Everything here removes only choices that *no optimal plan needs*; the argument for each step is
-in ``formulations/representative-assignment.md`` (section "Presolve"):
+in ``formulations/set-partitioning.md`` (section "Presolve and decomposition"):
 
 * **connected groups suffice.** Call two ops *affine* when one reads a tensor the other produces
   (a DAG edge) or both read the same tensor (siblings). If a legal group is not connected under
@@ -40,7 +40,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from .. import cost
+from .. import cost, dag
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import op_footprint
@@ -62,14 +62,7 @@ class Presolve:
         """Ops strictly between ``r`` and ``v`` on some path ``r -> v`` (a convex group holding
         both holds all of them)."""
         i, j = self.pos[r], self.pos[v]
-        return [self.order[k] for k in _bits(self.reach.desc[i] & self.reach.anc[j])]
-
-
-def _bits(mask: int):
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+        return [self.order[k] for k in dag.bits(self.reach.desc[i] & self.reach.anc[j])]
 
 
 class _Reach:
@@ -81,21 +74,12 @@ class _Reach:
         self.pos = {v: i for i, v in enumerate(order)}
         pos = self.pos
         self.succs = [[pos[w] for w in graph.index.succs[v] if w in pos] for v in order]
-        n = len(order)
-        self.desc = [0] * n
-        self.anc = [0] * n
-        for i in range(n - 1, -1, -1):
-            m = 0
-            for j in self.succs[i]:
-                m |= (1 << j) | self.desc[j]
-            self.desc[i] = m
-        for i in range(n):
-            m = 0
-            for u in graph.index.preds[order[i]]:
-                j = pos.get(u)
-                if j is not None:
-                    m |= (1 << j) | self.anc[j]
-            self.anc[i] = m
+        if len(order) == len(graph.index.order):
+            self.desc, self.anc = graph.index.desc, graph.index.anc  # the whole graph: built once
+        else:
+            # a subset no path leaves and re-enters: reachability inside it is the graph's, restricted
+            self.desc = dag.descendants(self.succs)
+            self.anc = dag.ancestors([[pos[u] for u in graph.index.preds[v] if u in pos] for v in order])
         self.masks = masks(graph, order)
         fps = [op_footprint(graph, v, hw) for v in order]
         self.regs = [f.registers for f in fps]
@@ -112,7 +96,7 @@ class _Reach:
         hull = (self.desc[i] & self.anc[j]) | ends
         ok = not hull_violation(self.masks, hull, i, bool(self.desc[i] >> j & 1))
         if ok:  # capacity (and the rules once more: the masks are only a fast path)
-            nodes = [self.order[k] for k in _bits(hull)]
+            nodes = [self.order[k] for k in dag.bits(hull)]
             ok = cost.group_violation(self.graph, nodes, self.hw) is None
         self.cache[key] = ok
         return ok
@@ -151,21 +135,14 @@ def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
             for b in range(a + 1, len(idx)):
                 link(idx[a], idx[b])
 
-    # components of the compatible-affinity graph (union-find)
-    parent = list(range(n))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
+    # components of the compatible-affinity graph (union-find; each root the least position)
+    uf = dag.UnionFind(range(n))
     for i in range(n):
         for j in adj[i]:
-            ri, rj = find(i), find(j)
+            ri, rj = uf.find(i), uf.find(j)
             if ri != rj:
-                parent[max(ri, rj)] = min(ri, rj)
-    comp = [find(i) for i in range(n)]
+                uf.union(max(ri, rj), min(ri, rj))
+    comp = [uf.find(i) for i in range(n)]
     parts_idx = _merge_cycles(graph, reach, comp)
 
     # candidates: compatible earlier ops reachable by an affine path that fits the register budget
@@ -192,7 +169,7 @@ def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
             changed = False
             for j in members:
                 keep = [i for i in later[j] if i == j or
-                        all(i in later[k] for k in _bits(reach.desc[i] & reach.anc[j]))]
+                        all(i in later[k] for k in dag.bits(reach.desc[i] & reach.anc[j]))]
                 if len(keep) != len(later[j]):
                     later[j], changed = keep, True
         for j in members:

@@ -6,7 +6,7 @@ baseline accepts a merge only if :func:`solverfuse.cost.group_violation` allows 
 (the op table's rules + capacity: the same legality as the optimal planner) and the merge keeps
 every group convex with an acyclic quotient graph (:meth:`Partition.why_not`).
 
-One module per baseline: ``partition`` (the shared legality + cycle check), ``tvm_fuse_ops``,
+One module per baseline: ``merging`` (the shared merge bookkeeping: legality + cycle check), ``tvm_fuse_ops``,
 ``xla_priority``, ``inductor_scheduler``, ``guide_flow``.
 
 >>> from solverfuse.graph import load_graph
@@ -28,7 +28,7 @@ from ..hardware import Hardware, load_hardware
 from ..plans import Plan, build_plan
 from .guide_flow import guide, memory_bound
 from .inductor_scheduler import INDUCTOR_MAX_FUSION_SIZE, INDUCTOR_PAIRWISE_ATTEMPTS, INDUCTOR_ROUNDS, inductor
-from .partition import Partition, has_role
+from .merging import Partition, has_role
 from .tvm_fuse_ops import TVM_KIND, TVM_KIND_OVERRIDE, TVM_MAX_FUSED_OPS, tvm, tvm_kind
 from .xla_priority import XLA_LAUNCH_OVERHEAD_S, XLA_MAX_OPERANDS_AND_OUTPUTS, xla
 

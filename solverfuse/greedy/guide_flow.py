@@ -7,7 +7,7 @@ from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import group_footprint
-from .partition import Partition
+from .merging import Partition
 
 
 def memory_bound(graph: Graph, nodes: list[str], hw: Hardware) -> bool:
@@ -17,7 +17,8 @@ def memory_bound(graph: Graph, nodes: list[str], hw: Hardware) -> bool:
 
 
 def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
-    """The decision flow of the fusion-strategy guide (DESIGN section 8).
+    """The decision flow of the fusion-strategy guide: vertical first, the register budget as the
+    first gate.
 
     1. Classify every op by category (compute / memory / data, the op table) and as memory- or
        compute-bound on the roofline (:func:`memory_bound`).

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
-from .partition import Partition, has_role
+from .merging import Partition, has_role
 
 
 INDUCTOR_MAX_FUSION_SIZE = 64

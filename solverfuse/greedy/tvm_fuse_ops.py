@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import cost
+from .. import cost, dag
 from ..graph import Graph
 from ..hardware import Hardware
-from .partition import Partition
+from .merging import Partition
 
 
 # TVM's OpPatternKind values (include/tvm/relay/op_attr_types.h).
@@ -124,21 +124,18 @@ def tvm(graph: Graph, hw: Hardware) -> list[list[str]]:
     kind = {v: tvm_kind(graph, v) for v in order}
     out_edges, dom, dom_pattern = _tvm_post_dominators(graph, kind)
     part = Partition(graph, hw)
-    # TVM's union-find Group records, one per node: parent link, pattern, master (anchor) flag.
-    uf_parent: dict[str, Optional[str]] = {v: None for v in order}
+    # TVM's union-find Group records, one per node: parent link, pattern, master (anchor) flag;
+    # the pattern and flag that count are the root's.
+    uf = dag.UnionFind(order)
     uf_pattern = dict(kind)
     uf_master = {v: kind[v] == OUT_EWISE_FUSABLE for v in order}
-
-    def root(v: str) -> str:
-        while uf_parent[v] is not None:
-            v = uf_parent[v]
-        return v
+    root = uf.find
 
     def merge_from_to(child: str, parent: str) -> None:
         child, parent = root(child), root(parent)
         if child == parent:
             return
-        uf_parent[child] = parent
+        uf.union(child, parent)
         if uf_master[child]:
             uf_master[parent] = True
             uf_pattern[parent] = max(uf_pattern[child], uf_pattern[parent])

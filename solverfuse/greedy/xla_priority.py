@@ -9,7 +9,7 @@ from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
 from ..ops import numel
-from .partition import Partition, has_role
+from .merging import Partition, has_role
 
 
 XLA_MAX_OPERANDS_AND_OUTPUTS = 96

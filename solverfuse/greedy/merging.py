@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Collection, Iterable, Optional
 
-from .. import cost
+from .. import cost, dag
 from ..graph import Graph
 from ..hardware import Hardware
 
@@ -19,8 +19,8 @@ def has_role(graph: Graph, nodes: Iterable[str], role: str) -> bool:
     return any(cost.role(graph, v) == role for v in nodes)
 
 
-#: Largest graph for which :class:`Partition` keeps every op's descendants as a bitset
-#: (quadratic memory: 10,000 ops take about 12 MB).
+#: Largest graph for which :class:`Partition` uses every op's descendants as a bitset (the graph
+#: index builds them on first use; quadratic memory: 10,000 ops take about 12 MB each way).
 REACH_MAX_OPS = 20_000
 
 
@@ -59,7 +59,6 @@ class Partition:
         #: Bumped for the surviving id at each merge: a group is unchanged while (id, version) is.
         self.version: dict[int, int] = {}
         self._merges = 0
-        self._reach: Optional[tuple[dict[str, int], dict[str, int]]] = None
         self._bits = self.memo()
 
     def memo(self) -> dict[int, object]:
@@ -96,27 +95,17 @@ class Partition:
         via = self.op_path_back(union)
         if via is not None:
             return via
-        succ = self._succ
-        stack = [h for g in union for h in succ[g] if h not in union]
-        seen = set(stack)
-        while stack:
-            h = stack.pop()
-            for k in succ[h]:
-                if k in union:
-                    return self.members[h][0]
-                if k not in seen:
-                    seen.add(k)
-                    stack.append(k)
-        return None
+        path = dag.path_back(union, self._succ)
+        return None if path is None else self.members[path[-2]][0]
 
     def op_path_back(self, gs: Collection[int]) -> Optional[str]:
         """An op outside the union of ``gs`` on a path of ops from the union back into it, if any.
 
-        Each op's descendants and ancestors are bitsets over topological positions (computed once
-        per partition, for graphs up to :data:`REACH_MAX_OPS` ops; OR-ed per group and memoised):
+        Each op's descendants and ancestors are bitsets over topological positions (the graph
+        index's, for graphs up to :data:`REACH_MAX_OPS` ops; OR-ed per group and memoised):
         such an op is exactly one that is both a descendant and an ancestor of the union.
         """
-        if self._descendants() is None:
+        if len(self.pos) > REACH_MAX_OPS:
             return None
         mask = desc = anc = 0
         for g in set(gs):
@@ -129,33 +118,16 @@ class Partition:
         """(members, descendants, ancestors) of group ``g`` as bitsets, memoised until it merges."""
         hit = self._bits.get(g)
         if hit is None:
-            desc, anc = self._reach
+            index = self.graph.index
+            desc, anc, pos = index.desc, index.anc, self.pos
             mask = d = a = 0
             for v in self.members[g]:
-                mask |= 1 << self.pos[v]
-                d |= desc[v]
-                a |= anc[v]
+                i = pos[v]
+                mask |= 1 << i
+                d |= desc[i]
+                a |= anc[i]
             hit = self._bits[g] = (mask, d, a)
         return hit
-
-    def _descendants(self) -> Optional[tuple[dict[str, int], dict[str, int]]]:
-        """Every op's descendants and ancestors as bitsets (None for graphs over the limit)."""
-        if self._reach is None and len(self.pos) <= REACH_MAX_OPS:
-            pos, succs, preds = self.pos, self.graph.index.succs, self.graph.index.preds
-            desc: dict[str, int] = {}
-            for v in reversed(self.graph.index.order):
-                r = 0
-                for w in succs[v]:
-                    r |= desc[w] | 1 << pos[w]
-                desc[v] = r
-            anc: dict[str, int] = {}
-            for v in self.graph.index.order:
-                r = 0
-                for u in preds[v]:
-                    r |= anc[u] | 1 << pos[u]
-                anc[v] = r
-            self._reach = (desc, anc)
-        return self._reach
 
     def why_not(self, gs: Collection[int]) -> Optional[str]:
         """Why merging the groups ``gs`` is illegal (fusion rule, capacity, cycle); None if legal."""

@@ -9,7 +9,7 @@ The math, with these names, is in ``formulations/set-partitioning.md``:
 * acyclic quotient -- every enumerated group is convex already; a cycle through several groups
   (possible only through horizontal groups) is excluded *lazily*: the caller solves, and when the
   picked groups' quotient has a cycle it adds ``sum(pick[g] for g in cycle) <= len(cycle) - 1``
-  (:meth:`Formulation.forbid`) and solves again. Without the cuts the model is a relaxation, so its
+  (:meth:`SetPartitioning.forbid`) and solves again. Without the cuts the model is a relaxation, so its
   bound stays valid, and an acyclic optimum of the relaxation is optimal;
 * objective: ``sum(traffic[g] * pick[g])`` with ``traffic[g] = cost.group_traffic(graph, g)`` -- the
   cost model itself, so the objective of every solution is its plan's traffic, trivially.
@@ -44,21 +44,22 @@ from ortools.sat.python import cp_model
 from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
-from ..plans import _convexity_violation
+from ..plans import convexity_violation
 from .presolve import Presolve
 
 NAME = "set-partitioning"
 
 
 @dataclass
-class Formulation:
-    """A built set-partitioning model of one part."""
+class SetPartitioning:
+    """A built set-partitioning model of one part (a :class:`~.protocol.Formulation`)."""
     model: cp_model.CpModel
     nodes: list[str]
     groups: list[list[str]]
     pick: list[cp_model.IntVar]
     traffic: list[int]
     cuts: int = 0
+    name: str = NAME
 
     def decode(self, value: Callable[[cp_model.IntVar], int]) -> list[list[str]]:
         return [g for g, y in zip(self.groups, self.pick) if value(y)]
@@ -117,7 +118,7 @@ def enumerate_groups(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[s
             if count > limit:
                 return False
             g = sorted(group, key=pos.__getitem__)
-            if len(g) == 1 or _convexity_violation(graph, g) is None:
+            if len(g) == 1 or convexity_violation(graph, g) is None:
                 found.append(g)
             return True
         w, rest = ext[0], ext[1:]
@@ -141,8 +142,8 @@ def enumerate_groups(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[s
     return found
 
 
-def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str],
-          max_groups: int = 20000) -> Optional[Formulation]:
+def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
+          max_groups: int = 20000) -> Optional[SetPartitioning]:
     """The set-partitioning model of one part, or None if it has over ``max_groups`` groups."""
     groups = enumerate_groups(graph, hw, pre, part, max_groups)
     if groups is None:
@@ -159,4 +160,4 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str],
         model.AddExactlyOne(pick[i] for i in covering[v])
     traffic = [cost.group_traffic(graph, g) for g in groups]
     model.Minimize(sum(t * y for t, y in zip(traffic, pick)))
-    return Formulation(model=model, nodes=nodes, groups=groups, pick=pick, traffic=traffic)
+    return SetPartitioning(model=model, nodes=nodes, groups=groups, pick=pick, traffic=traffic)

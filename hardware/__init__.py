@@ -1,1 +1,0 @@
-"""Bundled hardware profiles (installed as the package ``solverfuse.profiles``)."""
