@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import os
 import statistics
-import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import EmitError, SolverfuseError
+from .errors import EmitError, ResourceError, SolverfuseError
+from .files import atomic_path
 from .graph import Graph, load_graph
 from .hardware import load_hardware
 
@@ -65,20 +65,48 @@ def load_inputs(path: Union[str, os.PathLike], graph: Graph) -> dict[str, np.nda
 
 def save_outputs(path: Union[str, os.PathLike], arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays to an ``.npz`` keyed by tensor name, atomically (no half-written file)."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
-                                   prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise EmitError(f"{path}: cannot write ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
             np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+
+def memory_available() -> int:
+    """Bytes of memory this process could still get (``MemAvailable``, else physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def check_memory(graph: Graph, available: Optional[int] = None) -> int:
+    """Refuse (ResourceError, with the numbers) a run whose tensors -- every input, constant,
+    intermediate and output held at once, as the compiled program does -- exceed the memory
+    available; else return the bytes needed. Checked before anything is allocated.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [1024, 1024]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> check_memory(g, available=1 << 30)
+    8388608
+    >>> check_memory(g, available=1 << 20)
+    Traceback (most recent call last):
+    ...
+    solverfuse.errors.ResourceError: running 'graph' needs 8.00 MiB for its tensors, but only 1.00 MiB of memory is available
+    """
+    from .summary import human_bytes
+    need = sum(graph.nbytes(t) for t in graph.tensors)
+    have = memory_available() if available is None else available
+    if need > have:
+        raise ResourceError(f"running {graph.name!r} needs {human_bytes(need)} for its tensors, "
+                            f"but only {human_bytes(have)} of memory is available")
+    return need
 
 
 def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
@@ -160,6 +188,7 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     else:
         from .emit.reference import check_inputs
         feeds = check_inputs(g, inputs)
+    check_memory(g)
     consts = constants(g, seed)
     program = compile_plan(plan, g, threads=threads, cache_dir=cache_dir)
     outs = program.run(feeds, consts)
@@ -168,9 +197,6 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
         "graph": g.name, "strategy": plan.strategy, "status": plan.status, "hardware": plan.hardware,
         "groups": len(plan.groups), "traffic_bytes": plan.traffic_bytes, "threads": threads,
         "outputs": {k: list(v.shape) for k, v in arrays.items()}}
-    if output is not None:
-        save_outputs(output, arrays)
-        result["output_file"] = str(output)
     if check:
         from .emit.reference import reference_outputs
         eng = choose_engine(g, engine)
@@ -183,6 +209,9 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         result["engine"] = eng
         result["check"] = compare(arrays, want, rtol=rtol, atol=atol)
+    if output is not None and (not check or result["check"]["ok"]):  # a failed check writes nothing
+        save_outputs(output, arrays)
+        result["output_file"] = str(output)
     if time:
         times = [float(t) for t in program.time(feeds, consts, repeats=repeats)]
         result["median_seconds"] = statistics.median(times)

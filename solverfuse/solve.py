@@ -166,6 +166,9 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     for k in todo:
         u = units[k]
         remaining = max(0.0, time_limit - (time.monotonic() - start))
+        if remaining <= 0:  # out of time: the rest keep their hint (building a model takes time too)
+            status_all = "feasible"
+            continue
         deadline = time.monotonic() + (remaining * len(u.part) / left if left else remaining)
         left -= len(u.part)
         f = partition.build(graph, hw, u.pre, u.part, max_groups=max_groups) or assign.build(graph, hw, u.pre, u.part)
