@@ -116,6 +116,8 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
     >>> r = compare({"y": np.array([0.0, 10.0])}, {"y": np.array([0.0, 10.5])}, rtol=1e-3, atol=1e-6)
     >>> r["ok"], r["max_abs_error"], round(r["max_rel_error"], 4)
     (False, 0.5, 0.0476)
+    >>> compare({"y": np.array([np.inf, 1.0])}, {"y": np.array([np.inf, 1.0])})["outputs"]["y"]["why"]
+    'the reference itself has 1 non-finite values (inf/nan) of 2: the data overflows'
     """
     per = {}
     for name, ref in want.items():
@@ -132,12 +134,19 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
         else:
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             ok = bool(np.isclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True).all())
-            both_nan = np.isnan(a64) & np.isnan(b64)
-            diff = np.where(both_nan, 0.0, np.abs(a64 - b64))
+            # errors only where the reference is finite: inf - inf says nothing about a kernel
+            finite = np.isfinite(b64)
+            with np.errstate(invalid="ignore", over="ignore"):
+                diff = np.where(finite, np.abs(a64 - b64), 0.0)
             diff = np.where(np.isnan(diff), np.inf, diff)
-            rel = diff / np.maximum(np.abs(b64), atol)
+            rel = diff / np.maximum(np.abs(np.where(finite, b64, 1.0)), atol)
         per[name] = {"ok": ok, "max_abs_error": float(diff.max(initial=0.0)),
                      "max_rel_error": float(rel.max(initial=0.0))}
+        bad_ref = int(b.size - np.count_nonzero(np.isfinite(b))) if b.dtype.kind == "f" else 0
+        if bad_ref:
+            per[name]["reference_nonfinite"] = bad_ref
+            per[name]["why"] = (f"the reference itself has {bad_ref} non-finite values (inf/nan) of "
+                                f"{b.size}: the data overflows{'' if ok else '; they differ from ours'}")
     return {"ok": all(p["ok"] for p in per.values()),
             "max_abs_error": max((p["max_abs_error"] for p in per.values()), default=0.0),
             "max_rel_error": max((p["max_rel_error"] for p in per.values()), default=0.0),
@@ -232,7 +241,7 @@ def format_result(result: Mapping[str, Any]) -> str:
                      f"max abs error {c['max_abs_error']:.3g}, max rel error {c['max_rel_error']:.3g} "
                      f"(rtol {c['rtol']:g}, atol {c['atol']:g})")
         for name, p in c["outputs"].items():
-            if not p["ok"]:
+            if not p["ok"] or p.get("reference_nonfinite"):
                 lines.append(f"  {name!r}: {p.get('why') or 'max abs error %.3g' % p['max_abs_error']}")
     if "median_seconds" in result:
         lines.append(f"time: median {result['median_seconds'] * 1e3:.3f} ms over {len(result['times'])} runs")
