@@ -28,11 +28,13 @@ Ctrl-C reaches the whole process group) and dies with its parent (Linux ``PR_SET
 """
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
@@ -49,7 +51,9 @@ GRACE = 1.0
 #: Share of the time limit the child keeps for decoding and validating its plan (and at least
 #: ``VALIDATE_PER_OP`` seconds per op).
 RESERVE = 0.1
-VALIDATE_PER_OP = 60e-6
+VALIDATE_PER_OP = 100e-6
+#: Share of the time limit the greedy baselines (hints) may take before the solve starts.
+HINT_SHARE = 0.4
 #: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hint.
 FAULT: Optional[str] = None
 
@@ -63,6 +67,14 @@ class WorkerResult:
     variables: int = 0
     attempts: int = 0
     log: list = field(default_factory=list)
+
+
+class _HintTimeout(Exception):
+    pass
+
+
+def _out_of_hint_time(signum, frame):
+    raise _HintTimeout()
 
 
 def _die_with_parent() -> None:
@@ -87,18 +99,40 @@ def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
+    faulthandler.disable()  # a caller's fault handler (pytest's) would print our abort's traceback
     os.dup2(errfd, 2)  # OR-Tools' native messages go to a file the parent reads, not the terminal
     try:
         from . import greedy
         from .solve import best_hint, solve_report
         hints = [hint] if hint else []
-        if with_hints:
-            for make in greedy.STRATEGIES.values():
-                if time.monotonic() >= deadline:
-                    break
-                hints.append(make(graph, hw))
         best = best_hint(graph, hw, hints)
+        best_traffic = cost.plan_traffic(graph, best)
         conn.send(("hint", best))
+        if with_hints:
+            # the baselines get at most HINT_SHARE of the time; one that runs over is cut off
+            # by SIGALRM (nothing else runs in this process yet) and the solve starts from the
+            # best hint so far
+            alarm = {signal.SIGALRM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, alarm)  # only a baseline itself is cut off
+            signal.signal(signal.SIGALRM, _out_of_hint_time)
+            signal.setitimer(signal.ITIMER_REAL, max(1e-3, HINT_SHARE * (deadline - time.monotonic())))
+            try:
+                for make in greedy.STRATEGIES.values():
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
+                    h = make(graph, hw)
+                    signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
+                    better = best_hint(graph, hw, [best, h])
+                    t = cost.plan_traffic(graph, better)
+                    if t < best_traffic:
+                        best, best_traffic = better, t
+                        conn.send(("hint", best))
+            except _HintTimeout:
+                pass
+            finally:
+                signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, signal.SIG_IGN)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
         _fault(fault)
         left = deadline - time.monotonic()
         reserve = max(RESERVE * left, VALIDATE_PER_OP * len(graph.nodes))
@@ -114,6 +148,54 @@ def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, worker
         conn.close()
         sys.stdout.flush()
         os._exit(0)
+
+
+def _fallback_plan(graph: Graph, hw: Hardware, groups: list) -> Plan:
+    return build_plan(graph, hw, groups, strategy="optimal", status="feasible",
+                      bound_bytes=min(cost.q_min(graph), cost.plan_traffic(graph, groups)))
+
+
+class _Spare:
+    """Builds (validates) the fallback plan of the latest hint in a background thread while the
+    parent only waits, so a fallback at the deadline costs no validation time (seconds at 20k ops)."""
+
+    def __init__(self, graph: Graph, hw: Hardware):
+        self.graph, self.hw = graph, hw
+        self.lock = threading.Lock()
+        self.latest: Optional[list] = None
+        self.built: tuple = (None, None)  # (groups, plan)
+        self.thread: Optional[threading.Thread] = None
+
+    def offer(self, groups: list) -> None:
+        with self.lock:
+            self.latest = groups
+            if self.thread is not None and self.thread.is_alive():
+                return
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                groups = self.latest
+                if self.built[0] is groups:
+                    return
+            try:
+                plan = _fallback_plan(self.graph, self.hw, groups)
+            except Exception:  # noqa: BLE001 -- get() rebuilds in the caller and raises there
+                return
+            with self.lock:
+                self.built = (groups, plan)
+
+    def get(self, groups: list) -> Plan:
+        with self.lock:
+            thread = self.thread if self.latest is groups else None
+        if thread is not None:
+            thread.join()  # it is validating these very groups: wait rather than start over
+        with self.lock:
+            if self.built[0] is groups:
+                return self.built[1].model_copy()
+        return _fallback_plan(self.graph, self.hw, groups)
 
 
 def _native_message(errfile) -> str:
@@ -164,6 +246,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     reason: Optional[str] = None
     attempts = 0
     log: list = []
+    spare = _Spare(graph, hw)
     while result is None and attempts < 2:
         attempts += 1
         n_workers = workers if attempts == 1 else 1
@@ -194,6 +277,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                     break
                 if msg[0] == "hint":
                     best = msg[1]
+                    spare.offer(best)
                 elif msg[0] == "progress":
                     log.append((round(time.monotonic() - start, 6), msg[1], msg[2]))
                     if progress:
@@ -222,10 +306,9 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
             break
     if result is None:
         groups = best if best is not None else [[v] for v in graph.index.order]
-        plan = build_plan(graph, hw, groups, strategy="optimal", status="feasible",
-                          bound_bytes=min(cost.q_min(graph), cost.plan_traffic(graph, groups)))
-        what = "best greedy plan" if best is not None else "every op alone (no hint was ready)"
-        plan.reason = f"{reason}; returned the {what}"
+        plan = spare.get(groups)
+        what = "the best greedy plan" if best is not None else "every op alone (no hint was ready)"
+        plan.reason = f"{reason}; returned {what}"
         result = WorkerResult(plan)
     result.attempts, result.log = attempts, log
     if result.plan.reason is None and attempts > 1:
