@@ -332,9 +332,15 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
 
 
 def main(argv: Optional[list] = None) -> None:  # pragma: no cover - console entry
-    """The console entry: usage errors are one line too (``error: ...``, exit 2)."""
+    """The console entry: usage errors are one line too (``error: ...``, exit 2), and a signal
+    before a command starts is one line as well."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _raise_interrupted)
     try:
         code = app(args=argv, standalone_mode=False)
+    except (Interrupted, KeyboardInterrupt) as e:
+        typer.echo("error: interrupted", err=True)
+        sys.exit(128 + getattr(e, "signum", signal.SIGINT))
     except typer.Abort:
         typer.echo("error: interrupted", err=True)
         sys.exit(130)

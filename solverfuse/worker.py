@@ -15,7 +15,7 @@ time from ``started`` to the returned plan.
 
 Interrupts: a :class:`~solverfuse.errors.Interrupted` (or KeyboardInterrupt) raised while
 waiting kills the child before it propagates; ``Interrupted.groups`` then holds the best
-partition known so far, so the caller may write it. The child ignores SIGINT (a terminal's
+partition known so far (at worst every op alone), so the caller may write it. The child ignores SIGINT (a terminal's
 Ctrl-C reaches the whole process group) and dies with its parent (Linux ``PR_SET_PDEATHSIG``).
 
 >>> from solverfuse.graph import load_graph
@@ -293,7 +293,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                 else:
                     raise InternalError(f"in the solver worker: {msg[1]}")
         except (Interrupted, KeyboardInterrupt) as e:
-            e.groups = best  # type: ignore[attr-defined]
+            # every op alone is always legal: there is always a best plan so far
+            e.groups = best if best is not None else [[v] for v in graph.index.order]  # type: ignore[attr-defined]
             raise
         finally:
             if proc.is_alive():
