@@ -243,6 +243,8 @@ def check_graph(g: Graph) -> Graph:
             _check_shape(name, t.shape, t.dtype)
             if not t.constant and any(d < 1 for d in t.shape):
                 raise GraphError(f"tensor {name!r}: bad shape {t.shape} (dimensions must be positive)")
+        if t.value is not None:
+            _check_value(name, t)
     # Constant nodes become constant tensors: they hold data, not work.
     kept = []
     for n in nodes:
@@ -336,6 +338,16 @@ def _check_attributes(n: Node) -> None:
         else:
             continue
         raise GraphError(f"node {n.name!r} ({n.op}): attribute {key!r} {bad}, got {v!r}"[:300])
+
+
+def _check_value(name: str, t: Tensor) -> None:
+    """A constant's ``value`` must be numbers of its dtype, as many as its shape holds."""
+    try:
+        arr = np.asarray(t.value, dtype=np_dtype(t.dtype))
+    except (ValueError, TypeError, OverflowError) as e:
+        raise GraphError(f"constant {name!r}: value is not an array of {t.dtype} ({str(e)[:100]})") from None
+    if t.shape is not None and arr.size != numel(t.shape):
+        raise GraphError(f"constant {name!r}: value has {arr.size} elements, shape {t.shape} needs {numel(t.shape)}")
 
 
 def _check_shape(name: str, shape: list[int], dtype: str) -> None:
@@ -441,8 +453,14 @@ def load_graph(source: Union[str, os.PathLike, dict, Graph, Any]) -> Graph:
     if not isinstance(source, (str, os.PathLike)):
         raise GraphError(f"a graph must be a path, a dict, a Graph or a networkx DiGraph, "
                          f"got {type(source).__name__}")
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        return parse_graph(source)  # JSON text, not a path
     path = Path(source)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte, ...
+        raise GraphError(f"{str(path)[:200]}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    if not exists:
         raise GraphError(f"{path}: no such file")
     if path.is_dir():
         raise GraphError(f"{path}: is a directory, not a graph file")

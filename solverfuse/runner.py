@@ -190,6 +190,7 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     hw = load_hardware(hardware)
     plan = get_plan(g, hw, plan_path=plan_path, strategy=strategy, time_limit=time_limit,
                     workers=workers, seed=seed)
+    check_memory(g)
     if isinstance(inputs, (str, os.PathLike)):
         feeds = load_inputs(inputs, g)
     elif inputs is None:
@@ -197,7 +198,6 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     else:
         from .emit.reference import check_inputs
         feeds = check_inputs(g, inputs)
-    check_memory(g)
     consts = constants(g, seed)
     program = compile_plan(plan, g, threads=threads, cache_dir=cache_dir)
     outs = program.run(feeds, consts)
