@@ -49,7 +49,11 @@ def check_seed(seed) -> int:
 
 
 def check_workers(workers) -> int:
-    """``workers`` as an int in ``[1, 256]``."""
+    """``workers`` as an int in ``[1, 256]`` (CP-SAT threads).
+
+    >>> check_workers(4)
+    4
+    """
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or not 1 <= workers <= 256:
         raise ArgumentError(f"workers must be an integer in [1, 256], got {workers!r}"[:200])
     return int(workers)

@@ -313,7 +313,7 @@ def check_graph(g: Graph) -> Graph:
 #: the integer 0 or 1 (``"yes"`` and ``true`` are not), an axis an integer, a list of ints a list.
 FLAG_ATTRS = frozenset({"transA", "transB", "keepdims", "noop_with_empty_axes", "ceil_mode",
                         "count_include_pad", "select_last_index", "exclusive", "reverse"})
-INT_ATTRS = frozenset({"axis", "to", "group", "largest", "sorted", "batch_dims", "storage_order"})
+INT_ATTRS = frozenset({"axis", "group", "largest", "sorted", "batch_dims", "storage_order"})
 INT_LIST_ATTRS = frozenset({"perm", "axes", "kernel_shape", "strides", "pads", "dilations", "split",
                             "output_padding", "output_shape"})
 FLOAT_ATTRS = frozenset({"alpha", "beta", "epsilon", "momentum", "gamma", "bias", "lambd"})

@@ -39,19 +39,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
-from . import cost
+from . import cost, greedy
 from .arguments import check_seed, check_time_limit, check_workers
 from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan
+from .solve import best_hint, solve_report  # imported here, once: a forked child inherits it
 
 #: Seconds the parent waits past the time limit before it stops the worker.
 GRACE = 1.0
 #: Share of the time limit the child keeps for decoding and validating its plan (and at least
 #: ``VALIDATE_PER_OP`` seconds per op).
-RESERVE = 0.1
+RESERVE = 0.2
 VALIDATE_PER_OP = 100e-6
+MIN_RESERVE = 0.3
 #: Share of the time limit the greedy baselines (hints) may take before the solve starts.
 HINT_SHARE = 0.4
 #: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hint.
@@ -102,12 +104,8 @@ def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, worker
     faulthandler.disable()  # a caller's fault handler (pytest's) would print our abort's traceback
     os.dup2(errfd, 2)  # OR-Tools' native messages go to a file the parent reads, not the terminal
     try:
-        from . import greedy
-        from .solve import best_hint, solve_report
-        hints = [hint] if hint else []
-        best = best_hint(graph, hw, hints)
-        best_traffic = cost.plan_traffic(graph, best)
-        conn.send(("hint", best))
+        best = best_hint(graph, hw, [hint] if hint else [])
+        best_traffic = cost.plan_traffic(graph, best)  # the parent has this one already
         if with_hints:
             # the baselines get at most HINT_SHARE of the time; one that runs over is cut off
             # by SIGALRM (nothing else runs in this process yet) and the solve starts from the
@@ -135,7 +133,7 @@ def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, worker
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
         _fault(fault)
         left = deadline - time.monotonic()
-        reserve = max(RESERVE * left, VALIDATE_PER_OP * len(graph.nodes))
+        reserve = max(RESERVE * left, MIN_RESERVE + VALIDATE_PER_OP * len(graph.nodes))
         report = solve_report(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
                               hints=[best], progress=lambda s, t, b: conn.send(("progress", t, b)))
         plan = report.plan.model_copy(update={"graph": None})
@@ -239,14 +237,16 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     time_limit = check_time_limit(time_limit)
     workers, seed = check_workers(workers), check_seed(seed)
     hw = load_hardware(hw)
+    alone = [[v] for v in graph.index.order]
     deadline = start + time_limit
     ctx = mp.get_context("fork")
-    best: Optional[list] = None
+    best: list = alone  # every op alone is always legal: the fallback before any hint arrives
     result: Optional[WorkerResult] = None
     reason: Optional[str] = None
     attempts = 0
     log: list = []
     spare = _Spare(graph, hw)
+    spare.offer(best)
     while result is None and attempts < 2:
         attempts += 1
         n_workers = workers if attempts == 1 else 1
@@ -293,8 +293,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                 else:
                     raise InternalError(f"in the solver worker: {msg[1]}")
         except (Interrupted, KeyboardInterrupt) as e:
-            # every op alone is always legal: there is always a best plan so far
-            e.groups = best if best is not None else [[v] for v in graph.index.order]  # type: ignore[attr-defined]
+            e.groups = best  # type: ignore[attr-defined]
             raise
         finally:
             if proc.is_alive():
@@ -306,9 +305,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
         if result is None and (time.monotonic() >= deadline or reason.startswith("the solver did not stop")):
             break
     if result is None:
-        groups = best if best is not None else [[v] for v in graph.index.order]
-        plan = spare.get(groups)
-        what = "the best greedy plan" if best is not None else "every op alone (no hint was ready)"
+        plan = spare.get(best)
+        what = "the best greedy plan" if best is not alone else "every op alone (no better hint was ready)"
         plan.reason = f"{reason}; returned {what}"
         result = WorkerResult(plan)
     result.attempts, result.log = attempts, log
