@@ -10,14 +10,16 @@ mapping -> cost -> plan -> greedy / formulations + solve -> compare -> emit.
 512
 """
 from . import cost
-from .errors import EmitError, GraphError, HardwareError, PlanError, SolverfuseError
+from .errors import (ArgumentError, EmitError, FileError, GraphError, HardwareError, InternalError, Interrupted,
+                     PlanError, ResourceError, SolverfuseError)
 from .graph import Graph, Node, Tensor, load_graph
 from .hardware import Hardware, load_hardware
 from .plans import Group, Plan, build_plan, load_plan, save_plan, validate
 
 __all__ = ["cost", "Graph", "Node", "Tensor", "load_graph", "Hardware", "load_hardware", "Plan",
            "Group", "build_plan", "load_plan", "save_plan", "validate", "SolverfuseError",
-           "GraphError", "HardwareError", "PlanError", "EmitError"]
+           "GraphError", "HardwareError", "PlanError", "EmitError", "ArgumentError", "FileError",
+           "ResourceError", "InternalError", "Interrupted"]
 __version__ = "0.1.0"
 from .api import plan  # noqa: E402  (the library entry point; defined after the models it returns)
 

@@ -14,8 +14,10 @@ CP-SAT never shows through this interface.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional, Union
 
+from .arguments import check_seed, check_time_limit, check_workers
 from .errors import SolverfuseError
 from .graph import Graph, load_graph
 from .hardware import Hardware, load_hardware
@@ -25,15 +27,24 @@ from .plans import Plan
 def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "nvidia-h100", *,
          strategy: str = "optimal", time_limit: float = 10.0, workers: int = 2, seed: int = 0,
          progress: Optional[Callable[..., None]] = None) -> Plan:
-    """Plan fusion for ``graph`` on ``hardware`` with ``strategy`` (``optimal`` or a greedy name)."""
+    """Plan fusion for ``graph`` on ``hardware`` with ``strategy`` (``optimal`` or a greedy name).
+
+    ``optimal`` solves in a worker process (:mod:`solverfuse.worker`): the call returns within
+    ``time_limit`` plus a small overhead, counted from entry, and a solver crash or hang gives the
+    best plan found (status ``feasible``, ``plan.reason`` says why) instead of killing the caller.
+    """
     from . import greedy
+    start = time.monotonic()
+    time_limit = check_time_limit(time_limit)
+    seed, workers = check_seed(seed), check_workers(workers)
+    if not isinstance(strategy, str):
+        raise SolverfuseError(f"strategy must be a string, got {type(strategy).__name__}")
     g = load_graph(graph)
     hw = load_hardware(hardware)
     if strategy == "optimal":
-        from .solve import solve
-        hints = greedy_hints(g, hw)
-        return solve(g, hw, time_limit=time_limit, workers=workers, seed=seed, hints=hints,
-                     progress=progress)
+        from .worker import solve_in_worker
+        return solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
+                               progress=progress, started=start).plan
     if strategy not in greedy.STRATEGIES:
         raise SolverfuseError(f"unknown strategy {strategy!r} (optimal, {', '.join(greedy.STRATEGIES)})")
     return greedy.greedy_plan(g, hw, strategy)

@@ -1,20 +1,26 @@
 """The ``solverfuse`` command line: parse arguments, call the library, print. Nothing else.
 
-Every library error (:class:`SolverfuseError`) becomes one line on stderr and exit code 2.
+Every failure is one line on stderr: a library error (:class:`SolverfuseError`) exits 2, a bug
+in solverfuse (:class:`InternalError` or any unexpected exception) exits 70 with a hint to report
+it, SIGINT / SIGTERM exit 130 / 143.
 """
 from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
 import sys
+import threading
+import time as _time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .errors import SolverfuseError
+from .errors import Interrupted, SolverfuseError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Optimal operator-fusion planning with CP-SAT.")
 hardware_app = typer.Typer(no_args_is_help=True, help="Hardware profiles.")
 app.add_typer(hardware_app, name="hardware")
@@ -25,18 +31,47 @@ def fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
+#: When the console entry started (the time limit counts from there); None under a test runner.
+ENTRY: list = [None]
+#: Exit code of a bug in solverfuse (BSD sysexits' EX_SOFTWARE).
+EXIT_BUG = 70
+REPORT = "this is a bug in solverfuse; please report it with the command and input that caused it"
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
 def handles_errors(fn):
-    """Turn library errors into one line + exit code 2 (no traceback)."""
+    """One line and an exit code for every way a command can fail (no traceback, ever):
+    user errors 2, bugs 70, SIGINT 130, SIGTERM 143 (both raise :class:`Interrupted`)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                old[s] = signal.signal(s, _raise_interrupted)
         try:
             return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
         except SolverfuseError as e:
             fail(str(e))
+        except (Interrupted, KeyboardInterrupt) as e:
+            signum = getattr(e, "signum", signal.SIGINT)
+            fail(f"interrupted{'; ' + e.detail if getattr(e, 'detail', None) else ''}", 128 + signum)
         except RecursionError:
             fail("input too deeply nested")
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
+        except MemoryError:
+            fail("out of memory")
+        except OSError as e:  # the library names paths in its errors; this is the safety net
+            fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
+        except Exception as e:  # noqa: BLE001 -- InternalError and anything unexpected is a bug
+            first = (str(e).splitlines() or [""])[0][:300]
+            fail(f"internal error: {type(e).__name__}: {first} ({REPORT})", EXIT_BUG)
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
     return wrapper
 
 
@@ -100,8 +135,8 @@ def import_cmd(model: Path = typer.Argument(..., help="ONNX model"),
                output: Optional[Path] = typer.Option(None, "-o", "--output", help="graph JSON to write (default: stdout)"),
                dim: list[str] = typer.Option([], "--dim", help="NAME=VALUE for a symbolic input dimension (repeatable)")):
     """Convert an ONNX model to solverfuse-graph/1 JSON."""
+    from .files import write_atomic
     from .onnx_import import import_onnx
-    from .plans import write_atomic
     dims = {}
     for d in dim:
         name, _, value = d.rpartition("=")
@@ -137,7 +172,10 @@ def run_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
     """Compile a plan to C, run it, write outputs; optionally check numerics and time it.
 
     Exit code 1 when --check finds an output beyond tolerance."""
+    from .arguments import check_seed, check_time_limit
     from .runner import format_result, run_graph
+    check_time_limit(time_limit)
+    check_seed(seed)
     if plan is not None and strategy != "optimal":
         fail("give either --plan or --strategy, not both")
     if engine not in ("auto", "reference", "onnxruntime"):
@@ -156,7 +194,7 @@ def run_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
 def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
                 hardware: str = typer.Option("nvidia-h100", "--hardware", help="hardware profile"),
                 time_limit: float = typer.Option(10.0, "--time-limit", help="solver time limit (seconds)"),
-                workers: int = typer.Option(2, "--workers", min=1, help="CP-SAT workers"),
+                workers: int = typer.Option(2, "--workers", help="CP-SAT workers"),
                 seed: int = typer.Option(0, "--seed", help="solver seed"),
                 as_json: bool = typer.Option(False, "--json", help='print {"rows": [...]}'),
                 markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
@@ -165,7 +203,11 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
     from .compare import format_markdown, format_table, plan_all, rows_for, rows_json
     from .graph import load_graph
     from .hardware import load_hardware
+    from .arguments import check_seed, check_time_limit, check_workers
     from .plans import save_plan
+    check_time_limit(time_limit)
+    check_seed(seed)
+    check_workers(workers)
     if as_json and markdown:
         fail("give either --json or --markdown, not both")
     if plans_dir is not None and not plans_dir.is_dir():
@@ -226,18 +268,27 @@ def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
 @handles_errors
 def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
              hardware: str = typer.Option("nvidia-h100", "--hardware", help="profile name or JSON file"),
-             time_limit: float = typer.Option(10.0, "--time-limit", min=0.0, help="solver time limit (seconds)"),
-             workers: int = typer.Option(2, "--workers", min=1, help="CP-SAT workers"),
+             time_limit: float = typer.Option(10.0, "--time-limit", help="limit of the whole command (seconds)"),
+             workers: int = typer.Option(2, "--workers", help="CP-SAT workers"),
              seed: int = typer.Option(0, "--seed", help="solver seed (fixed seed + workers = same plan)"),
              output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),
+             keep_partial: bool = typer.Option(False, "--keep-partial", help="on SIGINT/SIGTERM, write the best plan so far to -o"),
              as_json: bool = typer.Option(False, "--json", help="print the plan JSON instead of the summary")):
-    """Optimal fusion plan (CP-SAT): groups, traffic vs unfused vs Q_min, status, bound, gap."""
+    """Optimal fusion plan (CP-SAT): groups, traffic vs unfused vs Q_min, status, bound, gap.
+
+    --time-limit bounds the whole command (loading, hints, solve, validation) plus about a
+    second; a solver crash or hang still gives the best plan found (status feasible, with why)."""
+    from .arguments import check_seed, check_time_limit, check_workers
     from .graph import load_graph
     from .hardware import load_hardware
-    from .plans import plan_to_json, save_plan
-    from .api import greedy_hints
-    from .solve import solve_report
+    from .plans import build_plan, plan_to_json, save_plan
     from .summary import format_plan, human_bytes
+    from .worker import solve_in_worker
+    start = ENTRY[0] if ENTRY[0] is not None else _time.monotonic()
+    ENTRY[0] = None
+    check_time_limit(time_limit)
+    check_seed(seed)
+    check_workers(workers)
     g = load_graph(graph)
     hw = load_hardware(hardware)
     live = sys.stderr.isatty()
@@ -248,10 +299,26 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
                          f"bound {human_bytes(bound):>11s}  gap {100 * gap:6.2f}%\x1b[K")
         sys.stderr.flush()
 
-    report = solve_report(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                          hints=greedy_hints(g, hw), progress=progress if live else None)
-    if live:
-        sys.stderr.write("\r\x1b[K")
+    try:
+        report = solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
+                                 progress=progress if live else None, started=start)
+    except Interrupted as e:
+        groups = getattr(e, "groups", None)
+        if groups is None:
+            e.detail = "no plan yet, nothing written"
+        elif keep_partial and output:
+            signal.signal(e.signum, signal.SIG_IGN)  # a second signal must not cut the write short
+            p = build_plan(g, hw, groups, strategy="optimal", status="feasible",
+                           solve_seconds=_time.monotonic() - start)
+            p.reason = "interrupted; the best plan found so far"
+            save_plan(p, output)
+            e.detail = f"best plan so far ({p.traffic_bytes} bytes of traffic) written to {output}"
+        else:
+            e.detail = "best plan so far not written" + ("" if not output else " (--keep-partial writes it)")
+        raise
+    finally:
+        if live:
+            sys.stderr.write("\r\x1b[K")
     plan = report.plan
     if output:
         save_plan(plan, output)
@@ -259,14 +326,46 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
         typer.echo(plan_to_json(plan))
     else:
         typer.echo(format_plan(plan))
-        typer.echo(f"{report.parts} independent parts (largest {report.largest_part} ops), "
-                   f"{report.variables} variables")
+        if report.parts:
+            typer.echo(f"{report.parts} independent parts (largest {report.largest_part} ops), "
+                       f"{report.variables} variables")
+        if plan.reason:
+            typer.echo(f"note: {plan.reason}")
     if output:
         typer.echo(f"wrote {output}", err=True)
 
 
-def main():  # pragma: no cover - console entry
-    app()
+def _exit(code: int) -> None:
+    """Flush and leave at once: tearing down a 20k-op graph's objects takes seconds at exit, and
+    every child was already joined (no atexit work is left)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def main(argv: Optional[list] = None) -> None:  # pragma: no cover - console entry
+    """The console entry: usage errors are one line too (``error: ...``, exit 2), and a signal
+    before a command starts is one line as well."""
+    ENTRY[0] = _time.monotonic()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _raise_interrupted)
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except (Interrupted, KeyboardInterrupt) as e:
+        typer.echo("error: interrupted", err=True)
+        code = 128 + getattr(e, "signum", signal.SIGINT)
+    except typer.Abort:
+        typer.echo("error: interrupted", err=True)
+        code = 130
+    except typer.Exit as e:
+        code = e.exit_code
+    except typer.TyperException as e:  # a usage error: unknown option, bad value, ...
+        msg = e.format_message() if hasattr(e, "format_message") else str(e)
+        typer.echo(f"error: {' '.join(msg.split())}", err=True)
+        code = getattr(e, "exit_code", 2)
+    _exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

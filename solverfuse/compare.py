@@ -24,7 +24,7 @@ from typing import Optional, Union
 from pydantic import BaseModel
 
 from . import cost, greedy
-from .errors import PlanError
+from .errors import InternalError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan
@@ -63,13 +63,13 @@ def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0
 def rows_for(graph: Graph, hw: Union[str, Hardware], plans: dict[str, tuple[Plan, float]]) -> list[Row]:
     """Score plans (``{strategy: (plan, seconds)}``, with an ``optimal`` entry) into rows.
 
-    Raises PlanError if the optimal plan has more traffic than any other plan.
+    Raises InternalError (a bug) if the optimal plan has more traffic than any other plan.
     """
     hw = load_hardware(hw)
     best = plans["optimal"][0].traffic_bytes
     for name, (p, _) in plans.items():
         if p.traffic_bytes < best:
-            raise PlanError(f"bug: the optimal plan moves {best} bytes but {name!r} moves only "
+            raise InternalError(f"bug: the optimal plan moves {best} bytes but {name!r} moves only "
                             f"{p.traffic_bytes} -- the optimal planner missed a legal plan")
     unfused, qmin = cost.unfused_traffic(graph), cost.q_min(graph)
     rows = []

@@ -23,11 +23,11 @@ True
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence, Union
 
 from .errors import PlanError
+from .files import atomic_path
 from .graph import Graph
 from .plans import Plan
 from .summary import human_bytes
@@ -217,20 +217,7 @@ def draw_plans(plans: Sequence[Plan], path: Union[str, os.PathLike], graphs: Seq
             ax.set_ylim(-depth + 0.4, 0.9)
             ax.set_axis_off()
         fig.tight_layout()
-        try:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-        except OSError as e:
-            raise PlanError(f"{path}: cannot write ({e.strerror})") from None
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=dpi, format=path.suffix[1:].lower())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
     finally:
         plt.close(fig)

@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from . import dag
+from .dtypes import np_dtype
 from .errors import GraphError
+from .files import read_text
 from .ops import DTYPE_ALIASES, DTYPE_SIZES, OPS, ShapeError, infer_node, node_flops, numel
 
 FORMAT = "solverfuse-graph/1"
@@ -38,23 +40,23 @@ MAX_TENSOR_BYTES = 1 << 46
 class Tensor(BaseModel):
     """A tensor: static shape, ONNX dtype name; constants may carry a small value or a fill."""
     model_config = ConfigDict(extra="forbid")
-    shape: Optional[list[int]] = None
-    dtype: str = "float32"
-    constant: bool = False
+    shape: Optional[list[StrictInt]] = None
+    dtype: StrictStr = "float32"
+    constant: StrictBool = False
     value: Optional[Any] = Field(default=None, description="nested list, for small constants")
-    fill: Optional[float] = Field(default=None, description="every element equals this")
+    fill: Optional[StrictFloat] = Field(default=None, description="every element equals this")
 
 
 class Node(BaseModel):
     """One operator application. ``category``/``flops`` let an unknown op be planned (opaquely)."""
     model_config = ConfigDict(extra="forbid")
-    name: str
-    op: str
-    inputs: list[str] = Field(description='tensor names; "" marks an omitted optional input')
-    outputs: list[str]
+    name: StrictStr
+    op: StrictStr
+    inputs: list[StrictStr] = Field(description='tensor names; "" marks an omitted optional input')
+    outputs: list[StrictStr]
     attributes: dict[str, Any] = Field(default_factory=dict)
     category: Optional[Literal["compute", "memory", "data"]] = None
-    flops: Optional[int] = None
+    flops: Optional[StrictInt] = Field(default=None, ge=0)
 
 
 @dataclass
@@ -103,10 +105,10 @@ class Graph(BaseModel):
     """A checked compute graph; build it with :func:`load_graph` (which validates)."""
     model_config = ConfigDict(extra="forbid")
     format: Literal["solverfuse-graph/1"] = FORMAT
-    name: str = "graph"
+    name: StrictStr = "graph"
     tensors: dict[str, Tensor]
-    inputs: list[str]
-    outputs: list[str]
+    inputs: list[StrictStr]
+    outputs: list[StrictStr]
     nodes: list[Node]
 
     @cached_property
@@ -157,9 +159,9 @@ class Graph(BaseModel):
         if t is None or not t.constant or t.shape is None:
             return None
         if t.value is not None:
-            return np.asarray(t.value, dtype=_np_dtype(t.dtype)).reshape(t.shape)
+            return np.asarray(t.value, dtype=np_dtype(t.dtype)).reshape(t.shape)
         if t.fill is not None and numel(t.shape) <= (1 << 26):
-            return np.full(t.shape, t.fill, dtype=_np_dtype(t.dtype))
+            return np.full(t.shape, t.fill, dtype=np_dtype(t.dtype))
         return None
 
     def digest(self) -> str:
@@ -199,10 +201,6 @@ class Graph(BaseModel):
         return g
 
 
-def _np_dtype(dtype: str):
-    return np.float32 if dtype == "bfloat16" else np.dtype("bool" if dtype == "bool" else dtype)
-
-
 def _topo_order(nodes: list[Node], succs: dict[str, list[str]]) -> list[str]:
     """A topological order, ties broken by file order (stable, deterministic)."""
     num = {n.name: i for i, n in enumerate(nodes)}
@@ -225,8 +223,12 @@ def parse_graph(data: Union[dict, str, bytes]) -> Graph:
             data = json.loads(data)
         except json.JSONDecodeError as e:
             raise GraphError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        except ValueError as e:  # e.g. an integer of more than 4300 digits
+            raise GraphError(f"bad JSON: {str(e).splitlines()[0]}") from None
+        except RecursionError:
+            raise GraphError("JSON nested too deeply") from None
     if not isinstance(data, dict):
-        raise GraphError("graph JSON must be an object")
+        raise GraphError(f"a graph must be a JSON object, got {type(data).__name__}")
     if data.get("format", FORMAT) != FORMAT:
         raise GraphError(f"format must be {FORMAT!r}, got {data.get('format')!r}")
     try:
@@ -234,6 +236,8 @@ def parse_graph(data: Union[dict, str, bytes]) -> Graph:
     except ValidationError as e:
         err = e.errors()[0]
         raise GraphError(f"{_fmt_loc(err['loc'])}: {err['msg']}") from None
+    except RecursionError:
+        raise GraphError("graph nested too deeply") from None
     return check_graph(g)
 
 
@@ -244,6 +248,10 @@ def check_graph(g: Graph) -> Graph:
     """
     tensors = {k: v.model_copy() for k, v in g.tensors.items()}
     nodes = list(g.nodes)
+    if not nodes:
+        raise GraphError("the graph has no nodes (nothing to plan)")
+    if not g.outputs:
+        raise GraphError("the graph has no outputs (nothing would be computed)")
     seen_nodes: set[str] = set()
     for n in nodes:
         if n.name in seen_nodes:
@@ -255,6 +263,10 @@ def check_graph(g: Graph) -> Graph:
             raise GraphError(f"tensor {name!r}: unknown dtype {t.dtype!r}")
         if t.shape is not None:
             _check_shape(name, t.shape, t.dtype)
+            if not t.constant and any(d < 1 for d in t.shape):
+                raise GraphError(f"tensor {name!r}: bad shape {t.shape} (dimensions must be positive)")
+        if t.value is not None:
+            _check_value(name, t)
     # Constant nodes become constant tensors: they hold data, not work.
     kept = []
     for n in nodes:
@@ -275,6 +287,7 @@ def check_graph(g: Graph) -> Graph:
             raise GraphError(f"node {n.name!r}: unknown op {n.op!r} (declare a 'category' to plan it opaquely)")
         if not n.outputs:
             raise GraphError(f"node {n.name!r} has no outputs")
+        _check_attributes(n)
         for t in n.outputs:
             if not t:
                 continue
@@ -316,6 +329,47 @@ def check_graph(g: Graph) -> Graph:
         if not any(k in n.inputs for n in nodes) and k not in g.outputs:
             del tensors[k]
     return Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=out_nodes)
+
+
+#: Attribute types the op table's shape rules and the emitter rely on (ONNX semantics): a flag is
+#: the integer 0 or 1 (``"yes"`` and ``true`` are not), an axis an integer, a list of ints a list.
+FLAG_ATTRS = frozenset({"transA", "transB", "keepdims", "noop_with_empty_axes", "ceil_mode",
+                        "count_include_pad", "select_last_index", "exclusive", "reverse"})
+INT_ATTRS = frozenset({"axis", "group", "largest", "sorted", "batch_dims", "storage_order"})
+INT_LIST_ATTRS = frozenset({"perm", "axes", "kernel_shape", "strides", "pads", "dilations", "split",
+                            "output_padding", "output_shape"})
+FLOAT_ATTRS = frozenset({"alpha", "beta", "epsilon", "momentum", "gamma", "bias", "lambd"})
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_attributes(n: Node) -> None:
+    """Type-check the attributes the op table reads; GraphError names the node and attribute."""
+    for key, v in n.attributes.items():
+        if key in FLAG_ATTRS and not (_is_int(v) and v in (0, 1)):
+            bad = "must be 0 or 1"
+        elif key in INT_ATTRS and not _is_int(v):
+            bad = "must be an integer"
+        elif key in INT_LIST_ATTRS and not (isinstance(v, list) and all(_is_int(x) for x in v)):
+            bad = "must be a list of integers"
+        elif key in FLOAT_ATTRS and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                     or v != v or v in (float("inf"), float("-inf"))):
+            bad = "must be a finite number"
+        else:
+            continue
+        raise GraphError(f"node {n.name!r} ({n.op}): attribute {key!r} {bad}, got {v!r}"[:300])
+
+
+def _check_value(name: str, t: Tensor) -> None:
+    """A constant's ``value`` must be numbers of its dtype, as many as its shape holds."""
+    try:
+        arr = np.asarray(t.value, dtype=np_dtype(t.dtype))
+    except (ValueError, TypeError, OverflowError) as e:
+        raise GraphError(f"constant {name!r}: value is not an array of {t.dtype} ({str(e)[:100]})") from None
+    if t.shape is not None and arr.size != numel(t.shape):
+        raise GraphError(f"constant {name!r}: value has {arr.size} elements, shape {t.shape} needs {numel(t.shape)}")
 
 
 def _check_shape(name: str, shape: list[int], dtype: str) -> None:
@@ -418,16 +472,24 @@ def load_graph(source: Union[str, os.PathLike, dict, Graph, Any]) -> Graph:
         return parse_graph(source)
     if hasattr(source, "nodes") and hasattr(source, "edges") and hasattr(source, "predecessors"):
         return from_networkx(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise GraphError(f"a graph must be a path, a dict, a Graph or a networkx DiGraph, "
+                         f"got {type(source).__name__}")
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        return parse_graph(source)  # JSON text, not a path
     path = Path(source)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte, ...
+        raise GraphError(f"{str(path)[:200]}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    if not exists:
         raise GraphError(f"{path}: no such file")
+    if path.is_dir():
+        raise GraphError(f"{path}: is a directory, not a graph file")
     if path.suffix.lower() == ".onnx":
         from .onnx_import import import_onnx
         return import_onnx(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as e:
-        raise GraphError(f"{path}: cannot read ({e})") from None
+    text = read_text(path, GraphError)
     try:
         return parse_graph(text)
     except GraphError as e:

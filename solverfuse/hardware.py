@@ -22,11 +22,12 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import HardwareError
+from .files import read_text
 
 
 class GemmTile(BaseModel):
     """The register/L1 tiling an anchor (MatMul/Conv as implicit GEMM) runs with."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     m: int = Field(gt=0)
     n: int = Field(gt=0)
     k: int = Field(gt=0)
@@ -36,7 +37,7 @@ class GemmTile(BaseModel):
 
 class Hardware(BaseModel):
     """One target. Sizes in bytes, bandwidth in bytes/s, flops in flop/s, times in seconds."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     name: str
     description: str
     kind: Literal["gpu", "cpu"]
@@ -96,13 +97,18 @@ def load_hardware(spec: Union[str, os.PathLike, Hardware, None] = "nvidia-h100")
         path = Path(spec)
         if not path.exists():
             raise HardwareError(f"hardware file {spec!r} does not exist")
-        text, where = path.read_text(), spec
+        text, where = read_text(path, HardwareError), spec
     else:
         raise HardwareError(f"unknown hardware {spec!r} (known: {', '.join(list_hardware())})")
     try:
-        return Hardware.model_validate(json.loads(text))
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise HardwareError(f"{where}: a hardware profile must be a JSON object, got {type(data).__name__}")
+        return Hardware.model_validate(data)
     except json.JSONDecodeError as e:
         raise HardwareError(f"{where}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    except RecursionError:
+        raise HardwareError(f"{where}: JSON nested too deeply") from None
     except ValidationError as e:
         err = e.errors()[0]
         raise HardwareError(f"{where}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None

@@ -49,7 +49,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from .errors import GraphError
-from .graph import Graph, Node, Tensor, _np_dtype, check_graph
+from .dtypes import np_dtype
+from .graph import Graph, Node, Tensor, check_graph
 from .ops import DTYPE_SIZES, ONNX_DTYPE_CODES, OPS, ShapeError, infer_node, numel
 
 #: Constants with at most this many elements carry their ``value`` in the graph JSON.
@@ -104,7 +105,7 @@ class _Const:
         if self.array is not None:
             return self.array
         if self.fill is not None and numel(self.shape) <= _MATERIALISE_MAX:
-            return np.full(self.shape, self.fill, dtype=_np_dtype(self.dtype))
+            return np.full(self.shape, self.fill, dtype=np_dtype(self.dtype))
         return None
 
 
@@ -211,7 +212,7 @@ def _constant_node(node, attrs: dict) -> _Const:
     for key, dtype in (("value_float", "float32"), ("value_floats", "float32"),
                        ("value_int", "int64"), ("value_ints", "int64")):
         if key in attrs:
-            return _from_array(np.asarray(attrs[key], dtype=_np_dtype(dtype)), dtype)
+            return _from_array(np.asarray(attrs[key], dtype=np_dtype(dtype)), dtype)
     raise GraphError(f"node {node.name!r}: Constant without a supported value attribute")
 
 
@@ -228,7 +229,7 @@ def _fold_uniform(op: str, attrs: dict, ins: list, consts: list, n_out: int) -> 
     outs = infer_node(op, attrs, ins, values)
     fill = data.fill
     if op == "Cast":
-        fill = np.asarray(fill).astype(_np_dtype(outs[0][1])).item()
+        fill = np.asarray(fill).astype(np_dtype(outs[0][1])).item()
     return [_Const(tuple(s), dt, fill) for s, dt in outs]
 
 
@@ -254,7 +255,7 @@ def _np_eval(op: str, attrs: dict, ins: list, arrays: list, out_shapes: list) ->
     if op == "Gather":
         return [np.take(a, arrays[1].astype(np.int64), axis=attrs.get("axis", 0))]
     if op == "Cast":
-        return [a.astype(_np_dtype(ONNX_DTYPE_CODES[attrs.get("to", 1)]))]
+        return [a.astype(np_dtype(ONNX_DTYPE_CODES[attrs.get("to", 1)]))]
     if op == "Slice":
         from .ops import slice_params
         idx = [slice(None)] * a.ndim
@@ -320,7 +321,7 @@ def _constant_of_shape(node, name: str, attrs: dict, shape_const: _Const) -> _Co
     dtype = _dtype(node.attribute[0].t.data_type, f"node {name!r}") if "value" in attrs else "float32"
     if numel(shape) > VALUE_MAX_ELEMENTS:
         return _Const(shape, dtype, value.item())
-    return _from_array(np.full(shape, value, dtype=_np_dtype(dtype)), dtype)
+    return _from_array(np.full(shape, value, dtype=np_dtype(dtype)), dtype)
 
 
 def _fold_arrays(op: str, attrs: dict, ins: list, cs: list, n_out: int) -> Optional[list[_Const]]:
@@ -335,7 +336,7 @@ def _fold_arrays(op: str, attrs: dict, ins: list, cs: list, n_out: int) -> Optio
     for i, r in enumerate(_np_eval(op, attrs, ins, arrays, [s for s, _ in outs])):
         r = np.asarray(r)
         dt = outs[i][1] if outs else _dtype_of_array(r)
-        c = _from_array(r.astype(_np_dtype(dt)), dt)
+        c = _from_array(r.astype(np_dtype(dt)), dt)
         if c.fill is None and r.size > VALUE_MAX_ELEMENTS:
             return None
         folded.append(c)

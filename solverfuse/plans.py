@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from . import cost, dag
 from .errors import PlanError
+from .files import read_text, write_atomic
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .mapping import group_footprint
@@ -59,6 +59,7 @@ class Plan(BaseModel):
     lower_bound_bytes: int
     unfused_traffic_bytes: int
     solve_seconds: float = 0.0
+    reason: Optional[str] = None
     graph_name: str
     graph_sha256: str
     groups: list[Group]
@@ -212,40 +213,33 @@ def plan_to_json(plan: Plan) -> str:
     return json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False)
 
 
-def write_atomic(path: Union[str, os.PathLike], text: str) -> None:
-    """Write a file so that a failure never leaves a half-written file behind."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_plan(plan: Plan, path: Union[str, os.PathLike]) -> None:
     """Validate, then write the plan JSON atomically."""
     validate(plan)
-    write_atomic(path, plan_to_json(plan))
+    write_atomic(path, plan_to_json(plan) + "\n")
 
 
 def load_plan(path: Union[str, os.PathLike], graph: Optional[Graph] = None) -> Plan:
     """Read a plan JSON; the graph comes embedded, via ``graph_path``, or from ``graph``. Validated."""
     path = Path(path)
+    text = read_text(path, PlanError)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlanError(f"{path}: no such file") from None
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise PlanError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise PlanError(f"{path}: {str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise PlanError(f"{path}: JSON nested too deeply") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlanError(f"{path}: not a {FORMAT} file")
     if graph is None and "graph" in data:
+        from .errors import GraphError
         from .graph import parse_graph
-        data["graph"] = parse_graph(data["graph"]).model_dump(mode="json")
+        try:
+            data["graph"] = parse_graph(data["graph"]).model_dump(mode="json")
+        except GraphError as e:
+            raise PlanError(f"{path}: embedded graph: {e}") from None
     try:
         plan = Plan.model_validate(data)
     except ValidationError as e:

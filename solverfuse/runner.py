@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import os
 import statistics
-import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import EmitError, SolverfuseError
+from .errors import EmitError, ResourceError, SolverfuseError
+from .files import atomic_path
 from .graph import Graph, load_graph
 from .hardware import load_hardware
 
@@ -65,20 +65,48 @@ def load_inputs(path: Union[str, os.PathLike], graph: Graph) -> dict[str, np.nda
 
 def save_outputs(path: Union[str, os.PathLike], arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays to an ``.npz`` keyed by tensor name, atomically (no half-written file)."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
-                                   prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise EmitError(f"{path}: cannot write ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
             np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+
+def memory_available() -> int:
+    """Bytes of memory this process could still get (``MemAvailable``, else physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def check_memory(graph: Graph, available: Optional[int] = None) -> int:
+    """Refuse (ResourceError, with the numbers) a run whose tensors -- every input, constant,
+    intermediate and output held at once, as the compiled program does -- exceed the memory
+    available; else return the bytes needed. Checked before anything is allocated.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [1024, 1024]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> check_memory(g, available=1 << 30)
+    8388608
+    >>> check_memory(g, available=1 << 20)
+    Traceback (most recent call last):
+    ...
+    solverfuse.errors.ResourceError: running 'graph' needs 8.00 MiB for its tensors, but only 1.00 MiB of memory is available
+    """
+    from .summary import human_bytes
+    need = sum(graph.nbytes(t) for t in graph.tensors)
+    have = memory_available() if available is None else available
+    if need > have:
+        raise ResourceError(f"running {graph.name!r} needs {human_bytes(need)} for its tensors, "
+                            f"but only {human_bytes(have)} of memory is available")
+    return need
 
 
 def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
@@ -88,6 +116,8 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
     >>> r = compare({"y": np.array([0.0, 10.0])}, {"y": np.array([0.0, 10.5])}, rtol=1e-3, atol=1e-6)
     >>> r["ok"], r["max_abs_error"], round(r["max_rel_error"], 4)
     (False, 0.5, 0.0476)
+    >>> compare({"y": np.array([np.inf, 1.0])}, {"y": np.array([np.inf, 1.0])})["outputs"]["y"]["why"]
+    'the reference itself has 1 non-finite values (inf/nan) of 2: the data overflows'
     """
     per = {}
     for name, ref in want.items():
@@ -104,12 +134,19 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
         else:
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             ok = bool(np.isclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True).all())
-            both_nan = np.isnan(a64) & np.isnan(b64)
-            diff = np.where(both_nan, 0.0, np.abs(a64 - b64))
+            # errors only where the reference is finite: inf - inf says nothing about a kernel
+            finite = np.isfinite(b64)
+            with np.errstate(invalid="ignore", over="ignore"):
+                diff = np.where(finite, np.abs(a64 - b64), 0.0)
             diff = np.where(np.isnan(diff), np.inf, diff)
-            rel = diff / np.maximum(np.abs(b64), atol)
+            rel = diff / np.maximum(np.abs(np.where(finite, b64, 1.0)), atol)
         per[name] = {"ok": ok, "max_abs_error": float(diff.max(initial=0.0)),
                      "max_rel_error": float(rel.max(initial=0.0))}
+        bad_ref = int(b.size - np.count_nonzero(np.isfinite(b))) if b.dtype.kind == "f" else 0
+        if bad_ref:
+            per[name]["reference_nonfinite"] = bad_ref
+            per[name]["why"] = (f"the reference itself has {bad_ref} non-finite values (inf/nan) of "
+                                f"{b.size}: the data overflows{'' if ok else '; they differ from ours'}")
     return {"ok": all(p["ok"] for p in per.values()),
             "max_abs_error": max((p["max_abs_error"] for p in per.values()), default=0.0),
             "max_rel_error": max((p["max_rel_error"] for p in per.values()), default=0.0),
@@ -153,6 +190,7 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     hw = load_hardware(hardware)
     plan = get_plan(g, hw, plan_path=plan_path, strategy=strategy, time_limit=time_limit,
                     workers=workers, seed=seed)
+    check_memory(g)
     if isinstance(inputs, (str, os.PathLike)):
         feeds = load_inputs(inputs, g)
     elif inputs is None:
@@ -168,9 +206,6 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
         "graph": g.name, "strategy": plan.strategy, "status": plan.status, "hardware": plan.hardware,
         "groups": len(plan.groups), "traffic_bytes": plan.traffic_bytes, "threads": threads,
         "outputs": {k: list(v.shape) for k, v in arrays.items()}}
-    if output is not None:
-        save_outputs(output, arrays)
-        result["output_file"] = str(output)
     if check:
         from .emit.reference import reference_outputs
         eng = choose_engine(g, engine)
@@ -183,6 +218,9 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         result["engine"] = eng
         result["check"] = compare(arrays, want, rtol=rtol, atol=atol)
+    if output is not None and (not check or result["check"]["ok"]):  # a failed check writes nothing
+        save_outputs(output, arrays)
+        result["output_file"] = str(output)
     if time:
         times = [float(t) for t in program.time(feeds, consts, repeats=repeats)]
         result["median_seconds"] = statistics.median(times)
@@ -203,7 +241,7 @@ def format_result(result: Mapping[str, Any]) -> str:
                      f"max abs error {c['max_abs_error']:.3g}, max rel error {c['max_rel_error']:.3g} "
                      f"(rtol {c['rtol']:g}, atol {c['atol']:g})")
         for name, p in c["outputs"].items():
-            if not p["ok"]:
+            if not p["ok"] or p.get("reference_nonfinite"):
                 lines.append(f"  {name!r}: {p.get('why') or 'max abs error %.3g' % p['max_abs_error']}")
     if "median_seconds" in result:
         lines.append(f"time: median {result['median_seconds'] * 1e3:.3f} ms over {len(result['times'])} runs")

@@ -35,7 +35,7 @@ from typing import Callable, Optional, Sequence, Union
 from ortools.sat.python import cp_model
 
 from . import cost, dag
-from .errors import PlanError
+from .errors import InternalError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan, order_groups
@@ -169,6 +169,9 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     for k in todo:
         u = units[k]
         remaining = max(0.0, time_limit - (time.monotonic() - start))
+        if remaining <= 0:  # out of time: the rest keep their hint (building a model takes time too)
+            status_all = "feasible"
+            continue
         deadline = time.monotonic() + (remaining * len(u.part) / left if left else remaining)
         left -= len(u.part)
         f = _formulate(graph, hw, u.pre, u.part, max_groups)
@@ -209,10 +212,10 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
             expect += val
     traffic = cost.plan_traffic(graph, groups)
     if traffic != expect:
-        raise PlanError(f"bug: CP-SAT objective {expect} != cost model traffic {traffic}")
+        raise InternalError(f"bug: CP-SAT objective {expect} != cost model traffic {traffic}")
     total_bound = min(sum(b for b, _ in regions), traffic)
     if status_all == "optimal" and total_bound != traffic:
-        raise PlanError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
+        raise InternalError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
     report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,
                              bound_bytes=total_bound, solve_seconds=time.monotonic() - start)
     return report
@@ -266,14 +269,14 @@ def _run(f: Formulation, seconds: float, workers: int, seed: int, log: _Log) -> 
     code = solver.Solve(f.model, log)
     status = STATUS[code]
     if status == "infeasible":
-        raise PlanError(f"bug: CP-SAT says a part ({len(f.nodes)} ops, first {f.nodes[0]!r}) is infeasible, "
+        raise InternalError(f"bug: CP-SAT says a part ({len(f.nodes)} ops, first {f.nodes[0]!r}) is infeasible, "
                         "but every op alone is legal")
     if status == "invalid":
-        raise PlanError("bug: CP-SAT rejected a model as invalid")
+        raise InternalError("bug: CP-SAT rejected a model as invalid")
     if status in ("optimal", "feasible"):
         val = f.objective_value(solver.Value)
         if abs(val - solver.ObjectiveValue()) > 1e-9 * max(1.0, abs(val)):
-            raise PlanError(f"bug: objective terms {val} != CP-SAT objective {solver.ObjectiveValue()}")
+            raise InternalError(f"bug: objective terms {val} != CP-SAT objective {solver.ObjectiveValue()}")
         log.last = f.decode(solver.Value)
         if status == "optimal":
             return status, val

@@ -207,12 +207,14 @@ def gpt2_block(layers: int = 2, hidden: int = 768, seq: int = 128, heads: int = 
 
 _UNARY = ("Relu", "Tanh", "Sigmoid", "Neg", "Abs", "Erf")
 _BINARY = ("Add", "Mul", "Sub", "Max")
-_REDUCE = ("ReduceMean", "ReduceMax", "ReduceSum")
+_REDUCE = ("ReduceMean", "ReduceMax", "ReduceMin")  # bounded by their input: no growth along chains
 # (kind, weight): the op mix of one synthetic node; roughly what a transformer/CNN graph exported
 # to ONNX contains once its convolutions are counted as MatMuls.
 _MIX = (("unary", 26), ("binary", 7), ("bias", 14), ("reduce", 8), ("softmax", 4), ("layernorm", 4),
         ("matmul", 12), ("bmm", 3), ("transpose", 7), ("concat", 5), ("gather", 2))
 P_FRESH = 0.93
+#: Largest typical activation magnitude synthetic_graph lets a product create (see there).
+MAX_MAGNITUDE = 100.0
 
 
 def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 3) -> Graph:
@@ -242,6 +244,14 @@ def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 3
     shared = {"bias": b.const("bias", [d]), "w": b.const("w", [d, d]),
               "idx": b.ints("gather_idx", [rng.randrange(d) for _ in range(d)])}
     made, layer = 0, 0
+    # Typical magnitude (std) of each activation for seeded N(0, 1) data: a product of two large
+    # values (Mul, activation @ activation) is replaced by its additive twin (Add / Sub)
+    # when it would exceed MAX_MAGNITUDE, so long random chains stay finite in float32 and
+    # ``run --check`` compares numbers, not infinities. No rng draw depends on it.
+    mag: dict[str, float] = {square[0][0]: 1.0}
+
+    def m(t: str) -> float:
+        return mag.get(t, 1.0)
 
     def pick(recent: list[tuple[str, int]]) -> str:
         # Mostly a tensor nobody reads yet, the oldest first (branches close again, as in real
@@ -269,41 +279,63 @@ def synthetic_graph(n_ops: int, seed: int = 0, dim: int = 64, max_width: int = 3
             if rows:            # a pending reduction is consumed right away (x - mean(x), x / max(x))
                 r, x = rows.pop()
                 read.add(r)
-                out = b.op(rng.choice(("Sub", "Div", "Mul")), [x, r])
+                # x - mean(x), x * max(x): never a division by a row statistic, which is ~0
+                # after a LayerNormalization or a Tanh (the check would see inf, not a bug)
+                op = rng.choice(("Sub", "Sub", "Mul"))
+                op = "Sub" if op == "Mul" and m(x) * m(r) > MAX_MAGNITUDE else op
+                out = b.op(op, [x, r])
+                mag[out] = m(x) * m(r) if op == "Mul" else m(x) + m(r)
             elif wide:
                 w = wide.pop()
                 read.add(w)
                 k = rng.choice((0, d))
                 out = b.op("Slice", [w, b.ints(f"s{made}.starts", [k]), b.ints(f"s{made}.ends", [k + d]),
                                      b.ints(f"s{made}.axes", [1])])
+                mag[out] = m(w)
             else:
                 kind = rng.choices(kinds, weights)[0]
                 x = pick(recent)
                 if kind == "unary":
-                    out = b.op(rng.choice(_UNARY), [x])
+                    op = rng.choice(_UNARY)
+                    out = b.op(op, [x])
+                    mag[out] = 1.0 if op in ("Tanh", "Sigmoid", "Erf") else m(x)
                 elif kind == "binary":
-                    out = b.op(rng.choice(_BINARY), [x, pick(recent)])
+                    op, y = rng.choice(_BINARY), pick(recent)
+                    op = "Add" if op == "Mul" and m(x) * m(y) > MAX_MAGNITUDE else op
+                    out = b.op(op, [x, y])
+                    mag[out] = m(x) * m(y) if op == "Mul" else m(x) + m(y)
                 elif kind == "bias":
                     out = b.op("Add", [x, shared["bias"]])
+                    mag[out] = m(x) + 0.1
                 elif kind == "reduce":
                     rows.append((b.op(rng.choice(_REDUCE), [x], axes=[1], keepdims=1), x))
+                    mag[rows[-1][0]] = m(x)
                     continue
                 elif kind == "softmax":
                     out = b.op("Softmax", [x], axis=-1)
+                    mag[out] = 1.0
                 elif kind == "layernorm":
                     out = b.op("LayerNormalization", [x, b.const(f"ln{made}.scale", [d], fill=1.0)], axis=-1)
+                    mag[out] = 1.0
                 elif kind == "matmul":
                     w = shared["w"] if rng.random() < 0.3 else b.const(f"w{made}", [d, d])
                     out = b.op("MatMul", [x, w])
+                    mag[out] = m(x)
                 elif kind == "bmm":
-                    out = b.op("MatMul", [x, pick(recent)])
+                    y = pick(recent)
+                    big = m(x) * m(y) * math.sqrt(d) > MAX_MAGNITUDE
+                    out = b.op("Add" if big else "MatMul", [x, y])
+                    mag[out] = m(x) + m(y) if big else m(x) * m(y) * math.sqrt(d)
                 elif kind == "transpose":
                     out = b.op("Transpose", [x], perm=[1, 0])
+                    mag[out] = m(x)
                 elif kind == "concat":
                     wide.append(b.op("Concat", [x, pick(recent)], axis=1))
+                    mag[wide[-1]] = max(m(x), m(b.nodes[-1]["inputs"][1]))
                     continue
                 else:
                     out = b.op("Gather", [x, shared["idx"]], axis=0)
+                    mag[out] = m(x)
             new.append((out, layer))
         square.extend(new)
     produced = [n["outputs"][0] for n in b.nodes]

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from solverfuse import cost, greedy
 from solverfuse.cli import app
 from solverfuse.compare import Row, compare, format_markdown, format_table, rows_for
-from solverfuse.errors import PlanError
+from solverfuse.errors import InternalError
 from solverfuse.graph import load_graph
 from solverfuse.hardware import load_hardware
 
@@ -62,7 +62,7 @@ def test_optimal_worse_than_a_greedy_plan_is_a_loud_error():
     worse = greedy.greedy_plan(g, H100, "unfused")
     better = greedy.greedy_plan(g, H100, "tvm")
     assert better.traffic_bytes < worse.traffic_bytes
-    with pytest.raises(PlanError, match="bug: the optimal plan moves"):
+    with pytest.raises(InternalError, match="bug: the optimal plan moves"):
         rows_for(g, H100, {"optimal": (worse, 0.0), "tvm": (better, 0.0)})
 
 

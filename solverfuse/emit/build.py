@@ -32,6 +32,7 @@ from typing import Mapping, Optional, Union
 
 import numpy as np
 
+from ..dtypes import np_dtype
 from ..errors import EmitError
 from ..graph import Graph
 from .c import RC_MESSAGES, BufferInfo, buffer_table, render
@@ -86,10 +87,6 @@ def default_cache_dir() -> Path:
     """``$SOLVERFUSE_CACHE``, else ``~/.cache/solverfuse``."""
     env = os.environ.get("SOLVERFUSE_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "solverfuse"
-
-
-def _np_dtype(dtype: str) -> np.dtype:
-    return np.dtype(np.bool_) if dtype == "bool" else np.dtype(dtype)
 
 
 def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str) -> Optional[str]:
@@ -182,7 +179,7 @@ class Program:
             constants = make_constants(self.graph)
         arrays = []
         for b in self.table:
-            want = _np_dtype(b.dtype)
+            want = np_dtype(b.dtype)
             if b.role in ("input", "constant"):
                 source = inputs if b.role == "input" else constants
                 if b.tensor not in source:
@@ -222,7 +219,7 @@ class Program:
                 out[t] = arrays[where[t]]
             else:  # a graph output that is an input or constant: no kernel touches it
                 src = inputs if t in inputs else constants
-                out[t] = np.array(src[t], dtype=_np_dtype(self.graph.tensors[t].dtype))
+                out[t] = np.array(src[t], dtype=np_dtype(self.graph.tensors[t].dtype))
         return out
 
     def _run_standalone(self, arrays) -> None:

@@ -591,7 +591,7 @@ def write_source(files: dict[str, str], outdir) -> list[str]:
     ['model.h']
     """
     from pathlib import Path
-    from ..plans import write_atomic
+    from ..files import write_atomic
     out = Path(outdir)
     try:
         out.mkdir(parents=True, exist_ok=True)

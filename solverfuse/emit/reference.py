@@ -186,7 +186,8 @@ def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np
     a wrong shape or an unconvertible dtype.
 
     >>> from solverfuse.graph import load_graph
-    >>> g = load_graph({"tensors": {"x": {"shape": [2]}}, "inputs": ["x"], "outputs": ["x"], "nodes": []})
+    >>> g = load_graph({"tensors": {"x": {"shape": [2]}}, "inputs": ["x"], "outputs": ["y"],
+    ...                 "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
     >>> check_inputs(g, {"x": [1, 2]})["x"].dtype.name
     'float32'
     >>> check_inputs(g, {"x": np.zeros(3)})

@@ -1,0 +1,319 @@
+"""The optimal planner run in a worker process, so nothing inside CP-SAT can take the caller down.
+
+:func:`solve_in_worker` forks one child that computes the greedy hints, sends the best legal one
+back, then runs :func:`solverfuse.solve.solve_report` and sends the plan. The parent only waits.
+Whatever happens in the child -- a native abort (OR-Tools ``Check failed``), an out-of-memory
+kill, a hang past the time limit -- the parent returns a validated plan: the solver's, or else the
+best plan it has (the best greedy hint, or every op alone), with status ``feasible`` and
+``plan.reason`` saying what happened in one line. After a crash with time left, the solve is
+retried once with one CP-SAT worker (the known abort class needs several).
+
+Time: the whole call, from ``started`` (the caller's clock, e.g. before loading the graph), is
+bounded by ``time_limit + GRACE`` plus the time to validate a fallback plan; the child is told to
+stop early enough to validate its own plan inside the limit. ``plan.solve_seconds`` is the wall
+time from ``started`` to the returned plan.
+
+Interrupts: a :class:`~solverfuse.errors.Interrupted` (or KeyboardInterrupt) raised while
+waiting kills the child before it propagates; ``Interrupted.groups`` then holds the best
+partition known so far (at worst every op alone), so the caller may write it. The child ignores SIGINT (a terminal's
+Ctrl-C reaches the whole process group) and dies with its parent (Linux ``PR_SET_PDEATHSIG``).
+
+>>> from solverfuse.graph import load_graph
+>>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+>>> r = solve_in_worker(g, "nvidia-h100", time_limit=5, workers=1)
+>>> r.plan.status, [grp.nodes for grp in r.plan.groups], r.plan.reason
+('optimal', [['a', 'b']], None)
+"""
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing as mp
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+from . import cost, greedy
+from .arguments import check_seed, check_time_limit, check_workers
+from .errors import InternalError, Interrupted, SolverfuseError
+from .graph import Graph
+from .hardware import Hardware, load_hardware
+from .plans import Plan, build_plan
+from .solve import best_hint, solve_report  # imported here, once: a forked child inherits it
+
+#: Seconds the parent waits past the time limit before it stops the worker.
+GRACE = 1.0
+#: Share of the time limit the child keeps for decoding and validating its plan (and at least
+#: ``VALIDATE_PER_OP`` seconds per op).
+RESERVE = 0.2
+VALIDATE_PER_OP = 100e-6
+MIN_RESERVE = 0.3
+#: Share of the time limit the greedy baselines (hints) may take before the solve starts.
+HINT_SHARE = 0.4
+#: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hint.
+FAULT: Optional[str] = None
+
+
+@dataclass
+class WorkerResult:
+    """The plan plus what the worker saw (the fields of ``solve.SolveReport`` the CLI prints)."""
+    plan: Plan
+    parts: int = 0
+    largest_part: int = 0
+    variables: int = 0
+    attempts: int = 0
+    log: list = field(default_factory=list)
+
+
+class _HintTimeout(Exception):
+    pass
+
+
+def _out_of_hint_time(signum, frame):
+    raise _HintTimeout()
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's finally still kills us
+        pass
+
+
+def _fault(kind: Optional[str]) -> None:
+    if kind == "abort":
+        os.abort()
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        time.sleep(1e6)
+
+
+def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
+           with_hints: bool, hint: Optional[list], fault: Optional[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    faulthandler.disable()  # a caller's fault handler (pytest's) would print our abort's traceback
+    os.dup2(errfd, 2)  # OR-Tools' native messages go to a file the parent reads, not the terminal
+    try:
+        best = best_hint(graph, hw, [hint] if hint else [])
+        best_traffic = cost.plan_traffic(graph, best)  # the parent has this one already
+        if with_hints:
+            # the baselines get at most HINT_SHARE of the time; one that runs over is cut off
+            # by SIGALRM (nothing else runs in this process yet) and the solve starts from the
+            # best hint so far
+            alarm = {signal.SIGALRM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, alarm)  # only a baseline itself is cut off
+            signal.signal(signal.SIGALRM, _out_of_hint_time)
+            signal.setitimer(signal.ITIMER_REAL, max(1e-3, HINT_SHARE * (deadline - time.monotonic())))
+            try:
+                for make in greedy.STRATEGIES.values():
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
+                    h = make(graph, hw)
+                    signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
+                    better = best_hint(graph, hw, [best, h])
+                    t = cost.plan_traffic(graph, better)
+                    if t < best_traffic:
+                        best, best_traffic = better, t
+                        conn.send(("hint", best))
+            except _HintTimeout:
+                pass
+            finally:
+                signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, signal.SIG_IGN)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
+        _fault(fault)
+        left = deadline - time.monotonic()
+        reserve = max(RESERVE * left, MIN_RESERVE + VALIDATE_PER_OP * len(graph.nodes))
+        report = solve_report(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
+                              hints=[best], progress=lambda s, t, b: conn.send(("progress", t, b)))
+        plan = report.plan.model_copy(update={"graph": None})
+        conn.send(("done", plan, report.parts, report.largest_part, report.variables))
+    except SolverfuseError as e:
+        conn.send(("user-error", type(e).__name__, str(e)))
+    except BaseException as e:  # noqa: BLE001 -- reported to the parent as a bug
+        conn.send(("bug", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def _fallback_plan(graph: Graph, hw: Hardware, groups: list) -> Plan:
+    return build_plan(graph, hw, groups, strategy="optimal", status="feasible",
+                      bound_bytes=min(cost.q_min(graph), cost.plan_traffic(graph, groups)))
+
+
+class _Spare:
+    """Builds (validates) the fallback plan of the latest hint in a background thread while the
+    parent only waits, so a fallback at the deadline costs no validation time (seconds at 20k ops)."""
+
+    def __init__(self, graph: Graph, hw: Hardware):
+        self.graph, self.hw = graph, hw
+        self.lock = threading.Lock()
+        self.latest: Optional[list] = None
+        self.built: tuple = (None, None)  # (groups, plan)
+        self.thread: Optional[threading.Thread] = None
+
+    def offer(self, groups: list) -> None:
+        with self.lock:
+            self.latest = groups
+            if self.thread is not None and self.thread.is_alive():
+                return
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                groups = self.latest
+                if self.built[0] is groups:
+                    return
+            try:
+                plan = _fallback_plan(self.graph, self.hw, groups)
+            except Exception:  # noqa: BLE001 -- get() rebuilds in the caller and raises there
+                return
+            with self.lock:
+                self.built = (groups, plan)
+
+    def get(self, groups: list) -> Plan:
+        with self.lock:
+            thread = self.thread if self.latest is groups else None
+        if thread is not None:
+            thread.join()  # it is validating these very groups: wait rather than start over
+        with self.lock:
+            if self.built[0] is groups:
+                return self.built[1].model_copy()
+        return _fallback_plan(self.graph, self.hw, groups)
+
+
+def _native_message(errfile) -> str:
+    """The first telling line the child wrote to stderr (OR-Tools' ``Check failed ...``)."""
+    try:
+        errfile.seek(0)
+        lines = [ln.strip() for ln in errfile.read(65536).decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return ""
+    for ln in lines:
+        if "Check failed" in ln or "terminate called" in ln or "what():" in ln:
+            return ln[:200]
+    return next((ln[:200] for ln in lines if ln), "")
+
+
+def _death(exitcode: Optional[int], errfile) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = signal.Signals(-exitcode).name
+        except ValueError:
+            how = f"signal {-exitcode}"
+        if how == "SIGKILL":
+            how += ", out of memory?"
+    else:
+        how = f"exit code {exitcode}"
+    native = _native_message(errfile)
+    return f"the solver worker died ({how}{': ' + native if native else ''})"
+
+
+def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0,
+                    workers: int = 2, seed: int = 0, hints: bool = True,
+                    progress: Optional[Callable[[float, int, int], None]] = None,
+                    started: Optional[float] = None) -> WorkerResult:
+    """The optimal plan of ``graph``, solved in a child process; never dies with the solver.
+
+    ``hints``: compute every greedy baseline as a hint (in the child). ``progress(seconds,
+    traffic, bound)`` sees every incumbent. ``started``: ``time.monotonic()`` when the caller's
+    clock started (default: now); the time limit counts from there.
+    """
+    start = time.monotonic() if started is None else started
+    time_limit = check_time_limit(time_limit)
+    workers, seed = check_workers(workers), check_seed(seed)
+    hw = load_hardware(hw)
+    alone = [[v] for v in graph.index.order]
+    deadline = start + time_limit
+    ctx = mp.get_context("fork")
+    best: list = alone  # every op alone is always legal: the fallback before any hint arrives
+    result: Optional[WorkerResult] = None
+    reason: Optional[str] = None
+    attempts = 0
+    log: list = []
+    spare = _Spare(graph, hw)
+    spare.offer(best)
+    while result is None and attempts < 2:
+        attempts += 1
+        n_workers = workers if attempts == 1 else 1
+        recv, send = ctx.Pipe(duplex=False)
+        errfile = tempfile.TemporaryFile()
+        proc = ctx.Process(target=_child, daemon=True,
+                           args=(send, errfile.fileno(), graph, hw, deadline, n_workers, seed,
+                                 hints and attempts == 1, best, FAULT))
+        try:
+            proc.start()
+            send.close()
+            while True:
+                wait = deadline + GRACE - time.monotonic()
+                if wait <= 0:
+                    reason = f"the solver did not stop within {time_limit:g} s + {GRACE:g} s; stopped it"
+                    break
+                if not recv.poll(min(wait, 0.25)):
+                    if proc.is_alive() or recv.poll(0):
+                        continue
+                    proc.join()
+                    reason = _death(proc.exitcode, errfile)
+                    break
+                try:
+                    msg = recv.recv()
+                except (EOFError, OSError):
+                    proc.join()
+                    reason = _death(proc.exitcode, errfile)
+                    break
+                if msg[0] == "hint":
+                    best = msg[1]
+                    spare.offer(best)
+                elif msg[0] == "progress":
+                    log.append((round(time.monotonic() - start, 6), msg[1], msg[2]))
+                    if progress:
+                        progress(time.monotonic() - start, msg[1], msg[2])
+                elif msg[0] == "done":
+                    plan = msg[1]
+                    if plan.graph is None and graph is not None:
+                        plan.graph = graph
+                    result = WorkerResult(plan, msg[2], msg[3], msg[4])
+                    break
+                elif msg[0] == "user-error":
+                    raise SolverfuseError(msg[2])
+                else:
+                    raise InternalError(f"in the solver worker: {msg[1]}")
+        except (Interrupted, KeyboardInterrupt) as e:
+            e.groups = best  # type: ignore[attr-defined]
+            raise
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            if proc.pid is not None:
+                proc.join()
+            recv.close()
+            errfile.close()
+        if result is None and (time.monotonic() >= deadline or reason.startswith("the solver did not stop")):
+            break
+    if result is None:
+        plan = spare.get(best)
+        what = "the best greedy plan" if best is not alone else "every op alone (no better hint was ready)"
+        plan.reason = f"{reason}; returned {what}"
+        result = WorkerResult(plan)
+    result.attempts, result.log = attempts, log
+    if result.plan.reason is None and attempts > 1:
+        result.plan.reason = f"{reason}; solved again with one CP-SAT worker"
+    result.plan.solve_seconds = round(time.monotonic() - start, 6)
+    return result
+
+
+__all__ = ["solve_in_worker", "WorkerResult", "GRACE", "FAULT"]

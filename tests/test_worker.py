@@ -1,0 +1,70 @@
+"""The solver runs in a worker process: a native abort, a kill (as the OOM killer does) or a hang
+there gives the best greedy plan, status feasible and the reason, never a dead caller."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from solverfuse import greedy, worker, zoo
+from solverfuse.api import plan as make_plan
+from solverfuse.cli import app
+from solverfuse.errors import ArgumentError
+from solverfuse.plans import validate
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return zoo.synthetic_graph(40, seed=5)
+
+
+@pytest.fixture
+def fault(monkeypatch):
+    def set_fault(kind):
+        monkeypatch.setattr(worker, "FAULT", kind)
+    return set_fault
+
+
+def best_greedy_traffic(g):
+    return min(greedy.greedy_plan(g, "nvidia-h100", name).traffic_bytes for name in greedy.STRATEGIES)
+
+
+@pytest.mark.parametrize("kind,why", [("abort", "SIGABRT"), ("kill", "SIGKILL"), ("hang", "did not stop")])
+def test_dead_or_hung_worker_gives_the_best_greedy_plan(graph, fault, kind, why):
+    fault(kind)
+    p = make_plan(graph, "nvidia-h100", time_limit=2 if kind == "hang" else 20, workers=2)
+    assert p.status == "feasible"
+    assert why in p.reason and "best greedy plan" in p.reason
+    assert p.traffic_bytes == best_greedy_traffic(graph)
+    validate(p)  # the independent validator accepts it
+    assert p.bound_bytes is not None and p.bound_bytes <= p.traffic_bytes
+
+
+def test_cli_prints_the_reason_and_writes_the_fallback(graph, fault, tmp_path):
+    gpath = tmp_path / "g.json"
+    gpath.write_text(graph.to_json())
+    fault("abort")
+    r = runner.invoke(app, ["plan", str(gpath), "--time-limit", "20", "-o", str(tmp_path / "p.json")])
+    assert r.exit_code == 0, r.output
+    assert "note: the solver worker died (SIGABRT" in r.output
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["status"] == "feasible" and "SIGABRT" in saved["reason"]
+
+
+def test_healthy_worker_matches_the_in_process_solve(graph):
+    from solverfuse.solve import solve
+    p = make_plan(graph, "nvidia-h100", time_limit=30, workers=1, seed=3)
+    q = solve(graph, "nvidia-h100", time_limit=30, workers=1, seed=3,
+              hints=[make(graph, worker.load_hardware("nvidia-h100")) for make in greedy.STRATEGIES.values()])
+    assert p.reason is None
+    if p.status == q.status == "optimal":
+        assert p.traffic_bytes == q.traffic_bytes
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "10", True])
+def test_bad_time_limits_are_rejected_by_the_library(graph, bad):
+    with pytest.raises(ArgumentError, match="time limit"):
+        make_plan(graph, "nvidia-h100", time_limit=bad)
