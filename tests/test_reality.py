@@ -148,3 +148,16 @@ def test_streaming_reduction_needs_a_row_only_with_a_later_op_in_its_group():
                     "nodes": [{"name": "e", "op": "Exp", "inputs": ["x"], "outputs": ["h"]},
                               {"name": "s", "op": "Softmax", "inputs": ["h"], "outputs": ["y"]}]})
     assert group_footprint(g, ["e", "s"], hw).l1_bytes == 4096   # softmax reads its row 3 times
+
+
+def test_q_min_sums_every_gather_of_a_table():
+    g = load_graph({"tensors": {"table": {"shape": [1000, 64], "constant": True},
+                                "ids": {"shape": [8], "dtype": "int64", "constant": True, "fill": 3}},
+                    "inputs": [], "outputs": ["y", "z"],
+                    "nodes": [{"name": "g1", "op": "Gather", "inputs": ["table", "ids"], "outputs": ["y"]},
+                              {"name": "g2", "op": "Gather", "inputs": ["table", "ids"], "outputs": ["z"]}]})
+    # the table's floor is both gathers' rows; ids read once; y and z written
+    assert cost.q_min(g) == 2 * 2048 + 64 + 2 * 2048
+    hw = load_hardware("nvidia-h100")
+    assert cost.group_violation(g, ["g1", "g2"], hw) is not None      # one gather per kernel
+    assert solve(g, hw, workers=1).traffic_bytes == 2 * (2048 + 64 + 2048)
