@@ -74,6 +74,8 @@ def read_bytes(graph: Graph, members: set[str] | frozenset[str], tensor: str) ->
     its size, or -- when every member reading it reads it only as gather data -- the gathered bytes
     (sum of those gathers' output bytes) capped at its size."""
     size = graph.nbytes(tensor)
+    if tensor not in _gather_data(graph):
+        return size
     gathered = 0
     for c in graph.index.consumers.get(tensor, []):
         if c in members:
@@ -81,6 +83,15 @@ def read_bytes(graph: Graph, members: set[str] | frozenset[str], tensor: str) ->
                 return size
             gathered += graph.nbytes(graph.index.node[c].outputs[0])
     return min(size, gathered)
+
+
+def _gather_data(graph: Graph) -> frozenset[str]:
+    """Tensors some gather reads as its data operand (cached on the graph: planners ask often)."""
+    hit = graph.__dict__.get("_gather_data")
+    if hit is None or hit[0] is not graph.nodes:
+        ts = frozenset(n.inputs[0] for n in graph.nodes if n.inputs and facts(graph, n.name).gather_data_input)
+        hit = graph.__dict__["_gather_data"] = (graph.nodes, ts)
+    return hit[1]
 
 
 def group_read_bytes(graph: Graph, nodes: Sequence[str]) -> dict[str, int]:

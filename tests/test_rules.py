@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solverfuse import rules
+from solverfuse import cost, rules
 from solverfuse.ops import OPS, ROLE_RULES
 
 from .test_oracle import small_case
@@ -48,3 +48,18 @@ def test_rule_data_defaults_from_the_role_and_rows_override_it():
     assert {n for n, i in OPS.items() if i.streaming} >= {"ReduceSum", "ReduceMax", "GlobalAveragePool"}
     assert not any(OPS[n].streaming for n in ("Softmax", "LogSoftmax", "LayerNormalization"))
     assert OPS["Gather"].gather_data_input
+
+
+@settings(max_examples=150, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(small_case(), st.data())
+def test_legality_is_monotone_under_subsets(case, data):
+    """Presolve and the enumerations prune on it (formulations/reality.md): a legal group's subsets
+    are legal -- including the one non-additive rule, a streaming reduction's row."""
+    g, hw = case
+    order = list(g.index.order)
+    for _ in range(10 if len(order) > 1 else 0):
+        group = data.draw(st.lists(st.sampled_from(order), min_size=2, unique=True))
+        if cost.group_violation(g, group, hw) is None:
+            for v in group:
+                assert cost.group_violation(g, [w for w in group if w != v], hw) is None, (group, v)
