@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
-from . import cost, greedy
+from . import cost, errors, greedy
 from .arguments import check_seed, check_time_limit, check_workers
 from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
@@ -246,7 +246,6 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     attempts = 0
     log: list = []
     spare = _Spare(graph, hw)
-    spare.offer(best)
     while result is None and attempts < 2:
         attempts += 1
         n_workers = workers if attempts == 1 else 1
@@ -258,6 +257,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
         try:
             proc.start()
             send.close()
+            if attempts == 1:
+                spare.offer(best)  # after the fork: a child should not inherit a busy thread
             while True:
                 wait = deadline + GRACE - time.monotonic()
                 if wait <= 0:
@@ -289,7 +290,9 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                     result = WorkerResult(plan, msg[2], msg[3], msg[4])
                     break
                 elif msg[0] == "user-error":
-                    raise SolverfuseError(msg[2])
+                    kind = getattr(errors, msg[1], SolverfuseError)
+                    raise (kind if isinstance(kind, type) and issubclass(kind, SolverfuseError)
+                           else SolverfuseError)(msg[2])
                 else:
                     raise InternalError(f"in the solver worker: {msg[1]}")
         except (Interrupted, KeyboardInterrupt) as e:
