@@ -56,7 +56,8 @@ VALIDATE_PER_OP = 100e-6
 MIN_RESERVE = 0.3
 #: Share of the time limit the greedy baselines (hints) may take before the solve starts.
 HINT_SHARE = 0.4
-#: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hint.
+#: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hints
+#: (every attempt; with a "-once" suffix only the first).
 FAULT: Optional[str] = None
 
 
@@ -94,6 +95,12 @@ def _fault(kind: Optional[str]) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         time.sleep(1e6)
+
+
+def _fault_for(attempt: int) -> Optional[str]:
+    if FAULT and FAULT.endswith("-once"):
+        return FAULT[: -len("-once")] if attempt == 1 else None
+    return FAULT
 
 
 def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
@@ -253,7 +260,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
         errfile = tempfile.TemporaryFile()
         proc = ctx.Process(target=_child, daemon=True,
                            args=(send, errfile.fileno(), graph, hw, deadline, n_workers, seed,
-                                 hints and attempts == 1, best, FAULT))
+                                 hints and attempts == 1, best, _fault_for(attempts)))
         try:
             proc.start()
             send.close()
