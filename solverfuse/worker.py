@@ -121,18 +121,20 @@ def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, worker
             signal.pthread_sigmask(signal.SIG_BLOCK, alarm)  # only a baseline itself is cut off
             signal.signal(signal.SIGALRM, _out_of_hint_time)
             signal.setitimer(signal.ITIMER_REAL, max(1e-3, HINT_SHARE * (deadline - time.monotonic())))
+            todo = list(greedy.STRATEGIES)
             try:
-                for make in greedy.STRATEGIES.values():
+                for name, make in greedy.STRATEGIES.items():
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
                     h = make(graph, hw)
                     signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
+                    todo.remove(name)
                     better = best_hint(graph, hw, [best, h])
                     t = cost.plan_traffic(graph, better)
                     if t < best_traffic:
                         best, best_traffic = better, t
                         conn.send(("hint", best))
             except _HintTimeout:
-                pass
+                conn.send(("cut", todo))
             finally:
                 signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -252,6 +254,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     reason: Optional[str] = None
     attempts = 0
     log: list = []
+    cut: list[str] = []  # baselines the hint budget cut off
     spare = _Spare(graph, hw)
     while result is None and attempts < 2:
         attempts += 1
@@ -286,6 +289,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                 if msg[0] == "hint":
                     best = msg[1]
                     spare.offer(best)
+                elif msg[0] == "cut":
+                    cut = msg[1]
                 elif msg[0] == "progress":
                     log.append((round(time.monotonic() - start, 6), msg[1], msg[2]))
                     if progress:
@@ -322,6 +327,9 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     result.attempts, result.log = attempts, log
     if result.plan.reason is None and attempts > 1:
         result.plan.reason = f"{reason}; solved again with one CP-SAT worker"
+    if cut and result.plan.status != "optimal":
+        note = f"baselines not tried as hints for lack of time: {', '.join(cut)}"
+        result.plan.reason = f"{result.plan.reason}; {note}" if result.plan.reason else note
     result.plan.solve_seconds = round(time.monotonic() - start, 6)
     return result
 
