@@ -189,8 +189,9 @@ def main() -> None:
     counts, failures = fuzz(args.cases, args.seed)
     rows = [] if args.no_overshoot else overshoot(args.time_limit)
     text = markdown(counts, failures, rows, args.cases, args.seed, time.monotonic() - start)
+    from solverfuse.files import write_atomic
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_atomic(args.out, text)
     print(text)
 
 

@@ -435,7 +435,7 @@ def fidelity_md(fd: dict) -> str:
 
 def write(results: dict, out: Path) -> None:
     """Write ``out/RESULTS.md`` and ``out/results/*.png`` from ``results``."""
-    from solverfuse.plans import write_atomic
+    from solverfuse.files import write_atomic
     rd = out / "results"
     rd.mkdir(parents=True, exist_ok=True)
     m = results["machine"]

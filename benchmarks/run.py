@@ -527,7 +527,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 results.setdefault("carried_over", []).append(f"{key} (run of {old['machine']['date_utc']})")
         results["wall_seconds"] += old.get("wall_seconds", 0) if results.get("carried_over") else 0
     import report
-    from solverfuse.plans import write_atomic
+    from solverfuse.files import write_atomic
     write_atomic(out / "results" / "results.json", json.dumps(results, indent=1, default=str))
     report.write(results, out)
     log("wrote", out / "RESULTS.md")

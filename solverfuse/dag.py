@@ -115,31 +115,47 @@ def path_back(nodes: Iterable[H], succs: Mapping[H, Iterable[H]],
     members = set(nodes)
     parent: dict[H, H] = {}
     stack: list[H] = []
+    push = stack.append
+    # two copies of the search, with and without the position bound: this loop is the hot path
+    # of every greedy baseline's cycle check
     if pos is not None:
         last = max(pos[v] for v in nodes)
         for v in nodes:
             for w in succs[v]:
                 if w not in members and w not in parent and pos[w] < last:
                     parent[w] = v
-                    stack.append(w)
-    else:
-        for v in nodes:
-            for w in succs[v]:
-                if w not in members and w not in parent:
-                    parent[w] = v
-                    stack.append(w)
+                    push(w)
+        while stack:
+            x = stack.pop()
+            for w in succs[x]:
+                if w in members:
+                    return _path(parent, x, w)
+                if w not in parent and pos[w] < last:
+                    parent[w] = x
+                    push(w)
+        return None
+    for v in nodes:
+        for w in succs[v]:
+            if w not in members and w not in parent:
+                parent[w] = v
+                push(w)
     while stack:
         x = stack.pop()
         for w in succs[x]:
             if w in members:
-                path = [w, x]
-                while path[-1] in parent:
-                    path.append(parent[path[-1]])
-                return path[::-1]
-            if w not in parent and (pos is None or pos[w] < last):
+                return _path(parent, x, w)
+            if w not in parent:
                 parent[w] = x
-                stack.append(w)
+                push(w)
     return None
+
+
+def _path(parent: dict, x, w) -> list:
+    """The path from a member through ``x`` (last outside node) back to member ``w``."""
+    path = [w, x]
+    while path[-1] in parent:
+        path.append(parent[path[-1]])
+    return path[::-1]
 
 
 def quotient(groups: Sequence[Iterable[H]], succs: Mapping[H, Iterable[H]]) -> list[dict[int, None]]:

@@ -263,8 +263,6 @@ def check_graph(g: Graph) -> Graph:
             raise GraphError(f"tensor {name!r}: unknown dtype {t.dtype!r}")
         if t.shape is not None:
             _check_shape(name, t.shape, t.dtype)
-            if not t.constant and any(d < 1 for d in t.shape):
-                raise GraphError(f"tensor {name!r}: bad shape {t.shape} (dimensions must be positive)")
         if t.value is not None:
             _check_value(name, t)
     # Constant nodes become constant tensors: they hold data, not work.

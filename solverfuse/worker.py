@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
-from . import cost, greedy
+from . import cost, errors, greedy
 from .arguments import check_seed, check_time_limit, check_workers
 from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
@@ -56,7 +56,8 @@ VALIDATE_PER_OP = 100e-6
 MIN_RESERVE = 0.3
 #: Share of the time limit the greedy baselines (hints) may take before the solve starts.
 HINT_SHARE = 0.4
-#: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hint.
+#: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hints
+#: (every attempt; with a "-once" suffix only the first).
 FAULT: Optional[str] = None
 
 
@@ -96,6 +97,12 @@ def _fault(kind: Optional[str]) -> None:
         time.sleep(1e6)
 
 
+def _fault_for(attempt: int) -> Optional[str]:
+    if FAULT and FAULT.endswith("-once"):
+        return FAULT[: -len("-once")] if attempt == 1 else None
+    return FAULT
+
+
 def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
            with_hints: bool, hint: Optional[list], fault: Optional[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -114,18 +121,20 @@ def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, worker
             signal.pthread_sigmask(signal.SIG_BLOCK, alarm)  # only a baseline itself is cut off
             signal.signal(signal.SIGALRM, _out_of_hint_time)
             signal.setitimer(signal.ITIMER_REAL, max(1e-3, HINT_SHARE * (deadline - time.monotonic())))
+            todo = list(greedy.STRATEGIES)
             try:
-                for make in greedy.STRATEGIES.values():
+                for name, make in greedy.STRATEGIES.items():
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
                     h = make(graph, hw)
                     signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
+                    todo.remove(name)
                     better = best_hint(graph, hw, [best, h])
                     t = cost.plan_traffic(graph, better)
                     if t < best_traffic:
                         best, best_traffic = better, t
                         conn.send(("hint", best))
             except _HintTimeout:
-                pass
+                conn.send(("cut", todo))
             finally:
                 signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -245,8 +254,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     reason: Optional[str] = None
     attempts = 0
     log: list = []
+    cut: list[str] = []  # baselines the hint budget cut off
     spare = _Spare(graph, hw)
-    spare.offer(best)
     while result is None and attempts < 2:
         attempts += 1
         n_workers = workers if attempts == 1 else 1
@@ -254,10 +263,12 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
         errfile = tempfile.TemporaryFile()
         proc = ctx.Process(target=_child, daemon=True,
                            args=(send, errfile.fileno(), graph, hw, deadline, n_workers, seed,
-                                 hints and attempts == 1, best, FAULT))
+                                 hints and attempts == 1, best, _fault_for(attempts)))
         try:
             proc.start()
             send.close()
+            if attempts == 1:
+                spare.offer(best)  # after the fork: a child should not inherit a busy thread
             while True:
                 wait = deadline + GRACE - time.monotonic()
                 if wait <= 0:
@@ -278,6 +289,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                 if msg[0] == "hint":
                     best = msg[1]
                     spare.offer(best)
+                elif msg[0] == "cut":
+                    cut = msg[1]
                 elif msg[0] == "progress":
                     log.append((round(time.monotonic() - start, 6), msg[1], msg[2]))
                     if progress:
@@ -289,7 +302,9 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                     result = WorkerResult(plan, msg[2], msg[3], msg[4])
                     break
                 elif msg[0] == "user-error":
-                    raise SolverfuseError(msg[2])
+                    kind = getattr(errors, msg[1], SolverfuseError)
+                    raise (kind if isinstance(kind, type) and issubclass(kind, SolverfuseError)
+                           else SolverfuseError)(msg[2])
                 else:
                     raise InternalError(f"in the solver worker: {msg[1]}")
         except (Interrupted, KeyboardInterrupt) as e:
@@ -312,6 +327,9 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     result.attempts, result.log = attempts, log
     if result.plan.reason is None and attempts > 1:
         result.plan.reason = f"{reason}; solved again with one CP-SAT worker"
+    if cut and result.plan.status != "optimal":
+        note = f"baselines not tried as hints for lack of time: {', '.join(cut)}"
+        result.plan.reason = f"{result.plan.reason}; {note}" if result.plan.reason else note
     result.plan.solve_seconds = round(time.monotonic() - start, 6)
     return result
 

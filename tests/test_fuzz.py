@@ -128,7 +128,7 @@ def _graph(**change) -> dict:
     (_graph(nodes__5__flops=-5), "flops"),
     (_graph(nodes=[]), "no nodes"),
     (_graph(outputs=[]), "no outputs"),
-    (_graph(tensors__x__shape=[0, 8]), "positive"),
+    (_graph(tensors__x__shape=[-1, 8]), "shape"),
     (_graph(tensors__x__constant="yes"), "constant"),
     (_graph(nodes__4__attributes__perm=[1.5, 0]), "perm"),
 ])

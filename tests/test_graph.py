@@ -115,6 +115,35 @@ def test_topological_order_and_index():
     assert graph.index.preds["b"] == ["a"] and graph.index.succs["a"] == ["b"]
 
 
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda p: p.stem)
+def test_index_reachability_and_sizes_match_networkx(path):
+    """The index's bitsets and byte sizes against networkx and the shapes, built from the JSON."""
+    import math
+    import numpy as np
+    graph = load_graph(path)
+    made_by = {t: n.name for n in graph.nodes for t in n.outputs}
+    d = nx.DiGraph()
+    d.add_nodes_from(n.name for n in graph.nodes)
+    d.add_edges_from((made_by[t], n.name) for n in graph.nodes for t in n.inputs if t in made_by)
+    index = graph.index
+    assert sorted(index.order) == sorted(d.nodes) and all(
+        index.position[u] < index.position[v] for u, v in d.edges)
+    at = lambda mask: {index.order[k] for k in range(len(index.order)) if mask >> k & 1}
+    for i, v in enumerate(index.order):
+        assert at(index.desc[i]) == nx.descendants(d, v) and at(index.anc[i]) == nx.ancestors(d, v)
+    for t, spec in graph.tensors.items():
+        size = 2 if spec.dtype == "bfloat16" else np.dtype(spec.dtype).itemsize
+        assert graph.nbytes(t) == math.prod(spec.shape) * size
+
+
+def test_a_copy_with_new_tensors_derives_its_own_index():
+    graph = parse_graph(g([relu("a", "x", "y")]))
+    assert graph.nbytes("y") == 128
+    wider = graph.model_copy(update={"tensors": {**graph.tensors, "y": graph.tensors["y"].model_copy(
+        update={"shape": [4, 16]})}})
+    assert wider.nbytes("y") == 256 and graph.nbytes("y") == 128
+
+
 HOSTILE = ['gpu_0/conv1_w_0', 'a "quoted" name', "it's", "sp ace", "ünï©ødé→名字", "*/ #include <x>", "back\\slash", "new\nline"]
 
 

@@ -250,6 +250,10 @@ def test_plan_stopped_by_its_limit_is_never_worse_than_a_baseline():
     from solverfuse.zoo import synthetic_graph
     g = synthetic_graph(300, seed=1)
     p = solverfuse.plan(g, H100, time_limit=1, workers=1)
+    # the limit bounds the hints too: a baseline it cut off is named in the reason (a loaded
+    # machine may not finish them all in the hint share of one second)
+    cut = p.reason.split("lack of time: ")[1].split(", ") if p.reason and "lack of time" in p.reason else []
     for name in greedy.STRATEGIES:
-        assert p.traffic_bytes <= greedy.greedy_plan(g, H100, name).traffic_bytes, name
+        if name not in cut:
+            assert p.traffic_bytes <= greedy.greedy_plan(g, H100, name).traffic_bytes, name
     assert p.bound_bytes is not None and p.bound_bytes <= p.traffic_bytes

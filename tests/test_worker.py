@@ -43,6 +43,14 @@ def test_dead_or_hung_worker_gives_the_best_greedy_plan(graph, fault, kind, why)
     assert p.bound_bytes is not None and p.bound_bytes <= p.traffic_bytes
 
 
+def test_a_crash_with_time_left_is_solved_again_with_one_worker(graph, fault):
+    fault("abort-once")
+    p = make_plan(graph, "nvidia-h100", time_limit=60, workers=2)
+    assert "SIGABRT" in p.reason and "solved again with one CP-SAT worker" in p.reason
+    assert p.traffic_bytes <= best_greedy_traffic(graph)
+    validate(p)
+
+
 def test_cli_prints_the_reason_and_writes_the_fallback(graph, fault, tmp_path):
     gpath = tmp_path / "g.json"
     gpath.write_text(graph.to_json())
