@@ -33,6 +33,23 @@ from .cexpr import ctype, is_simple, linear, lit
 Lowering = Callable[..., str]
 
 
+def param_check(graph: Graph, tensor: str, b: int, load: str) -> list[str]:
+    """C lines that return 1 when parameter ``tensor`` (buffer ``b``, element ``q`` read by the C
+    expression ``load``) differs from the value the program was built with.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 3]}, "s": {"shape": [1], "dtype": "int64",
+    ...     "constant": True, "value": [6]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["y"]}]})
+    >>> param_check(g, "s", 1, "b1[q]")
+    ['static const int64_t p1[1] = {6};', 'for (long q = 0; q < 1; q++) if (b1[q] != p1[q]) return 1;']
+    """
+    flat = graph.constant_value(tensor).reshape(-1)
+    ct = ctype(graph, tensor)
+    return [f"static const {ct} p{b}[{max(len(flat), 1)}] = {{{', '.join(lit(x, ct) for x in flat.tolist()) or '0'}}};",
+            f"for (long q = 0; q < {len(flat)}; q++) if ({load} != p{b}[q]) return 1;"]
+
+
 class UntiledRead(Exception):
     """An anchor's output was read at an index outside its current tile (e.g. through a channel
     shuffle): the schedule materialises that anchor instead of recomputing it per element."""
@@ -44,6 +61,27 @@ class UntiledRead(Exception):
 
 #: Ops whose output an untiled read must not recompute per element (an inner product each).
 _RECOMPUTE_EXPENSIVE = ("Conv", "MatMul", "Gemm")
+
+
+def gathered_reads(graph: Graph, nodes: Sequence[str]) -> dict[str, str]:
+    """Tensors a group reads only as the data operand of a Gather -> that Gather node: the cost
+    model charges them the bytes gathered (capped at their size), not their size.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"e": {"shape": [9, 4]}, "i": {"shape": [3], "dtype": "int64"}},
+    ...     "inputs": ["e", "i"], "outputs": ["y"],
+    ...     "nodes": [{"name": "g", "op": "Gather", "inputs": ["e", "i"], "outputs": ["y"]}]})
+    >>> gathered_reads(g, ["g"])
+    {'e': 'g'}
+    """
+    members = set(nodes)
+    out = {}
+    for t in cost.group_reads(graph, nodes):
+        users = [graph.index.node[c] for c in dict.fromkeys(graph.index.consumers.get(t, [])) if c in members]
+        if len(users) == 1 and users[0].op == "Gather" and users[0].inputs[0] == t \
+                and t not in users[0].inputs[1:]:
+            out[t] = users[0].name
+    return out
 
 
 class Kernel:
@@ -61,6 +99,7 @@ class Kernel:
         self.reads = cost.group_reads(graph, nodes)
         self.writes = cost.group_writes(graph, nodes)
         self.counters, self.threads = counters, threads
+        self.gathered = gathered_reads(graph, nodes)
         self.lower = lower
         self.reset()
 
@@ -171,7 +210,9 @@ class Kernel:
         """C expression of a global element (counted in instrumented builds)."""
         p = self.ptr(tensor, "r")
         off = linear(self.graph.tensors[tensor].shape, idx)
-        return f"SFR({p}, {self.buffers[tensor]}, {off})" if self.counters else f"{p}[{off}]"
+        if self.counters and tensor not in self.gathered:  # a gathered read is counted by its Gather
+            return f"SFR({p}, {self.buffers[tensor]}, {off})"
+        return f"{p}[{off}]"
 
     def store(self, tensor: str, idx: Sequence[str], value: str) -> None:
         """Store ``value`` to a global element (counted in instrumented builds)."""
@@ -274,17 +315,12 @@ class Kernel:
                 head.append(f"    {ct} *restrict b{b} = ({ct} *)B[{b}];")
         for t in self.checked:
             b = self.buffers[t]
-            value = g.constant_value(t)
             if b not in self.used:
                 ct = ctype(g, t)
                 head.append(f"    const {ct} *restrict b{b} = (const {ct} *)B[{b}];")
                 self.used[b] = "r"
-            flat = value.reshape(-1)
-            ct = ctype(g, t)
-            head.append(f"    static const {ct} p{b}[{max(len(flat), 1)}] = "
-                        f"{{{', '.join(lit(x, ct) for x in flat.tolist()) or '0'}}};")
             ld = f"SFR(b{b}, {b}, q)" if self.counters else f"b{b}[q]"
-            head.append(f"    for (long q = 0; q < {len(flat)}; q++) if ({ld} != p{b}[q]) return 1;")
+            head += ["    " + ln for ln in param_check(g, t, b, ld)]
         for ct, name, n in self.scratch_decl:
             head.append(f"    {ct} *{name} = ({ct} *)malloc(sizeof({ct}) * {max(n, 1)});")
         tail = []

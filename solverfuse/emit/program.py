@@ -51,7 +51,7 @@ from ..ops import DTYPE_SIZES, numel
 from ..plans import validate, write_atomic
 from .cexpr import ctype
 from .ctext import COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
-from .kernel import Kernel
+from .kernel import Kernel, param_check
 from .lowering import code_for_op
 from .schedule import render_kernel
 
@@ -65,8 +65,46 @@ class BufferInfo:
     shape: tuple[int, ...]
 
 
+#: Ops that only reinterpret their input's bytes under another shape (row-major order kept).
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def view_aliases(plan, graph: Graph) -> dict[str, str]:
+    """Tensor -> the tensor whose buffer it is, for every tensor written by a *view group*: a group
+    made only of view ops (:data:`VIEW_OPS`) that writes no graph output. Such a group moves no
+    bytes and launches no kernel; its readers read the source buffer under the new shape. (A view
+    group that writes a graph output stays a kernel: a copy into the caller's output array.)
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.plans import build_plan
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 6]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "f", "op": "Flatten", "inputs": ["x"], "outputs": ["h"], "attributes": {"axis": 0}},
+    ...               {"name": "e", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> view_aliases(build_plan(g, "nvidia-h100", [["f"], ["e"]], strategy="m"), g)
+    {'h': 'x'}
+    """
+    alias: dict[str, str] = {}
+    outputs = graph.index.outputs
+    for grp in plan.groups:
+        nodes = [graph.index.node[v] for v in grp.nodes]
+        writes = cost.group_writes(graph, grp.nodes)
+        if not writes or any(n.op not in VIEW_OPS for n in nodes) or any(t in outputs for t in writes):
+            continue
+        members = set(grp.nodes)
+        for t in writes:
+            src = t
+            while graph.index.producer.get(src) in members:
+                src = graph.index.node[graph.index.producer[src]].inputs[0]
+            a, b = graph.tensors[t], graph.tensors[src]
+            if a.dtype != b.dtype or numel(a.shape) != numel(b.shape):
+                raise EmitError(f"tensor {t!r}: internal error, a view of {src!r} with another size or dtype")
+            alias[t] = alias.get(src, src)
+    return alias
+
+
 def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
-    """Global buffers in index order: graph inputs, constants, then each group's writes.
+    """Global buffers in index order: graph inputs, constants, then each group's writes (a view
+    group's writes share their source's buffer: :func:`view_aliases`).
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.plans import build_plan
@@ -76,10 +114,11 @@ def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
     >>> [(b.tensor, b.role) for b in buffer_table(build_plan(g, "nvidia-h100", [["r"], ["e"]], strategy="m"), g)]
     [('x', 'input'), ('h', 'boundary'), ('y', 'output')]
     """
+    alias = view_aliases(plan, graph)
     used: dict[str, None] = {}
     for grp in plan.groups:
         for t in cost.group_reads(graph, grp.nodes):
-            used[t] = None
+            used[alias.get(t, t)] = None
     out, seen = [], set()
 
     def add(t, role):
@@ -96,7 +135,8 @@ def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
     outputs = set(graph.outputs)
     for grp in plan.groups:
         for t in cost.group_writes(graph, grp.nodes):
-            add(t, "output" if t in outputs else "boundary")
+            if t not in alias:
+                add(t, "output" if t in outputs else "boundary")
     return out
 
 
@@ -115,6 +155,25 @@ def _shared_kernel(text: str, gi: int, seen: dict, funcs: list, about: str) -> t
         seen[canon] = f"k{gi}"
         funcs.append(about + "\n" + canon.replace("static int KERNEL(", f"static int k{gi}(", 1))
     return seen[canon], [g for g, _ in sorted(local.items(), key=lambda kv: kv[1])]
+
+
+def _view_group(graph: Graph, nodes, gi: int, buffers: dict) -> str:
+    """The driver's lines for a view group: no kernel; only the run-time check of its shape
+    parameters (not counted: the group moves no data)."""
+    ops = sorted({graph.index.node[v].op for v in nodes})
+    lines = [f"    /* group {gi}: {len(nodes)} view op(s) ({', '.join(ops)}): no kernel, its output "
+             "shares its input's buffer */"]
+    checked = []
+    for v in nodes:
+        for t in graph.index.node[v].inputs[1:]:
+            if t and t in buffers and graph.index.producer.get(t) not in set(nodes) and t not in checked:
+                checked.append(t)
+    for t in checked:
+        b = buffers[t]
+        ct = ctype(graph, t)
+        body = param_check(graph, t, b, f"((const {ct} *)B[{b}])[q]")
+        lines.append("    {\n" + "\n".join("        " + ln for ln in body) + "\n    }")
+    return "\n".join(lines)
 
 
 def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False) -> dict[str, str]:
@@ -139,22 +198,30 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     threads = 1 if counters else max(1, int(threads))
     table = buffer_table(plan, graph)
     buffers = {b.tensor: i for i, b in enumerate(table)}
+    alias = view_aliases(plan, graph)
+    buffers.update({t: buffers[src] for t, src in alias.items() if src in buffers})
     for b in table:
         ctype(graph, b.tensor)
     funcs, driver = [], []
     helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
     for gi, grp in enumerate(plan.groups):
+        if any(t in alias for t in cost.group_writes(graph, grp.nodes)):
+            driver.append(_view_group(graph, grp.nodes, gi, buffers))
+            continue
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op)
         text = render_kernel(k)
         helpers |= k.helpers
         about = f"/* group {gi}: {len(grp.nodes)} op(s): {', '.join(sorted({graph.index.node[v].op for v in grp.nodes}))} */"
         if counters:
             funcs.append(about + "\n" + text)
-            rd = [buffers[t] for t in k.reads]
+            rd = list(dict.fromkeys(buffers[t] for t in k.reads if t not in k.gathered))
             wr = [buffers[t] for t in k.writes]
             arr = lambda xs: "(const int[]){" + (", ".join(map(str, xs)) or "0") + "}"
-            call = f"sf_counted({gi}, k{gi}, B, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)})"
+            gd, gn = -1, 0
+            for t, v in k.gathered.items():  # at most one Gather per group (cost.group_violation)
+                gd, gn = buffers[t], numel(graph.tensors[graph.index.node[v].outputs[0]].shape)
+            call = f"sf_counted({gi}, k{gi}, B, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {gd}, {gn})"
         else:
             name, args = _shared_kernel(text, gi, seen, funcs, about)
             call = f"{name}((void *const[]){{{', '.join(f'B[{a}]' for a in args)}}})" if args else f"{name}(B)"
@@ -175,7 +242,8 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     names = [{"index": i, "tensor": b.tensor, "role": b.role, "dtype": b.dtype, "shape": list(b.shape)}
              for i, b in enumerate(table)]
     return {"model.c": source, "model.h": header(nb, len(plan.groups), counters),
-            "buffers.json": json.dumps({"buffers": names, "groups": [g.name for g in plan.groups]},
+            "buffers.json": json.dumps({"buffers": names, "groups": [g.name for g in plan.groups],
+                                        "views": {t: buffers[t] for t in alias if t in buffers}},
                                        indent=1, ensure_ascii=False) + "\n"}
 
 
