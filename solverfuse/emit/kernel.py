@@ -168,19 +168,51 @@ class Kernel:
                 v = self.fresh("i")
                 idx.append(v)
                 dims.append((v, d))
-        if parallel and self.threads > 1 and dims:
-            self.line(f"#pragma omp parallel for collapse({min(len(dims), 3)}) schedule(static) "
-                      f"num_threads({self.threads})")
+        outer = self._parallel_dims(dims) if parallel and self.threads > 1 else 0
         mark = None
         with contextlib.ExitStack() as stack:
-            for n, (v, d) in enumerate(dims):
-                if simd is not None and n == len(dims) - 1:
+            if outer and len(dims) == 1:
+                # one dim: threads take contiguous chunks; the loop inside a chunk stays a plain
+                # unit-stride loop with a hoisted bound, which the compiler vectorises
+                (v, d), = dims
+                step = -(-d // self.threads)
+                step = -(-step // 64) * 64 if d > 64 * self.threads else step  # whole cache lines
+                c, hi = self.fresh("c"), self.fresh("hi")
+                self.line(f"#pragma omp parallel for schedule(static) num_threads({self.threads})")
+                stack.enter_context(self.block(f"for (long {c} = 0; {c} < {d}; {c} += {step})"))
+                self.line(f"const long {hi} = sf_min({c} + {step}, {d});")
+                if simd is not None:
                     mark = len(self.lines)
                     self.line(f"#pragma omp simd {simd}")
-                stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
+                stack.enter_context(self.block(f"for (long {v} = {c}; {v} < {hi}; {v}++)"))
+            else:
+                if outer:
+                    # the leading dims only, never the innermost: it stays a simple vector loop
+                    self.line("#pragma omp parallel for " + (f"collapse({outer}) " if outer > 1 else "")
+                              + f"schedule(static) num_threads({self.threads})")
+                for n, (v, d) in enumerate(dims):
+                    if simd is not None and n == len(dims) - 1:
+                        mark = len(self.lines)
+                        self.line(f"#pragma omp simd {simd}")
+                    stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
             yield tuple(idx)
         if mark is not None and any("#pragma omp" in ln for ln in self.lines[mark + 1:]):
             del self.lines[mark]  # no OpenMP construct may be nested in a simd loop
+
+    def _parallel_dims(self, dims: list) -> int:
+        """How many leading loops of a parallel nest the threads share: the outermost alone when
+        its trip count gives every thread work, else as many leading loops as it takes -- never
+        the innermost of several (collapsing it into the parallel index stops vectorisation);
+        a single loop is split into per-thread chunks. 0: too few iterations to share."""
+        if not dims:
+            return 0
+        if len(dims) == 1:
+            return 1 if dims[0][1] >= 2 * self.threads else 0
+        n, trips = 0, 1
+        while n < len(dims) - 1 and trips < 2 * self.threads:
+            trips *= dims[n][1]
+            n += 1
+        return n if trips >= self.threads else 0
 
     def tmp(self, ct: str, expr: str, prefix: str = "v") -> str:
         """``expr`` as a const temporary of type ``ct`` (itself when already simple)."""
