@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
         if (f) fclose(f);
     }
     for (int i = 0; i < SF_NUM_BUFFERS; i++) free(B[i]);
+    sf_release();
     return rc;
 }
 """
@@ -153,6 +155,17 @@ def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, 
     return final / artifact
 
 
+#: library path -> token of the Program that last ran it: two Programs loaded from one cached
+#: library share its arena and packed weights, so a switch between them packs again.
+_LAST_USER: dict[str, int] = {}
+_TOKENS = itertools.count()
+
+
+def _pointers(arrays):
+    """The ``void *B[]`` of a run: each array's data (NULL for an arena-resident intermediate)."""
+    return (ctypes.c_void_p * (len(arrays) + 1))(*[None if a is None else a.ctypes.data for a in arrays])
+
+
 class Program:
     """A compiled plan: ``run`` it on inputs, ``time`` it, read per-kernel byte ``counters``."""
 
@@ -161,12 +174,17 @@ class Program:
         self.plan, self.graph, self.table, self.path = plan, graph, table, path
         self.sanitize, self.instrumented, self.threads = sanitize, counters, threads
         self._counters: Optional[list[dict]] = None
+        self._token = next(_TOKENS)
+        self._held: dict[str, tuple] = {}  # constant -> (the caller's object, the array passed to C)
         self.lib = None
         if not sanitize:
             self.lib = ctypes.CDLL(str(path))
             self.lib.sf_run.argtypes = [ctypes.c_void_p]
             self.lib.sf_time.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
             self.lib.sf_counters.argtypes = [ctypes.c_void_p]
+            self.lib.sf_init.argtypes = []
+            self.lib.sf_invalidate.argtypes = []
+            self._check(self.lib.sf_init())  # the arena: allocated at load, never per run
 
     @property
     def counters(self) -> list[dict]:
@@ -188,15 +206,31 @@ class Program:
                 source = inputs if b.role == "input" else constants
                 if b.tensor not in source:
                     raise EmitError(f"missing {b.role} {b.tensor!r}")
+                held = self._held.get(b.tensor) if b.role == "constant" else None
+                if held is not None and held[0] is source[b.tensor]:
+                    arrays.append(held[1])  # the same weights: same pointer, packs stay valid
+                    continue
                 arr = np.asarray(source[b.tensor], dtype=want, order="C")
                 if arr.shape != b.shape and [d for d in arr.shape if d != 1] == [d for d in b.shape if d != 1]:
                     arr = arr.reshape(b.shape)  # only size-1 dims differ (e.g. [1] for a scalar)
                 if arr.shape != b.shape:
                     raise EmitError(f"{b.role} {b.tensor!r} has shape {list(arr.shape)}, expected {list(b.shape)}")
-            else:
+                if b.role == "constant":
+                    # held while this Program lives: another array cannot take its address, so
+                    # the C side's pointer check sees any change of weights (not in-place writes)
+                    self._held[b.tensor] = (source[b.tensor], arr)
+            elif b.role == "output":
                 arr = np.empty(b.shape, dtype=want)
+            else:
+                arr = None  # an intermediate: it lives in the program's arena
             arrays.append(arr)
         return arrays, constants
+
+    def _claim(self) -> None:
+        """Make the packed weights this Program's (see ``_LAST_USER``)."""
+        if _LAST_USER.get(str(self.path)) != self._token:
+            self.lib.sf_invalidate()
+            _LAST_USER[str(self.path)] = self._token
 
     def _check(self, rc: int) -> None:
         if rc:
@@ -209,8 +243,8 @@ class Program:
         if self.sanitize:
             self._run_standalone(arrays)
         else:
-            ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[a.ctypes.data for a in arrays])
-            self._check(self.lib.sf_run(ptrs))
+            self._claim()
+            self._check(self.lib.sf_run(_pointers(arrays)))
             if self.instrumented:
                 cnt = (ctypes.c_longlong * (2 * len(self.plan.groups) + 1))()
                 self.lib.sf_counters(cnt)
@@ -240,7 +274,7 @@ class Program:
                 tail = " | ".join(r.stderr.strip().splitlines()[:4])
                 raise EmitError(f"sanitized program failed (exit {r.returncode}): {tail}")
             for i, (b, a) in enumerate(zip(self.table, arrays)):
-                if b.role not in ("input", "constant"):
+                if b.role == "output":
                     a[...] = np.fromfile(os.path.join(d, f"{i}.out"), dtype=a.dtype).reshape(a.shape)
 
     def time(self, inputs: Mapping[str, np.ndarray], constants: Optional[Mapping[str, np.ndarray]] = None,
@@ -249,7 +283,8 @@ class Program:
         if self.sanitize:
             raise EmitError("timing a sanitizer build is meaningless; build without sanitize")
         arrays, _ = self._arrays(inputs, constants)
-        ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[a.ctypes.data for a in arrays])
+        ptrs = _pointers(arrays)
+        self._claim()
         secs = (ctypes.c_double * max(1, repeats))()
         self._check(self.lib.sf_time(ptrs, int(repeats), secs))
         return [float(secs[i]) for i in range(repeats)]

@@ -106,6 +106,61 @@ int sf_counters(long long *out)
 }
 """
 
+#: The arena and the run's slot pointers (a template: ``str.format`` fills the numbers).
+ARENA = """/* One arena, allocated once (sf_init), for every intermediate buffer and kernel scratch (slot i
+   at byte sf_offset[i]; slots with disjoint lifetimes share memory) and the packed weights. */
+#define SF_NUM_SLOTS {nslots}
+#define SF_ARENA_BYTES {nbytes}LL
+static const long long sf_offset[SF_NUM_SLOTS + 1] = {{{offsets}}};
+static const int sf_pack_src[{npack} + 1] = {{{sources}}};
+static unsigned char *sf_arena;
+static const void *sf_packed_from[SF_NUM_BUFFERS + 1];
+static int sf_packed;
+
+int sf_init(void)
+{{
+    if (!sf_arena) {{
+        sf_arena = aligned_alloc(64, SF_ARENA_BYTES);
+        sf_packed = 0;
+    }}
+    return sf_arena ? 0 : 2;
+}}
+
+void sf_invalidate(void)
+{{
+    sf_packed = 0;
+}}
+
+void sf_release(void)
+{{
+    free(sf_arena);
+    sf_arena = 0;
+    sf_packed = 0;
+}}
+
+static void sf_prepare(void *const *X)
+{{
+{prepare}
+}}
+
+/* The slot pointers of one run; weights are packed again only when a constant they come from
+   is another array than last time. */
+static int sf_enter(void *const *B, void **X)
+{{
+    if (sf_init()) return 2;
+    for (int i = 0; i < SF_NUM_SLOTS; i++)
+        X[i] = sf_offset[i] >= 0 ? (void *)(sf_arena + sf_offset[i]) : i < SF_NUM_BUFFERS ? B[i] : 0;
+    int stale = !sf_packed;
+    for (int i = 0; i < {npack}; i++) stale |= sf_packed_from[sf_pack_src[i]] != B[sf_pack_src[i]];
+    if (stale) {{
+        sf_prepare(X);
+        for (int i = 0; i < {npack}; i++) sf_packed_from[sf_pack_src[i]] = B[sf_pack_src[i]];
+        sf_packed = 1;
+    }}
+    return 0;
+}}
+"""
+
 TIMING = r"""
 int sf_time(void *const *B, int repeats, double *seconds)
 {
@@ -133,7 +188,14 @@ def header(nbuf: int, ngroups: int, counters: bool) -> str:
 extern const long long sf_numel[SF_NUM_BUFFERS + 1];
 extern const long long sf_isize[SF_NUM_BUFFERS + 1];
 extern const int sf_is_input[SF_NUM_BUFFERS + 1];
-/* Run every kernel in plan order on the global buffers B[0..SF_NUM_BUFFERS-1]; 0 on success. */
+/* Allocate the arena of intermediate buffers (sf_run does it on first use); 0 on success. */
+int sf_init(void);
+/* Free the arena. */
+void sf_release(void);
+/* Pack the weights again at the next run (another caller's constants may sit at the same addresses). */
+void sf_invalidate(void);
+/* Run every kernel in plan order on the global buffers B[0..SF_NUM_BUFFERS-1] (intermediate
+   buffers live in the arena: their B entries are not used); 0 on success. */
 int sf_run(void *const *B);
 /* Run `repeats` times; seconds[r] is the wall time of run r measured inside C. */
 int sf_time(void *const *B, int repeats, double *seconds);

@@ -92,7 +92,8 @@ class Kernel:
     :mod:`~solverfuse.emit.schedule`) are slots each owned by that one module."""
 
     def __init__(self, graph: Graph, nodes: Sequence[str], gid: int, buffers: dict[str, int], *,
-                 counters: bool, threads: int, lower: Lowering):
+                 counters: bool, threads: int, lower: Lowering, first_slot: int = 0,
+                 padded: frozenset = frozenset()):
         self.graph, self.gid, self.buffers = graph, gid, buffers
         self.nodes = sorted(nodes, key=graph.index.position.__getitem__)
         self.members = set(nodes)
@@ -101,6 +102,8 @@ class Kernel:
         self.counters, self.threads = counters, threads
         self.gathered = gathered_reads(graph, nodes)
         self.lower = lower
+        self.first_slot = first_slot   # arena slots of this kernel: B[first_slot], B[first_slot + 1], ...
+        self.padded = padded           # global tensors followed by readable slack (arena.SLACK bytes)
         self.reset()
 
     def reset(self) -> None:
@@ -112,7 +115,9 @@ class Kernel:
         self.n = 0
         self.used: dict[int, str] = {}           # buffer index -> "r"/"w"
         self.scratch: dict[str, str] = {}         # tensor -> C array
-        self.scratch_decl: list[tuple[str, str, int]] = []
+        self.slot_decls: list[tuple[str, str, str, int]] = []  # (kind, C type, name, elements)
+        self.prepare_lines: list[str] = []        # C run once per set of constants (packs)
+        self.packed_sources: list[str] = []       # the constants those packs read
         self.stats: dict[str, dict[str, str]] = {}  # node -> statistic -> C array
         self.materialised: set[str] = set()       # nodes computed by a pass of their own
         self.tiles: dict[str, tuple] = {}         # anchor tensor -> (row index prefix, tile array, rank)
@@ -254,11 +259,30 @@ class Kernel:
         self.line(f"{target} = {value};")
 
     def alloc(self, ct: str, n: int, why: str) -> str:
-        """A kernel-local scratch array of ``n`` elements (allocated on entry, freed on exit)."""
+        """A kernel-local scratch array of ``n`` elements: an arena slot live during this kernel."""
         name = self.fresh("s")
-        self.scratch_decl.append((ct, name, n))
+        self.slot_decls.append(("scratch", ct, name, n))
         self.line(f"/* {name}: kernel-local scratch, {why} */")
         return name
+
+    def packed(self, ct: str, n: int, why: str, call: str, sources: dict[str, str]) -> str:
+        """A read-only array of ``n`` elements derived from graph constants once per set of
+        constants (weights packed into the layout a tile reads), not at every run: ``call`` is the
+        C statement that fills it, with ``{dst}`` for the array and ``{name}`` for each constant
+        tensor of ``sources`` (name -> tensor). Returns the array's C name in this kernel."""
+        name = self.fresh("w")
+        slot = self.first_slot + len(self.slot_decls)
+        self.slot_decls.append(("packed", ct, name, n))
+        args = {key: f"(const {self.ct(t)} *)X[{self.buffers[t]}]" for key, t in sources.items()}
+        self.packed_sources += [t for t in sources.values() if t not in self.packed_sources]
+        self.prepare_lines.append(call.format(dst=f"({ct} *)X[{slot}]", **args))
+        self.line(f"/* {name}: {why}, packed once per set of constants */")
+        return name
+
+    def is_constant(self, tensor: str) -> bool:
+        """Whether ``tensor`` is a graph constant held in a global buffer (fixed across runs)."""
+        return bool(self.graph.tensors[tensor].constant) and tensor in self.buffers \
+            and self.graph.index.producer.get(tensor) is None
 
     def use_helper(self, name: str) -> None:
         """The kernel calls the shared C helper ``name`` (:func:`solverfuse.emit.ctext.helper_text`)."""
@@ -335,7 +359,7 @@ class Kernel:
 
     # ---- the function
     def assemble(self) -> str:
-        """The C function ``k<gid>``: buffer pointers, parameter checks, scratch, the body."""
+        """The C function ``k<gid>``: buffer pointers, parameter checks, arena slots, the body."""
         g = self.graph
         head = [f"SF_NOINLINE static int k{self.gid}(void *const *B)", "{", "    (void)B;"]
         for b, mode in sorted(self.used.items()):
@@ -353,12 +377,7 @@ class Kernel:
                 self.used[b] = "r"
             ld = f"SFR(b{b}, {b}, q)" if self.counters else f"b{b}[q]"
             head += ["    " + ln for ln in param_check(g, t, b, ld)]
-        for ct, name, n in self.scratch_decl:
-            head.append(f"    {ct} *{name} = ({ct} *)malloc(sizeof({ct}) * {max(n, 1)});")
-        tail = []
-        if self.scratch_decl:
-            names = [name for _, name, _ in self.scratch_decl]
-            head.append(f"    if ({' || '.join('!' + n for n in names)}) {{ "
-                        + " ".join(f"free({n});" for n in names) + " return 2; }")
-            tail = [f"    free({n});" for n in names]
-        return "\n".join(head + self.lines + tail + ["    return 0;", "}"])
+        for j, (kind, ct, name, n) in enumerate(self.slot_decls):
+            const = "const " if kind == "packed" else ""
+            head.append(f"    {const}{ct} *restrict {name} = ({const}{ct} *)B[{self.first_slot + j}]; (void){name};")
+        return "\n".join(head + self.lines + ["    return 0;", "}"])

@@ -49,8 +49,9 @@ from ..errors import EmitError
 from ..graph import Graph
 from ..ops import DTYPE_SIZES, numel
 from ..plans import validate, write_atomic
-from .cexpr import ctype
-from .ctext import COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
+from .arena import Slot, layout
+from .cexpr import CSIZES, ctype
+from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
 from .kernel import Kernel, param_check
 from .lowering import code_for_op
 from .schedule import render_kernel
@@ -176,6 +177,22 @@ def _view_group(graph: Graph, nodes, gi: int, buffers: dict) -> str:
     return "\n".join(lines)
 
 
+def _lifetimes(plan, graph: Graph, alias: dict) -> dict[str, tuple[int, int]]:
+    """(first, last) group index of every tensor written or read by a group; a view's readers
+    extend the life of the buffer it aliases."""
+    life: dict[str, tuple[int, int]] = {}
+
+    def touch(t, gi):
+        a, b = life.get(t, (gi, gi))
+        life[t] = (min(a, gi), max(b, gi))
+    for gi, grp in enumerate(plan.groups):
+        for t in cost.group_writes(graph, grp.nodes):
+            touch(alias.get(t, t), gi)
+        for t in cost.group_reads(graph, grp.nodes):
+            touch(alias.get(t, t), gi)
+    return life
+
+
 def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False) -> dict[str, str]:
     """Render a plan as C: ``model.c``, ``model.h`` and ``buffers.json`` (file name -> text).
 
@@ -188,7 +205,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     >>> g = load_graph({"tensors": {"x": {"shape": [8, 16]}}, "inputs": ["x"], "outputs": ["y"],
     ...     "nodes": [{"name": "s", "op": "Softmax", "inputs": ["x"], "outputs": ["y"]}]})
     >>> src = render(build_plan(g, "nvidia-h100", [["s"]], strategy="m"), g, threads=4)["model.c"]
-    >>> "one row loop over [8]" in src, "num_threads(4)" in src, "malloc" in src
+    >>> "one row loop over [8]" in src, "num_threads(4)" in src, "malloc(" in src
     (True, True, False)
     """
     graph = graph or plan.graph
@@ -205,13 +222,34 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     funcs, driver = [], []
     helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
+    nb = len(table)
+    slots: list[Slot] = []    # arena slots: boundary buffers, then every kernel's scratch and packs
+    slot_index: list[int] = []  # B/X index of each slot
+    life = _lifetimes(plan, graph, alias)
+    for i, b in enumerate(table):
+        if b.role == "boundary":
+            first, last = life[b.tensor]
+            slots.append(Slot(i, numel(b.shape) * DTYPE_SIZES[b.dtype], first, last))
+            slot_index.append(i)
+    padded = frozenset(t for t, i in buffers.items() if table[i].role == "boundary")
+    prepare: list[str] = []
+    pack_sources: set[int] = set()
+    nslots = nb
     for gi, grp in enumerate(plan.groups):
         if any(t in alias for t in cost.group_writes(graph, grp.nodes)):
             driver.append(_view_group(graph, grp.nodes, gi, buffers))
             continue
-        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op)
+        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
+                   first_slot=nslots, padded=padded)
         text = render_kernel(k)
         helpers |= k.helpers
+        for kind, ct, _, n in k.slot_decls:
+            span = (gi, gi) if kind == "scratch" else (0, len(plan.groups))
+            slots.append(Slot(nslots, max(n, 1) * CSIZES[ct], *span))
+            slot_index.append(nslots)
+            nslots += 1
+        prepare += ["    " + ln for ln in k.prepare_lines]
+        pack_sources |= {buffers[t] for t in k.packed_sources}
         about = f"/* group {gi}: {len(grp.nodes)} op(s): {', '.join(sorted({graph.index.node[v].op for v in grp.nodes}))} */"
         if counters:
             funcs.append(about + "\n" + text)
@@ -221,23 +259,30 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
             gd, gn = -1, 0
             for t, v in k.gathered.items():  # at most one Gather per group (cost.group_violation)
                 gd, gn = buffers[t], numel(graph.tensors[graph.index.node[v].outputs[0]].shape)
-            call = f"sf_counted({gi}, k{gi}, B, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {gd}, {gn})"
+            call = f"sf_counted({gi}, k{gi}, X, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {gd}, {gn})"
         else:
             name, args = _shared_kernel(text, gi, seen, funcs, about)
-            call = f"{name}((void *const[]){{{', '.join(f'B[{a}]' for a in args)}}})" if args else f"{name}(B)"
+            call = f"{name}((void *const[]){{{', '.join(f'X[{a}]' for a in args)}}})" if args else f"{name}(X)"
             if name != f"k{gi}":
                 driver.append(f"    /* group {gi}: the same code as {name} */")
         driver.append(f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;")
-    nb = len(table)
+    arena_bytes, offsets = layout(slots)
+    offset = [-1] * nslots
+    for i, off in zip(slot_index, offsets):
+        offset[i] = off
     consts = [
         "const long long sf_numel[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(numel(b.shape)) for b in table] + ["0"]) + "};",
         "const long long sf_isize[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(DTYPE_SIZES[b.dtype]) for b in table] + ["0"]) + "};",
         "const int sf_is_input[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(int(b.role in ("input", "constant"))) for b in table] + ["0"]) + "};",
     ]
-    run = "int sf_run(void *const *B)\n{\n    int rc = 0;\n    sf_error = 0;\n" + "\n".join(driver) + "\n    return rc;\n}\n"
+    arena = ARENA.format(nslots=nslots, nbytes=max(arena_bytes, 64), offsets=", ".join(map(str, offset + [-1])),
+                         sources=", ".join(map(str, sorted(pack_sources) + [-1])), npack=len(pack_sources),
+                         prepare="\n".join(prepare) or "    (void)X;")
+    run = ("int sf_run(void *const *B)\n{\n    int rc = 0;\n    void *X[SF_NUM_SLOTS + 1];\n"
+           "    if ((rc = sf_enter(B, X))) return rc;\n    sf_error = 0;\n" + "\n".join(driver) + "\n    return rc;\n}\n")
     no_counters = "" if counters else "int sf_counters(long long *out)\n{\n    (void)out;\n    return -1;\n}\n"
     source = "\n".join([PRELUDE] + consts + ([COUNTER_PRELUDE] if counters else [])
-                       + [helper_text(h) for h in sorted(helpers)] + funcs
+                       + [helper_text(h) for h in sorted(helpers)] + [arena] + funcs
                        + [run, TIMING, no_counters])
     names = [{"index": i, "tensor": b.tensor, "role": b.role, "dtype": b.dtype, "shape": list(b.shape)}
              for i, b in enumerate(table)]
