@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
@@ -95,11 +96,11 @@ def _np_dtype(dtype: str) -> np.dtype:
     return np.dtype(np.bool_) if dtype == "bool" else np.dtype(dtype)
 
 
-def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str) -> Optional[str]:
+def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str, link: bool = True) -> Optional[str]:
     """Run the compiler; None on success, else its first error lines."""
     try:
-        r = subprocess.run([cc, *flags, "-o", out, *sources, "-lm"], cwd=cwd, capture_output=True,
-                           text=True, timeout=600)
+        r = subprocess.run([cc, *flags, "-o", out, *sources] + (["-lm"] if link else []), cwd=cwd,
+                           capture_output=True, text=True, timeout=600)
     except (FileNotFoundError, PermissionError, NotADirectoryError):
         raise EmitError(f"C compiler {cc!r} not found (set CC or pass cc=)") from None
     except subprocess.TimeoutExpired:
@@ -110,22 +111,51 @@ def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str) 
     return "; ".join(errs[:3])
 
 
+def _compile_native(cc: str, flags: list[str], sources: list[str], out: str, cwd: str, link: bool = True) -> None:
+    """Compile with ``-march=native``, else (a compiler that rejects it) without; EmitError on failure."""
+    if _compile(cc, flags + ["-march=native"], sources, out, cwd, link) is None:
+        return
+    err = _compile(cc, flags, sources, out, cwd, link)
+    if err is not None:
+        raise EmitError(f"C compiler {cc!r} failed: {err}")
+
+
+def _objects(cc: str, flags: list[str], files: dict[str, str], units: list[str], root: Path, tmp: str) -> list[str]:
+    """Compile each translation unit to an object, in parallel (one process per CPU), each cached
+    under ``root/obj`` by its own text, ``model.h``, compiler and flags: a program that changes one
+    kernel recompiles one unit. Returns the object paths."""
+    objdir = root / "obj"
+    objdir.mkdir(parents=True, exist_ok=True)
+
+    def one(name: str) -> str:
+        h = hashlib.sha256(repr((cc, flags)).encode() + files["model.h"].encode() + b"\0" + files[name].encode())
+        obj = objdir / (h.hexdigest()[:32] + ".o")
+        if not obj.exists():
+            part = Path(tempfile.mkdtemp(dir=tmp, prefix="unit-"))
+            for n in (name, "model.h"):
+                (part / n).write_text(files[n], encoding="utf-8")
+            _compile_native(cc, flags + ["-c"], [name], "unit.o", str(part), link=False)
+            os.replace(part / "unit.o", obj)  # atomic: a concurrent build writes the same bytes
+        return str(obj)
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return list(pool.map(one, units))
+
+
 def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, sanitize: bool = False,
           strict: bool = False, cache_dir: Union[str, os.PathLike, None] = None) -> Path:
-    """Compile rendered files (cached by content hash); returns the library or executable path."""
+    """Compile rendered files (cached by content hash); returns the library or executable path.
+    Every ``*.c`` file is a translation unit; a library's units compile in parallel."""
     cc = cc or os.environ.get("CC") or "cc"
     flags = list(SANITIZE_FLAGS if sanitize else BASE_FLAGS) + (["-Werror"] if strict else [])
     if threads > 1 and not sanitize:
         flags.append("-fopenmp")
     files = dict(files)
-    sources = ["model.c"]
+    sources = sorted(n for n in files if n.endswith(".c"))
     if sanitize:
         files["harness.c"] = HARNESS
         sources.append("harness.c")
-    else:
-        flags.append("-shared")
     artifact = "program" if sanitize else "model.so"
-    h = hashlib.sha256(repr((cc, flags)).encode())
+    h = hashlib.sha256(repr((cc, flags, sanitize)).encode())
     for name in sorted(files):
         h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
     root = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -140,11 +170,16 @@ def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, 
     try:
         for name, text in files.items():
             Path(tmp, name).write_text(text, encoding="utf-8")
-        err = _compile(cc, flags + ["-march=native"], sources, artifact, tmp)
-        if err is not None:
-            err2 = _compile(cc, flags, sources, artifact, tmp)
-            if err2 is not None:
-                raise EmitError(f"C compiler {cc!r} failed: {err2}")
+        if sanitize:
+            _compile_native(cc, flags, sources, artifact, tmp)
+        else:
+            objs = _objects(cc, flags, files, sources, root, tmp)
+            link = flags + ["-shared"]
+            err = _compile(cc, link, objs, artifact, tmp)
+            if err is not None:
+                raise EmitError(f"C compiler {cc!r} failed to link: {err}")
+        for d in Path(tmp).glob("unit-*"):
+            shutil.rmtree(d, ignore_errors=True)
         try:
             os.rename(tmp, final)
         except OSError:  # another process built the same program first
@@ -298,7 +333,8 @@ def compile_plan(plan, graph: Optional[Graph] = None, *, threads: int = 1, count
     if graph is None:
         raise EmitError("plan has no embedded graph and none was given")
     threads = 1 if counters else max(1, int(threads))
-    files = render(plan, graph, threads=threads, counters=counters)
+    units = 1 if (counters or sanitize) else min(2 * (os.cpu_count() or 1), len(plan.groups) // 8)
+    files = render(plan, graph, threads=threads, counters=counters, units=units)
     files.pop("buffers.json")
     path = build(files, cc=cc, threads=threads, sanitize=sanitize, strict=strict, cache_dir=cache_dir)
     return Program(plan, graph, buffer_table(plan, graph), path, sanitize=sanitize, counters=counters,

@@ -39,9 +39,15 @@ SF_SIMD float powf(float, float);
 /* A kernel inlined into sf_run (one call site) was measured up to 10x slower (GCC 12). */
 #if defined(__GNUC__)
 #define SF_NOINLINE __attribute__((noinline))
+#define SF_HIDDEN __attribute__((visibility("hidden")))
+#define SF_UNUSED __attribute__((unused))
 #else
 #define SF_NOINLINE
+#define SF_HIDDEN
+#define SF_UNUSED
 #endif
+/* A kernel of a program split over several translation units (one library). */
+#define SF_KERNEL SF_NOINLINE SF_HIDDEN
 
 /* Accumulation inside an anchor's tile: a fused multiply-add where the hardware has one (the
    order of a dot product's roundings is the implementation's choice; between ops it is not). */
@@ -51,7 +57,6 @@ SF_SIMD float powf(float, float);
 #define SF_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-static int sf_error;
 static inline long sf_fdiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 static inline long sf_cdiv(long a, long b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 static inline long sf_min(long a, long b) { return a < b ? a : b; }
@@ -220,7 +225,7 @@ def helper_text(name: str) -> str:
         mb = int(name[len("sf_conv_tile"):])
         return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
-SF_NOINLINE static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
     const float *restrict wp, long C, long taps, const long *restrict off)
 {{
     for (long q = 0; q < span; q += {CHUNK}) {{
@@ -241,7 +246,7 @@ SF_NOINLINE static void {name}(float *restrict T, long span, const float *restri
         mb = int(name[len("sf_mm_tile"):])
         return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
    i < {mb}; the A block is transposed 256 columns at a time (its rows may share an L1 set). */
-SF_NOINLINE static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
     const float *restrict b)
 {{
     float ap[256][{mb}];
@@ -264,7 +269,7 @@ SF_NOINLINE static void {name}(float *restrict T, long n2, const float *restrict
     return {
         "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
    (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
-SF_NOINLINE static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
+SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
     long s0, long s1, long hq, long wq, long p0, long p1)
 {
     for (long nc = 0; nc < NC; nc++)
@@ -278,7 +283,7 @@ SF_NOINLINE static void sf_conv_copy(float *restrict dst, const float *restrict 
 }
 """,
         "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
-SF_NOINLINE static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
+SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
 {
     for (long mi = 0; mi < M / mb; mi++)
         for (long c = 0; c < C; c++)
@@ -287,7 +292,7 @@ SF_NOINLINE static void sf_conv_pack(float *restrict dst, const float *restrict 
 }
 """,
         "sf_pad_cols": """/* [K][N] copied to [K][N2], zero columns after N. */
-SF_NOINLINE static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
+SF_NOINLINE SF_UNUSED static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
 {
     for (long r = 0; r < K; r++)
         for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[r*N + j] : 0.0f;

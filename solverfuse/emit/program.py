@@ -193,12 +193,15 @@ def _lifetimes(plan, graph: Graph, alias: dict) -> dict[str, tuple[int, int]]:
     return life
 
 
-def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False) -> dict[str, str]:
+def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False,
+           units: int = 1) -> dict[str, str]:
     """Render a plan as C: ``model.c``, ``model.h`` and ``buffers.json`` (file name -> text).
 
     The plan is validated first; raises EmitError naming the node (or tensor) for an op (or
     dtype) the emitter does not support. ``threads > 1`` adds OpenMP pragmas on outer loops;
-    ``counters`` renders the instrumented variant (serial).
+    ``counters`` renders the instrumented variant (serial). ``units > 1`` spreads the kernels
+    over that many more translation units ``kernels<j>.c`` (compiled in parallel; not with
+    ``counters``); ``model.c`` then keeps the driver, the arena and the weight packing.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.plans import build_plan
@@ -220,6 +223,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     for b in table:
         ctype(graph, b.tensor)
     funcs, driver = [], []
+    func_helpers: list[frozenset] = []
     helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
     nb = len(table)
@@ -261,7 +265,10 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
                 gd, gn = buffers[t], numel(graph.tensors[graph.index.node[v].outputs[0]].shape)
             call = f"sf_counted({gi}, k{gi}, X, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {gd}, {gn})"
         else:
+            before = len(funcs)
             name, args = _shared_kernel(text, gi, seen, funcs, about)
+            if len(funcs) > before:
+                func_helpers.append(frozenset(k.helpers))
             call = f"{name}((void *const[]){{{', '.join(f'X[{a}]' for a in args)}}})" if args else f"{name}(X)"
             if name != f"k{gi}":
                 driver.append(f"    /* group {gi}: the same code as {name} */")
@@ -281,12 +288,33 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     run = ("int sf_run(void *const *B)\n{\n    int rc = 0;\n    void *X[SF_NUM_SLOTS + 1];\n"
            "    if ((rc = sf_enter(B, X))) return rc;\n    sf_error = 0;\n" + "\n".join(driver) + "\n    return rc;\n}\n")
     no_counters = "" if counters else "int sf_counters(long long *out)\n{\n    (void)out;\n    return -1;\n}\n"
-    source = "\n".join([PRELUDE] + consts + ([COUNTER_PRELUDE] if counters else [])
-                       + [helper_text(h) for h in sorted(helpers)] + [arena] + funcs
-                       + [run, TIMING, no_counters])
+    files: dict[str, str] = {}
+    units = 1 if counters else max(1, min(int(units), len(funcs)))
+    if units == 1:
+        files["model.c"] = "\n".join([PRELUDE, "static int sf_error;"] + consts + ([COUNTER_PRELUDE] if counters else [])
+                                     + [helper_text(h) for h in sorted(helpers)] + [arena] + funcs
+                                     + [run, TIMING, no_counters])
+    else:
+        bins: list[list[int]] = [[] for _ in range(units)]
+        load = [0] * units
+        for i in sorted(range(len(funcs)), key=lambda i: -len(funcs[i])):  # largest first, to the lightest unit
+            j = load.index(min(load))
+            bins[j].append(i)
+            load[j] += len(funcs[i])
+        protos = []
+        for j, members in enumerate(bins):
+            members.sort()
+            texts = [re.sub(r"SF_NOINLINE static int (k\d+)\(", r"SF_KERNEL int \1(", funcs[i], count=1) for i in members]
+            protos += [re.search(r"SF_KERNEL int (k\d+)\(", t).group(1) for t in texts]
+            used = sorted(set().union(*(func_helpers[i] for i in members)))
+            files[f"kernels{j}.c"] = "\n".join([PRELUDE, "extern int sf_error;"] + [helper_text(h) for h in used] + texts)
+        main_helpers = sorted(h for h in helpers if h in ("sf_conv_pack", "sf_pad_cols"))  # the packing
+        files["model.c"] = "\n".join([PRELUDE, "SF_HIDDEN int sf_error;"] + consts + [helper_text(h) for h in main_helpers]
+                                     + [arena] + [f"SF_KERNEL int {f}(void *const *B);" for f in sorted(protos)]
+                                     + [run, TIMING, no_counters])
     names = [{"index": i, "tensor": b.tensor, "role": b.role, "dtype": b.dtype, "shape": list(b.shape)}
              for i, b in enumerate(table)]
-    return {"model.c": source, "model.h": header(nb, len(plan.groups), counters),
+    return {**files, "model.h": header(nb, len(plan.groups), counters),
             "buffers.json": json.dumps({"buffers": names, "groups": [g.name for g in plan.groups],
                                         "views": {t: buffers[t] for t in alias if t in buffers}},
                                        indent=1, ensure_ascii=False) + "\n"}
