@@ -232,3 +232,17 @@ def test_conv_read_through_a_channel_shuffle_is_materialised_once(cache):
     assert "output of an anchor/window op needed by several passes" in src
     # the conv runs once, in the blocked tile's helper; no per-element conv loop (over c<N>) in the kernel
     assert "sf_conv_tile" in src and not re.search(r"for \(long c\d+ = ", src)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_fused_with_row_reductions_keeps_the_blocked_tile(threads, cache):
+    """MatMul + bias + LayerNorm + Softmax in one row loop: the MatMul still takes the
+    register-blocked tile (blocks of rows, then each row's statistics), and matches ONNX Runtime."""
+    t = {"x": [2, 24, 40], "w": _c([40, 48]), "b": _c([48]), "g": _c([48])}
+    g = graph(t, ["x"], ["y"], [("mm", "MatMul", ["x", "w"], ["h"]), ("ad", "Add", ["h", "b"], ["a"]),
+                                ("ln", "LayerNormalization", ["a", "g"], ["n"]),
+                                ("sm", "Softmax", ["n"], ["y"])])
+    plan, _, _ = check(g, [["mm", "ad", "ln", "sm"]], cache, rtol=2e-4, atol=1e-6, engine="onnxruntime",
+                       threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    assert "one row loop" in src and "sf_mm_tile8(" in src
