@@ -26,6 +26,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# Worker threads that sleep between parallel regions, in both runtimes: on a machine shared with
+# other jobs, spinning OpenMP workers of one runtime take the cores from the other timed next in
+# this process (measured: every 2-thread C run ~25 ms slower, ORT ~10x slower on small motifs).
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
@@ -104,6 +108,22 @@ class OldProgram:
         return secs[1]
 
 
+def ort_session(graph, consts: dict, threads: int):
+    """ONNX Runtime, every graph optimisation, ``threads`` intra-op threads that do not spin after
+    a run: spinning ORT threads would take the cores from the C program timed next in the same
+    process (measured here: every 2-thread C run took ~35 ms more with them spinning)."""
+    import onnxruntime as ort
+
+    from solverfuse.emit.reference import to_onnx
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(to_onnx(graph, consts).SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
 def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str) -> dict:
     from emit_speed_cases import make_graph
     g = make_graph(spec)
@@ -127,7 +147,7 @@ def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str
             info = json.loads(r.stdout.strip().splitlines()[-1])
         old = OldProgram(info["lib"], info["buffers"], x, cs)
         runners["before"] = old.time
-    sess = bench.ort_session(g, cs, threads)
+    sess = ort_session(g, cs, threads)
     runners["ort"] = bench.ort_runner(sess, x)
     times = bench.time_side_by_side(runners, rounds)
     for k, v in times.items():
@@ -163,6 +183,29 @@ def summary(rows: list[dict]) -> str:
     return "| set | threads | cases | median before/ORT | median after/ORT |\n|---|---|---|---|---|\n" + "\n".join(lines)
 
 
+def cold_builds(spec: str) -> str:
+    """Cold build of one case (empty cache) as one translation unit and as the units compile_plan
+    picks: wall time and the compilers' CPU time (children of this process)."""
+    from emit_speed_cases import make_graph
+
+    from solverfuse.emit.build import build
+    from solverfuse.emit.program import render
+    g = make_graph(spec)
+    from solverfuse.plans import build_plan
+    plan = build_plan(g, HW, fuse_where_legal(g), strategy="fuse-where-legal")
+    out = ["| case | groups | translation units | wall s | compiler CPU s |", "|---|---|---|---|---|"]
+    for units in (1, min(2 * (os.cpu_count() or 1), len(plan.groups) // 8)):
+        files = render(plan, g, units=units)
+        files.pop("buffers.json")
+        with tempfile.TemporaryDirectory() as d:
+            c0, t0 = os.times(), time.perf_counter()
+            build(files, cache_dir=d)
+            wall, c1 = time.perf_counter() - t0, os.times()
+        cpu = c1.children_user - c0.children_user + c1.children_system - c0.children_system
+        out.append(f"| {spec} | {len(plan.groups)} | {sum(n.endswith('.c') for n in files)} | {wall:.1f} | {cpu:.1f} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     from emit_speed_cases import CASES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -173,7 +216,18 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-emit-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "emit.md"))
     ap.add_argument("--append", action="store_true", help="add this run's tables to --out")
+    ap.add_argument("--cold-build", help="only measure the cold build of this case (e.g. light:densenet121)")
     args = ap.parse_args(argv)
+    if args.cold_build:
+        load0 = os.getloadavg()[0]
+        rows = cold_builds(args.cold_build)
+        text = [f"## Cold build ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+                f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores shared with other "
+                "jobs: wall times are the machine's, compiler CPU time is the build's)", "", rows, ""]
+        old = Path(args.out).read_text() if (args.append and Path(args.out).exists()) else ""
+        Path(args.out).write_text(old + ("\n---\n\n" if old else "") + "\n".join(text))
+        print("\n".join(text))
+        return 0
     specs = CASES if args.cases == "all" else [c for c in CASES if c.startswith("zoo:")] if args.cases == "motifs" \
         else [c for c in CASES if c.startswith("light:")] if args.cases == "light" else args.cases.split(",")
     rows = []
@@ -191,7 +245,9 @@ def main(argv=None) -> int:
             "", "Written by `benchmarks/emit_speed.py`. Times are medians of "
             f"{args.rounds} interleaved rounds (rotated order), each the second of two back-to-back runs "
             "timed inside C (ORT: IO binding, all graph optimisations, the same intra-op thread count). "
-            "Plans: every node joins the latest group it may legally join (the same plan for before and after).",
+            "Plans: every node joins the latest group it may legally join (the same plan for before and after). "
+            f"Worker threads do not spin between runs in either runtime (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+            "ORT session.intra_op.allow_spinning=0): on this shared machine spinning workers of one runtime slow the other.",
             "", f"Machine: {json.dumps(desc)}", "",
             f"**Noise:** a shared machine: load average at the end of the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
             f"on {os.cpu_count()} cores (other jobs ran throughout); single numbers can be off by 2x, ratios of "
