@@ -89,3 +89,18 @@ def test_packed_weights_follow_the_constants_given(cache):
         got = prog.run(x, ws[w])["y"]
         np.testing.assert_allclose(got, want[ref], rtol=1e-4, atol=1e-5)
     assert not np.allclose(want[0], want[1])
+
+
+def test_a_program_released_while_another_shares_its_library(cache):
+    """Deleting a Program gives its library's arena back; a Program still using that library
+    allocates and packs again at its next run."""
+    import gc
+    g = _conv_graph()
+    plan = build_plan(g, HW, [["c1", "r"], ["c2"]], strategy="t")
+    a, b = compile_plan(plan, g, cache_dir=cache), compile_plan(plan, g, cache_dir=cache)
+    x, cs = random_inputs(g, seed=4), constants(g, seed=4)
+    want = reference_outputs(g, x, cs, engine="onnxruntime")["y"]
+    np.testing.assert_allclose(a.run(x, cs)["y"], want, rtol=1e-4, atol=1e-5)
+    del a
+    gc.collect()
+    np.testing.assert_allclose(b.run(x, cs)["y"], want, rtol=1e-4, atol=1e-5)

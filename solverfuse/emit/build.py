@@ -261,6 +261,16 @@ class Program:
             arrays.append(arr)
         return arrays, constants
 
+    def __del__(self):
+        # give the arena back; a Program still using this library allocates and packs again
+        lib = getattr(self, "lib", None)
+        if lib is not None:
+            try:
+                lib.sf_release.argtypes = []
+                lib.sf_release()
+            except Exception:  # interpreter shutdown
+                pass
+
     def _claim(self) -> None:
         """Make the packed weights this Program's (see ``_LAST_USER``)."""
         if _LAST_USER.get(str(self.path)) != self._token:
