@@ -25,8 +25,13 @@ class Slot:
     last: int
 
 
-def _round(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+def slot_bytes(nbytes: int) -> int:
+    """Bytes a slot of ``nbytes`` takes: with its slack, rounded up to the alignment.
+
+    >>> slot_bytes(100)
+    256
+    """
+    return -(-(nbytes + SLACK) // ALIGN) * ALIGN
 
 
 def layout(slots: Sequence[Slot]) -> tuple[int, list[int]]:
@@ -36,7 +41,7 @@ def layout(slots: Sequence[Slot]) -> tuple[int, list[int]]:
     placed: list[tuple[int, int, Slot]] = []  # (start, end, slot)
     for i in sorted(range(len(slots)), key=lambda i: (-slots[i].nbytes, slots[i].first, i)):
         s = slots[i]
-        size = _round(s.nbytes + SLACK)
+        size = slot_bytes(s.nbytes)
         busy = sorted((a, b) for a, b, o in placed if o.first <= s.last and s.first <= o.last)
         off = 0
         for a, b in busy:

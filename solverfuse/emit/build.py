@@ -41,7 +41,8 @@ from .program import BufferInfo, buffer_table, render
 
 # -fopenmp-simd: honour ``#pragma omp simd`` (vectorised reductions) without the OpenMP runtime
 BASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-fno-math-errno", "-fopenmp-simd", "-Wall", "-Wextra"]
-SANITIZE_FLAGS = ["-O1", "-g", "-std=c11", "-fopenmp-simd", "-Wall", "-Wextra", "-fsanitize=address,undefined",
+SANITIZE_FLAGS = ["-O1", "-g", "-std=c11", "-fopenmp-simd", "-Wall", "-Wextra", "-DSF_SEPARATE_SLOTS",
+                  "-fsanitize=address,undefined",
                   "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 #: Exit code the sanitizers use in the standalone build (distinct from the kernels' codes).
 SANITIZER_EXIT = 86

@@ -113,33 +113,49 @@ int sf_counters(long long *out)
 
 #: The arena and the run's slot pointers (a template: ``str.format`` fills the numbers).
 ARENA = """/* One arena, allocated once (sf_init), for every intermediate buffer and kernel scratch (slot i
-   at byte sf_offset[i]; slots with disjoint lifetimes share memory) and the packed weights. */
+   at byte sf_offset[i]; slots with disjoint lifetimes share memory) and the packed weights.
+   Sanitizer builds (SF_SEPARATE_SLOTS) give every slot an allocation of its own instead, so that
+   an overrun of one slot is reported rather than landing in its neighbour. */
 #define SF_NUM_SLOTS {nslots}
 #define SF_ARENA_BYTES {nbytes}LL
 static const long long sf_offset[SF_NUM_SLOTS + 1] = {{{offsets}}};
+SF_UNUSED static const long long sf_slot_bytes[SF_NUM_SLOTS + 1] = {{{sizes}}};
 static const int sf_pack_src[{npack} + 1] = {{{sources}}};
 static unsigned char *sf_arena;
 static const void *sf_packed_from[SF_NUM_BUFFERS + 1];
 static int sf_packed;
+#if defined(SF_SEPARATE_SLOTS)
+static unsigned char *sf_slot_mem[SF_NUM_SLOTS + 1];
+#define SF_SLOT(i) ((void *)sf_slot_mem[i])
+#else
+#define SF_SLOT(i) ((void *)(sf_arena + sf_offset[i]))
+#endif
+
+void sf_release(void)
+{{
+#if defined(SF_SEPARATE_SLOTS)
+    for (int i = 0; i < SF_NUM_SLOTS; i++) {{ free(sf_slot_mem[i]); sf_slot_mem[i] = 0; }}
+#endif
+    free(sf_arena);
+    sf_arena = 0;
+    sf_packed = 0;
+}}
 
 int sf_init(void)
 {{
     if (!sf_arena) {{
         sf_arena = aligned_alloc(64, SF_ARENA_BYTES);
         sf_packed = 0;
+#if defined(SF_SEPARATE_SLOTS)
+        for (int i = 0; i < SF_NUM_SLOTS && sf_arena; i++)
+            if (sf_offset[i] >= 0 && !(sf_slot_mem[i] = calloc((size_t)sf_slot_bytes[i], 1))) sf_release();
+#endif
     }}
     return sf_arena ? 0 : 2;
 }}
 
 void sf_invalidate(void)
 {{
-    sf_packed = 0;
-}}
-
-void sf_release(void)
-{{
-    free(sf_arena);
-    sf_arena = 0;
     sf_packed = 0;
 }}
 
@@ -154,7 +170,7 @@ static int sf_enter(void *const *B, void **X)
 {{
     if (sf_init()) return 2;
     for (int i = 0; i < SF_NUM_SLOTS; i++)
-        X[i] = sf_offset[i] >= 0 ? (void *)(sf_arena + sf_offset[i]) : i < SF_NUM_BUFFERS ? B[i] : 0;
+        X[i] = sf_offset[i] >= 0 ? SF_SLOT(i) : i < SF_NUM_BUFFERS ? B[i] : 0;
     int stale = !sf_packed;
     for (int i = 0; i < {npack}; i++) stale |= sf_packed_from[sf_pack_src[i]] != B[sf_pack_src[i]];
     if (stale) {{

@@ -49,7 +49,7 @@ from ..errors import EmitError
 from ..graph import Graph
 from ..ops import DTYPE_SIZES, numel
 from ..plans import validate, write_atomic
-from .arena import Slot, layout
+from .arena import Slot, layout, slot_bytes
 from .cexpr import CSIZES, ctype
 from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
 from .kernel import Kernel, param_check
@@ -274,15 +274,16 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
                 driver.append(f"    /* group {gi}: the same code as {name} */")
         driver.append(f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;")
     arena_bytes, offsets = layout(slots)
-    offset = [-1] * nslots
-    for i, off in zip(slot_index, offsets):
-        offset[i] = off
+    offset, size = [-1] * nslots, [0] * nslots
+    for i, off, sl in zip(slot_index, offsets, slots):
+        offset[i], size[i] = off, slot_bytes(sl.nbytes)
     consts = [
         "const long long sf_numel[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(numel(b.shape)) for b in table] + ["0"]) + "};",
         "const long long sf_isize[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(DTYPE_SIZES[b.dtype]) for b in table] + ["0"]) + "};",
         "const int sf_is_input[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(int(b.role in ("input", "constant"))) for b in table] + ["0"]) + "};",
     ]
     arena = ARENA.format(nslots=nslots, nbytes=max(arena_bytes, 64), offsets=", ".join(map(str, offset + [-1])),
+                         sizes=", ".join(map(str, size + [0])),
                          sources=", ".join(map(str, sorted(pack_sources) + [-1])), npack=len(pack_sources),
                          prepare="\n".join(prepare) or "    (void)X;")
     run = ("int sf_run(void *const *B)\n{\n    int rc = 0;\n    void *X[SF_NUM_SLOTS + 1];\n"
