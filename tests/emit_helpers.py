@@ -98,10 +98,3 @@ def model_counts(g, plan):
                 rb += g.nbytes(t)
         out.append((rb, sum(g.nbytes(t) for t in writes)))
     return out
-
-
-def cost_has_view_and_gather_rules() -> bool:
-    """Whether solverfuse.cost already charges view groups 0 and Gather data the gathered bytes
-    (the planning branch's change; until it is merged, plan totals follow the old rule)."""
-    vg = graph({"x": [2, 3]}, ["x"], ["y"], [("f", "Flatten", ["x"], ["h"], {"axis": 0}), ("e", "Exp", ["h"], ["y"])])
-    return cost.group_traffic(vg, ["f"]) == 0
