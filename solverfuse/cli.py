@@ -257,7 +257,7 @@ def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
              threads: int = typer.Option(1, "--threads", help="OpenMP threads (1: plain C, no OpenMP)"),
              counters: bool = typer.Option(False, "--counters", help="instrumented build counting global bytes")):
     """Write a plan's C: one function per group, a driver running them in plan order."""
-    from .emit.c import render, write_source
+    from .emit.program import render, write_source
     from .plans import load_plan
     files = render(load_plan(plan), threads=threads, counters=counters)
     for path in write_source(files, output):

@@ -1,0 +1,317 @@
+"""The fixed C text of a program: the prelude (includes, math vector variants, small runtime
+functions), the counter runtime of instrumented builds, the timing entry point, ``model.h``, and
+the helper functions shared by every kernel of a program (register-blocked tiles, copies, packs).
+A leaf: it builds on no other emit module.
+
+>>> "sf_conv_tile8" in helper_text("sf_conv_tile8"), "SF_NUM_GROUPS 3" in header(5, 3, False)
+(True, True)
+"""
+from __future__ import annotations
+
+#: Return codes of the generated functions.
+RC_MESSAGES = {1: "a shape/axes parameter tensor differs from the value the program was built for",
+               2: "out of memory", 3: "an index tensor holds an out-of-range index"}
+
+#: Output positions per register-blocked chunk (two 16-lane vectors of accumulators per channel;
+#: measured: 16 makes GCC 12 keep the accumulators in memory, 10x slower).
+CHUNK = 32
+
+
+
+PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <tgmath.h>
+#include "model.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) \
+    && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+/* glibc's libmvec has vector variants of these (linked through -lm): declaring them lets -O3
+   vectorise the loops that call them instead of making one scalar call per element. */
+#define SF_SIMD __attribute__((__simd__("notinbranch")))
+SF_SIMD float expf(float); SF_SIMD float logf(float); SF_SIMD float erff(float);
+SF_SIMD float tanhf(float); SF_SIMD float sinf(float); SF_SIMD float cosf(float);
+SF_SIMD float powf(float, float);
+#endif
+
+/* A kernel inlined into sf_run (one call site) was measured up to 10x slower (GCC 12). */
+#if defined(__GNUC__)
+#define SF_NOINLINE __attribute__((noinline))
+#define SF_HIDDEN __attribute__((visibility("hidden")))
+#define SF_UNUSED __attribute__((unused))
+#else
+#define SF_NOINLINE
+#define SF_HIDDEN
+#define SF_UNUSED
+#endif
+/* A kernel of a program split over several translation units (one library). */
+#define SF_KERNEL SF_NOINLINE SF_HIDDEN
+
+/* Accumulation inside an anchor's tile: a fused multiply-add where the hardware has one (the
+   order of a dot product's roundings is the implementation's choice; between ops it is not). */
+#if defined(__FMA__)
+#define SF_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define SF_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+static inline long sf_fdiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static inline long sf_cdiv(long a, long b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+static inline long sf_min(long a, long b) { return a < b ? a : b; }
+static inline long sf_max(long a, long b) { return a > b ? a : b; }
+"""
+
+COUNTER_PRELUDE = r"""
+/* Instrumented build: every global element touched is marked once per kernel. A tensor the kernel
+   reads only as the data operand of its Gather is charged the bytes gathered (each Gather output
+   element computed reads one data element; repeated indices count again), capped at its size. */
+static unsigned char *sf_rmap[SF_NUM_BUFFERS + 1], *sf_wmap[SF_NUM_BUFFERS + 1], *sf_gmap;
+#define SFR(p, i, o) (sf_rmap[i][o] = 1, (p)[o])
+#define SFW(p, i, o) (*(sf_wmap[i][o] = 1, &(p)[o]))
+#define SFG(o) (sf_gmap[o] = 1)
+static long long sf_cnt[2 * SF_NUM_GROUPS + 1];
+
+static int sf_counted(int g, int (*kern)(void *const *), void *const *B,
+                      const int *rd, int nrd, const int *wr, int nwr, int gd, long long gn)
+{
+    int rc = 0;
+    for (int i = 0; i < nrd; i++) sf_rmap[rd[i]] = calloc(sf_numel[rd[i]] + 1, 1);
+    for (int i = 0; i < nwr; i++) sf_wmap[wr[i]] = calloc(sf_numel[wr[i]] + 1, 1);
+    sf_gmap = gd >= 0 ? calloc(gn + 1, 1) : 0;
+    for (int i = 0; i < nrd; i++) if (!sf_rmap[rd[i]]) rc = 2;
+    for (int i = 0; i < nwr; i++) if (!sf_wmap[wr[i]]) rc = 2;
+    if (gd >= 0 && !sf_gmap) rc = 2;
+    if (!rc) rc = kern(B);
+    sf_cnt[2 * g] = sf_cnt[2 * g + 1] = 0;
+    for (int i = 0; i < nrd; i++) {
+        for (long long e = 0; sf_rmap[rd[i]] && e < sf_numel[rd[i]]; e++)
+            sf_cnt[2 * g] += sf_rmap[rd[i]][e] * sf_isize[rd[i]];
+        free(sf_rmap[rd[i]]); sf_rmap[rd[i]] = 0;
+    }
+    if (sf_gmap) {
+        long long n = 0;
+        for (long long e = 0; e < gn; e++) n += sf_gmap[e];
+        sf_cnt[2 * g] += (n < sf_numel[gd] ? n : sf_numel[gd]) * sf_isize[gd];
+        free(sf_gmap); sf_gmap = 0;
+    }
+    for (int i = 0; i < nwr; i++) {
+        for (long long e = 0; sf_wmap[wr[i]] && e < sf_numel[wr[i]]; e++)
+            sf_cnt[2 * g + 1] += sf_wmap[wr[i]][e] * sf_isize[wr[i]];
+        free(sf_wmap[wr[i]]); sf_wmap[wr[i]] = 0;
+    }
+    return rc;
+}
+
+int sf_counters(long long *out)
+{
+    for (int i = 0; i < 2 * SF_NUM_GROUPS; i++) out[i] = sf_cnt[i];
+    return 0;
+}
+"""
+
+#: The arena and the run's slot pointers (a template: ``str.format`` fills the numbers).
+ARENA = """/* One arena, allocated once (sf_init), for every intermediate buffer and kernel scratch (slot i
+   at byte sf_offset[i]; slots with disjoint lifetimes share memory) and the packed weights.
+   Sanitizer builds (SF_SEPARATE_SLOTS) give every slot an allocation of its own instead, so that
+   an overrun of one slot is reported rather than landing in its neighbour. */
+#define SF_NUM_SLOTS {nslots}
+#define SF_ARENA_BYTES {nbytes}LL
+static const long long sf_offset[SF_NUM_SLOTS + 1] = {{{offsets}}};
+SF_UNUSED static const long long sf_slot_bytes[SF_NUM_SLOTS + 1] = {{{sizes}}};
+static const int sf_pack_src[{npack} + 1] = {{{sources}}};
+static unsigned char *sf_arena;
+static const void *sf_packed_from[SF_NUM_BUFFERS + 1];
+static int sf_packed;
+#if defined(SF_SEPARATE_SLOTS)
+static unsigned char *sf_slot_mem[SF_NUM_SLOTS + 1];
+#define SF_SLOT(i) ((void *)sf_slot_mem[i])
+#else
+#define SF_SLOT(i) ((void *)(sf_arena + sf_offset[i]))
+#endif
+
+void sf_release(void)
+{{
+#if defined(SF_SEPARATE_SLOTS)
+    for (int i = 0; i < SF_NUM_SLOTS; i++) {{ free(sf_slot_mem[i]); sf_slot_mem[i] = 0; }}
+#endif
+    free(sf_arena);
+    sf_arena = 0;
+    sf_packed = 0;
+}}
+
+int sf_init(void)
+{{
+    if (!sf_arena) {{
+        sf_arena = aligned_alloc(64, SF_ARENA_BYTES);
+        sf_packed = 0;
+#if defined(SF_SEPARATE_SLOTS)
+        for (int i = 0; i < SF_NUM_SLOTS && sf_arena; i++)
+            if (sf_offset[i] >= 0 && !(sf_slot_mem[i] = calloc((size_t)sf_slot_bytes[i], 1))) sf_release();
+#endif
+    }}
+    return sf_arena ? 0 : 2;
+}}
+
+void sf_invalidate(void)
+{{
+    sf_packed = 0;
+}}
+
+static void sf_prepare(void *const *X)
+{{
+{prepare}
+}}
+
+/* The slot pointers of one run; weights are packed again only when a constant they come from
+   is another array than last time. */
+static int sf_enter(void *const *B, void **X)
+{{
+    if (sf_init()) return 2;
+    for (int i = 0; i < SF_NUM_SLOTS; i++)
+        X[i] = sf_offset[i] >= 0 ? SF_SLOT(i) : i < SF_NUM_BUFFERS ? B[i] : 0;
+    int stale = !sf_packed;
+    for (int i = 0; i < {npack}; i++) stale |= sf_packed_from[sf_pack_src[i]] != B[sf_pack_src[i]];
+    if (stale) {{
+        sf_prepare(X);
+        for (int i = 0; i < {npack}; i++) sf_packed_from[sf_pack_src[i]] = B[sf_pack_src[i]];
+        sf_packed = 1;
+    }}
+    return 0;
+}}
+"""
+
+TIMING = r"""
+int sf_time(void *const *B, int repeats, double *seconds)
+{
+    for (int r = 0; r < repeats; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int rc = sf_run(B);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (rc) return rc;
+        seconds[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
+    return 0;
+}
+"""
+
+
+def header(nbuf: int, ngroups: int, counters: bool) -> str:
+    """The text of ``model.h`` for a program of ``nbuf`` buffers and ``ngroups`` kernels."""
+    return f"""/* Generated by solverfuse: fused kernels of one plan. Buffer i is row i of buffers.json. */
+#ifndef SOLVERFUSE_MODEL_H
+#define SOLVERFUSE_MODEL_H
+#define SF_NUM_BUFFERS {nbuf}
+#define SF_NUM_GROUPS {ngroups}
+#define SF_COUNTERS {int(counters)}
+extern const long long sf_numel[SF_NUM_BUFFERS + 1];
+extern const long long sf_isize[SF_NUM_BUFFERS + 1];
+extern const int sf_is_input[SF_NUM_BUFFERS + 1];
+/* Allocate the arena of intermediate buffers (sf_run does it on first use); 0 on success. */
+int sf_init(void);
+/* Free the arena. */
+void sf_release(void);
+/* Pack the weights again at the next run (another caller's constants may sit at the same addresses). */
+void sf_invalidate(void);
+/* Run every kernel in plan order on the global buffers B[0..SF_NUM_BUFFERS-1] (intermediate
+   buffers live in the arena: their B entries are not used); 0 on success. */
+int sf_run(void *const *B);
+/* Run `repeats` times; seconds[r] is the wall time of run r measured inside C. */
+int sf_time(void *const *B, int repeats, double *seconds);
+/* Bytes read and written per group in the last run (instrumented builds only): 2 per group. */
+int sf_counters(long long *out);
+#endif
+"""
+
+
+
+def acc_lines(mb: int, a: str) -> str:
+    """The unrolled multiply-add lines of a register-blocked tile (``a`` formats row ``i``'s weight)."""
+    # unrolled over the block's rows/channels: constant accumulator addresses, which the
+    # compiler keeps in vector registers across the whole reduction loop
+    return "\n".join(f"                for (int e = 0; e < {CHUNK}; e++) acc[{i}][e] = SF_FMA({a.format(i=i)}, xt[e], acc[{i}][e]);"
+                     for i in range(mb))
+
+
+def helper_text(name: str) -> str:
+    """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
+    if name.startswith("sf_conv_tile"):
+        mb = int(name[len("sf_conv_tile"):])
+        return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
+   wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
+    const float *restrict wp, long C, long taps, const long *restrict off)
+{{
+    for (long q = 0; q < span; q += {CHUNK}) {{
+        float acc[{mb}][{CHUNK}];
+        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) acc[a][e] = 0;
+        for (long c = 0; c < C; c++) {{
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict xt = x + c*cplane + off[t] + q;
+                const float *restrict w = wp + (c*taps + t)*{mb};
+{acc_lines(mb, "w[{i}]")}
+            }}
+        }}
+        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) T[a*span + q + e] = acc[a][e];
+    }}
+}}
+"""
+    if name.startswith("sf_mm_tile"):
+        mb = int(name[len("sf_mm_tile"):])
+        return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
+   i < {mb}; the A block is transposed 256 columns at a time (its rows may share an L1 set). */
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
+    const float *restrict b)
+{{
+    float ap[256][{mb}];
+    for (long i = 0; i < {mb} * n2; i++) T[i] = 0;
+    for (long k0 = 0; k0 < K; k0 += 256) {{
+        const long kn = K - k0 < 256 ? K - k0 : 256;
+        for (long r = 0; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = a[i*lda + k0 + r];
+        for (long q = 0; q < n2; q += {CHUNK}) {{
+            float acc[{mb}][{CHUNK}];
+            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) acc[i][e] = 0;
+            for (long r = 0; r < kn; r++) {{
+                const float *restrict xt = b + (k0 + r)*n2 + q;
+{acc_lines(mb, "ap[r][{i}]")}
+            }}
+            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) T[i*n2 + q + e] += acc[i][e];
+        }}
+    }}
+}}
+"""
+    return {
+        "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
+   (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
+SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
+    long s0, long s1, long hq, long wq, long p0, long p1)
+{
+    for (long nc = 0; nc < NC; nc++)
+        for (long ph = 0; ph < s0; ph++)
+            for (long pw = 0; pw < s1; pw++)
+                for (long i = 0; i < hq; i++)
+                    for (long j = 0; j < wq; j++) {
+                        const long ii = i*s0 + ph - p0, jj = j*s1 + pw - p1;
+                        *dst++ = (ii >= 0 && ii < H && jj >= 0 && jj < W) ? x[(nc*H + ii)*W + jj] : 0.0f;
+                    }
+}
+""",
+        "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
+SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
+{
+    for (long mi = 0; mi < M / mb; mi++)
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++)
+                for (long a = 0; a < mb; a++) *dst++ = w[((mi*mb + a)*C + c)*taps + t];
+}
+""",
+        "sf_pad_cols": """/* [K][N] copied to [K][N2], zero columns after N. */
+SF_NOINLINE SF_UNUSED static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
+{
+    for (long r = 0; r < K; r++)
+        for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[r*N + j] : 0.0f;
+}
+""",
+    }[name]
