@@ -172,7 +172,7 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
         fail(f"{plans_dir}: no such folder")
     g = load_graph(graph)
     hw = load_hardware(hardware)
-    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed)
+    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, source=graph)
     rows = rows_for(g, hw, plans)
     if plans_dir is not None:
         for name, (p, _) in plans.items():

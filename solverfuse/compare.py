@@ -17,7 +17,10 @@ printing a table that hides it.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+import os
 import time
 from typing import Optional, Union
 
@@ -45,9 +48,28 @@ class Row(BaseModel):
     bound_bytes: Optional[int] = None
 
 
+#: Real-compiler rows: strategy -> (package it needs, module with ``real_plan(source, graph, hw)``).
+#: Listed only for an ONNX source and when the optional extra is installed.
+REAL_COMPILERS = {"tvm-real": ("tvm", "solverfuse.tvm")}
+
+
+def real_plans(source: Union[str, os.PathLike], graph: Graph, hw: Hardware) -> dict[str, tuple[Plan, float]]:
+    """The partitions real compilers make of the ONNX model ``source`` (imported as ``graph``)."""
+    out: dict[str, tuple[Plan, float]] = {}
+    if not os.fspath(source).endswith(".onnx"):
+        return out
+    for name, (package, module) in REAL_COMPILERS.items():
+        if importlib.util.find_spec(package) is None:
+            continue
+        start = time.perf_counter()
+        out[name] = (importlib.import_module(module).real_plan(source, graph, hw), time.perf_counter() - start)
+    return out
+
+
 def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-             seed: int = 0) -> dict[str, tuple[Plan, float]]:
-    """Every strategy's plan and its planning wall time, optimal first."""
+             seed: int = 0, source: Optional[Union[str, os.PathLike]] = None) -> dict[str, tuple[Plan, float]]:
+    """Every strategy's plan and its planning wall time, optimal first; with ``source`` (the ONNX
+    file ``graph`` came from) also the real compilers' partitions (:func:`real_plans`)."""
     from .api import plan as make_plan
     hw = load_hardware(hw)
     out: dict[str, tuple[Plan, float]] = {}
@@ -57,6 +79,8 @@ def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0
     for name in greedy.STRATEGIES:
         start = time.perf_counter()
         out[name] = (greedy.greedy_plan(graph, hw, name), time.perf_counter() - start)
+    if source is not None:
+        out.update(real_plans(source, graph, hw))
     return out
 
 
