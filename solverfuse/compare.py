@@ -54,7 +54,8 @@ REAL_COMPILERS = {"tvm-real": ("tvm", "solverfuse.tvm")}
 
 
 def real_plans(source: Union[str, os.PathLike], graph: Graph, hw: Hardware) -> dict[str, tuple[Plan, float]]:
-    """The partitions real compilers make of the ONNX model ``source`` (imported as ``graph``)."""
+    """The partitions real compilers make of the ONNX model ``source`` (imported as ``graph``), for
+    :func:`plan_all`'s ``extra``; empty for other sources or without the compiler installed."""
     out: dict[str, tuple[Plan, float]] = {}
     if not os.fspath(source).endswith(".onnx"):
         return out
@@ -67,9 +68,12 @@ def real_plans(source: Union[str, os.PathLike], graph: Graph, hw: Hardware) -> d
 
 
 def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-             seed: int = 0, source: Optional[Union[str, os.PathLike]] = None) -> dict[str, tuple[Plan, float]]:
-    """Every strategy's plan and its planning wall time, optimal first; with ``source`` (the ONNX
-    file ``graph`` came from) also the real compilers' partitions (:func:`real_plans`)."""
+             seed: int = 0, extra: Optional[dict[str, tuple[Plan, float]]] = None
+             ) -> dict[str, tuple[Plan, float]]:
+    """Every strategy's plan and its planning wall time, optimal first.
+
+    ``extra`` adds plans made elsewhere (``inductor-real``: the partition real torch.compile
+    chose); each is listed right after the baseline its name starts with."""
     from .api import plan as make_plan
     hw = load_hardware(hw)
     out: dict[str, tuple[Plan, float]] = {}
@@ -79,8 +83,11 @@ def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0
     for name in greedy.STRATEGIES:
         start = time.perf_counter()
         out[name] = (greedy.greedy_plan(graph, hw, name), time.perf_counter() - start)
-    if source is not None:
-        out.update(real_plans(source, graph, hw))
+    for name, entry in (extra or {}).items():
+        base = name.split("-")[0]
+        keys = list(out)
+        at = keys.index(base) + 1 if base in keys else len(keys)
+        out = dict(list(out.items())[:at] + [(name, entry)] + list(out.items())[at:])
     return out
 
 
