@@ -214,6 +214,17 @@ def fuseops_partition(model: Union[str, os.PathLike, "onnx.ModelProto", Prepared
 
     ``graph`` is the solverfuse import of the same model (imported here if not given); its input
     shapes are given to TVM's frontend so both sides see the same static shapes.
+
+    >>> from onnx import helper, TensorProto
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])
+    >>> m = helper.make_model(helper.make_graph([helper.make_node("Exp", ["x"], ["h"], name="exp"),
+    ...     helper.make_node("Relu", ["h"], ["y"], name="relu")], "g", [x], [y]),
+    ...     opset_imports=[helper.make_opsetid("", 17)])
+    >>> fuseops_partition(m).groups
+    [['exp', 'relu']]
+    >>> p = fuseops_plan(m); p.strategy, p.group_nodes()
+    ('tvm-real', [['exp', 'relu']])
     """
     prep = model if isinstance(model, Prepared) else prepare(model, graph)
     graph, onnx_of_binding, node_of_onnx = prep.graph, prep.owners, prep.node_of_onnx

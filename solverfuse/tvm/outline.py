@@ -78,6 +78,19 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
     by FuseOps (FuseTIR and the later passes are what remains: :func:`solverfuse.tvm.build.build`).
 
     ``plan`` must be a plan for ``prep.graph`` (same sha256); raises PlanError otherwise.
+
+    >>> import numpy as np
+    >>> from onnx import helper, TensorProto
+    >>> from solverfuse.plans import build_plan
+    >>> from solverfuse.tvm import build, count_kernels, prepare, run
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])
+    >>> prep = prepare(helper.make_model(helper.make_graph([helper.make_node("Exp", ["x"], ["h"], name="exp"),
+    ...     helper.make_node("Relu", ["h"], ["y"], name="relu")], "g", [x], [y]),
+    ...     opset_imports=[helper.make_opsetid("", 17)]))
+    >>> mod = apply_plan(prep, build_plan(prep.graph, "nvidia-h100", [["exp", "relu"]], strategy="manual"))
+    >>> count_kernels(mod), run(build(mod), [np.zeros((4, 8), np.float32)])[0][0, :3]
+    (1, array([1., 1., 1.], dtype=float32))
     """
     if plan.graph_sha256 != prep.graph.digest():
         raise PlanError("the plan was made for another graph than this model's")
