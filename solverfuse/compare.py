@@ -27,7 +27,7 @@ from typing import Optional, Union
 from pydantic import BaseModel
 
 from . import cost, greedy
-from .errors import PlanError
+from .errors import GraphError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan
@@ -55,7 +55,9 @@ REAL_COMPILERS = {"tvm-real": ("tvm", "solverfuse.tvm")}
 
 def real_plans(source: Union[str, os.PathLike], graph: Graph, hw: Hardware) -> dict[str, tuple[Plan, float]]:
     """The partitions real compilers make of the ONNX model ``source`` (imported as ``graph``), for
-    :func:`plan_all`'s ``extra``; empty for other sources or without the compiler installed."""
+    :func:`plan_all`'s ``extra``; empty for other sources or without the compiler installed. A model
+    the compiler cannot import (GraphError) gets no row; a real partition our rules reject raises
+    PlanError naming the group and rule."""
     out: dict[str, tuple[Plan, float]] = {}
     if not os.fspath(source).endswith(".onnx"):
         return out
@@ -63,7 +65,11 @@ def real_plans(source: Union[str, os.PathLike], graph: Graph, hw: Hardware) -> d
         if importlib.util.find_spec(package) is None:
             continue
         start = time.perf_counter()
-        out[name] = (importlib.import_module(module).real_plan(source, graph, hw), time.perf_counter() - start)
+        try:
+            plan = importlib.import_module(module).real_plan(source, graph, hw)
+        except GraphError:
+            continue
+        out[name] = (plan, time.perf_counter() - start)
     return out
 
 

@@ -81,3 +81,17 @@ def test_optimal_plan_on_transformer_exports_matches_onnxruntime():
         graph_inputs = [i.name for i in model.graph.input if i.name in named]
         check(model, lambda g: make_plan(g, "nvidia-h100", strategy="optimal", time_limit=5, workers=1),
               inputs=[named[n] for n in graph_inputs])
+
+
+def test_group_across_an_elided_dropout_matches_onnxruntime():
+    """solverfuse elides an inference Dropout, TVM keeps a copy kernel for it; a plan fusing the
+    ops on both sides of it must pull that kernel into the group (else a path leaves the group
+    and re-enters it: the cycle inception_v1's optimal plan hit)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 32])
+    nodes = [helper.make_node("Exp", ["x"], ["h"], name="exp"),
+             helper.make_node("Dropout", ["h"], ["d"], name="drop"),
+             helper.make_node("Neg", ["d"], ["y"], name="neg")]
+    model = helper.make_model(helper.make_graph(nodes, "drop", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    prep, plan, fused = check(model, lambda g: build_plan(g, "nvidia-h100", [["exp", "neg"]], strategy="manual"))
+    assert count_kernels(fused) == 1

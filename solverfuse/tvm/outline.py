@@ -7,8 +7,8 @@ with its own partition: each group's ``call_tir`` bindings become one private Re
 ``main`` in a topological order of the groups; FuseTIR then merges each such function into one
 PrimFunc. Only the partition differs from TVM's own build; every later pass is the same.
 
-Bindings whose ONNX node has no solverfuse node (TVM keeps an inference Dropout as a copy kernel)
-stay single kernels, as FuseOps would leave an op it fuses with nothing.
+A kernel whose ONNX node has no solverfuse node (TVM keeps an inference Dropout as a copy kernel)
+joins the group of the kernel that produces its input, or stays alone if that one is not grouped.
 """
 from __future__ import annotations
 
@@ -104,6 +104,16 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
         node = node_of_onnx[k] if k is not None else None
         fusable = _is_call_tir(b.value) or isinstance(b.value, _MOVABLE)
         unit.append(("g", group_of_node[node]) if fusable and node in group_of_node else ("b", i))
+    # A kernel of an ONNX node solverfuse elided (an inference Dropout TVM keeps as a copy) joins
+    # its producer's group: left alone it would sit on a path out of that group and back in.
+    where = {b.var: i for i, b in enumerate(bindings)}
+    for i, b in enumerate(bindings):
+        k = owners[i] if i < len(owners) else None
+        if unit[i][0] == "b" and (k is None or node_of_onnx[k] is None) and \
+                (_is_call_tir(b.value) or isinstance(b.value, _MOVABLE)):
+            src = next((where[v] for v in _free_vars(b.value) if v in where and unit[where[v]][0] == "g"), None)
+            if src is not None:
+                unit[i] = unit[src]
     members: dict[tuple, list[int]] = {}
     for i, u in enumerate(unit):
         members.setdefault(u, []).append(i)
@@ -114,7 +124,6 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
             for i in idx:
                 unit[i] = ("b", i)
                 members[("b", i)] = [i]
-    where = {b.var: i for i, b in enumerate(bindings)}
     succ: dict[tuple, set] = {u: set() for u in members}
     indeg = {u: 0 for u in members}
     for i, b in enumerate(bindings):

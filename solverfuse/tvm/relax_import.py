@@ -69,8 +69,9 @@ def import_traced(model: "onnx.ModelProto", shapes: Optional[dict[str, list[int]
     imp = _TracingImporter(shapes or {}, "float32")
     try:
         mod = imp.from_onnx(model.graph, _opset(model))
-    except tvm.error.OpNotImplemented as e:
-        raise GraphError(f"TVM's ONNX frontend cannot import this model: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001 -- any converter failure of the third-party frontend
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise GraphError(f"TVM's ONNX frontend cannot import this model: {type(e).__name__}: {first}") from None
     if len(imp.results) != len(model.graph.node):
         raise GraphError(f"traced {len(imp.results)} conversions for {len(model.graph.node)} nodes")
     bindings = [b for blk in mod["main"].body.blocks for b in blk.bindings]
