@@ -2,9 +2,6 @@
 a solverfuse plan (:func:`~solverfuse.tvm.outline.apply_plan`), through the same later passes."""
 from __future__ import annotations
 
-import os
-from typing import Optional
-
 import numpy as np
 import tvm
 from tvm import relax

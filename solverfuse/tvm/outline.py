@@ -13,12 +13,13 @@ joins the group of the kernel that produces its input, or stays alone if that on
 from __future__ import annotations
 
 import heapq
+
 import tvm
 from tvm import ir, relax
 
 from ..errors import PlanError
 from ..plans import Plan
-from .fuseops import Prepared, main_bindings
+from .fuseops import Prepared, is_call_tir, main_bindings
 
 _MOVABLE = (relax.TupleGetItem,)
 
@@ -51,7 +52,7 @@ def _outline(bindings: list, used_outside: set) -> tuple:
         for v in _free_vars(b.value):
             if v not in defined and v not in args:
                 args.append(v)
-        if _is_call_tir(b.value) and len(b.value.args) > 1:
+        if is_call_tir(b.value) and len(b.value.args) > 1:
             args.extend(f for f in b.value.args[1].fields if isinstance(f, ir.expr.Constant)
                         and not any(f.same_as(a) for a in args))
     params = [relax.Var(f"p{i}", a.ty) for i, a in enumerate(args)]
@@ -63,7 +64,7 @@ def _outline(bindings: list, used_outside: set) -> tuple:
         with fbb.dataflow():
             for b in bindings:
                 value = _Subst(var_remap).visit_expr(b.value)
-                if _is_call_tir(value) and len(value.args) > 1:
+                if is_call_tir(value) and len(value.args) > 1:
                     fields = [next((p for c, p in const_remap if c.same_as(f)), f) for f in value.args[1].fields]
                     value = relax.Call(value.op, [value.args[0], relax.Tuple(fields), *value.args[2:]],
                                        value.attrs, value.ty_args)
@@ -102,7 +103,7 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
     for i, b in enumerate(bindings):
         k = owners[i] if i < len(owners) else None
         node = node_of_onnx[k] if k is not None else None
-        fusable = _is_call_tir(b.value) or isinstance(b.value, _MOVABLE)
+        fusable = is_call_tir(b.value) or isinstance(b.value, _MOVABLE)
         unit.append(("g", group_of_node[node]) if fusable and node in group_of_node else ("b", i))
     # A kernel of an ONNX node solverfuse elided (an inference Dropout TVM keeps as a copy) joins
     # its producer's group: left alone it would sit on a path out of that group and back in.
@@ -110,7 +111,7 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
     for i, b in enumerate(bindings):
         k = owners[i] if i < len(owners) else None
         if unit[i][0] == "b" and (k is None or node_of_onnx[k] is None) and \
-                (_is_call_tir(b.value) or isinstance(b.value, _MOVABLE)):
+                (is_call_tir(b.value) or isinstance(b.value, _MOVABLE)):
             src = next((where[v] for v in _free_vars(b.value) if v in where and unit[where[v]][0] == "g"), None)
             if src is not None:
                 unit[i] = unit[src]
@@ -119,7 +120,7 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
         members.setdefault(u, []).append(i)
     # a group without a kernel, or with one kernel only, stays as plain bindings
     for u, idx in list(members.items()):
-        if u[0] == "g" and sum(_is_call_tir(bindings[i].value) for i in idx) < 2:
+        if u[0] == "g" and sum(is_call_tir(bindings[i].value) for i in idx) < 2:
             del members[u]
             for i in idx:
                 unit[i] = ("b", i)
@@ -176,6 +177,3 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
         bb.emit_func_output(func.body.body)
     return bb.get()
 
-
-def _is_call_tir(value) -> bool:
-    return isinstance(value, relax.Call) and isinstance(value.op, ir.Op) and value.op.name == "relax.call_tir"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-import onnx
-import tvm
+import onnx  # noqa: F401 -- the annotations' types
+import tvm  # noqa: F401
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend
 
