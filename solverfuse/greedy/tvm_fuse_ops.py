@@ -26,7 +26,10 @@ TVM_KIND_OVERRIDE = {"Softmax": OUT_EWISE_FUSABLE, "LogSoftmax": OUT_EWISE_FUSAB
                      "GlobalAveragePool": OUT_EWISE_FUSABLE, "GlobalMaxPool": COMM_REDUCE,
                      "LRN": OUT_EWISE_FUSABLE, "BatchNormalization": INJECTIVE, "Expand": BROADCAST,
                      "Sum": COMM_REDUCE, "Max": COMM_REDUCE, "Min": COMM_REDUCE,
-                     "Mean": OUT_EWISE_FUSABLE}
+                     "Mean": OUT_EWISE_FUSABLE,
+                     # ops the transformer exports use (read from TVM 0.27 the same way)
+                     "CumSum": OPAQUE, "GatherElements": OPAQUE, "Pad": INJECTIVE, "IsNaN": ELEMWISE,
+                     "Trilu": ELEMWISE}
 #: N-ary ops the Relax frontend lowers to broadcast_to per input + stack + a reduction (even with
 #: two inputs): the edges into them are elemwise (into a broadcast_to), the node itself reduces.
 TVM_STACKED = {"Sum", "Max", "Min", "Mean"}
