@@ -200,7 +200,7 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
                 markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
                 plans_dir: Optional[Path] = typer.Option(None, "--plans", help="also write every plan JSON into this folder")):
     """Optimal vs every greedy baseline vs no fusion: one table."""
-    from .compare import format_markdown, format_table, plan_all, rows_for, rows_json
+    from .compare import format_markdown, format_table, plan_all, real_plans, rows_for, rows_json
     from .graph import load_graph
     from .hardware import load_hardware
     from .arguments import check_seed, check_time_limit, check_workers
@@ -214,7 +214,7 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
         fail(f"{plans_dir}: no such folder")
     g = load_graph(graph)
     hw = load_hardware(hardware)
-    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed)
+    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=real_plans(graph, g, hw))
     rows = rows_for(g, hw, plans)
     if plans_dir is not None:
         for name, (p, _) in plans.items():

@@ -17,14 +17,17 @@ printing a table that hides it.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+import os
 import time
 from typing import Optional, Union
 
 from pydantic import BaseModel
 
 from . import cost, greedy
-from .errors import InternalError
+from .errors import GraphError, InternalError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan
@@ -45,9 +48,38 @@ class Row(BaseModel):
     bound_bytes: Optional[int] = None
 
 
+#: Real-compiler rows: strategy -> (package it needs, module with ``real_plan(source, graph, hw)``).
+#: Listed only for an ONNX source and when the optional extra is installed.
+REAL_COMPILERS = {"tvm-real": ("tvm", "solverfuse.tvm")}
+
+
+def real_plans(source: Union[str, os.PathLike], graph: Graph, hw: Hardware) -> dict[str, tuple[Plan, float]]:
+    """The partitions real compilers make of the ONNX model ``source`` (imported as ``graph``), for
+    :func:`plan_all`'s ``extra``; empty for other sources or without the compiler installed. A model
+    the compiler cannot import (GraphError) gets no row; a real partition our rules reject raises
+    PlanError naming the group and rule."""
+    out: dict[str, tuple[Plan, float]] = {}
+    if not os.fspath(source).endswith(".onnx"):
+        return out
+    for name, (package, module) in REAL_COMPILERS.items():
+        if importlib.util.find_spec(package) is None:
+            continue
+        start = time.perf_counter()
+        try:
+            plan = importlib.import_module(module).real_plan(source, graph, hw)
+        except GraphError:
+            continue
+        out[name] = (plan, time.perf_counter() - start)
+    return out
+
+
 def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-             seed: int = 0) -> dict[str, tuple[Plan, float]]:
-    """Every strategy's plan and its planning wall time, optimal first."""
+             seed: int = 0, extra: Optional[dict[str, tuple[Plan, float]]] = None
+             ) -> dict[str, tuple[Plan, float]]:
+    """Every strategy's plan and its planning wall time, optimal first.
+
+    ``extra`` adds plans made elsewhere (``inductor-real``: the partition real torch.compile
+    chose); each is listed right after the baseline its name starts with."""
     from .api import plan as make_plan
     hw = load_hardware(hw)
     out: dict[str, tuple[Plan, float]] = {}
@@ -57,6 +89,11 @@ def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0
     for name in greedy.STRATEGIES:
         start = time.perf_counter()
         out[name] = (greedy.greedy_plan(graph, hw, name), time.perf_counter() - start)
+    for name, entry in (extra or {}).items():
+        base = name.split("-")[0]
+        keys = list(out)
+        at = keys.index(base) + 1 if base in keys else len(keys)
+        out = dict(list(out.items())[:at] + [(name, entry)] + list(out.items())[at:])
     return out
 
 
