@@ -46,8 +46,12 @@ class Row(BaseModel):
 
 
 def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-             seed: int = 0) -> dict[str, tuple[Plan, float]]:
-    """Every strategy's plan and its planning wall time, optimal first."""
+             seed: int = 0, extra: Optional[dict[str, tuple[Plan, float]]] = None
+             ) -> dict[str, tuple[Plan, float]]:
+    """Every strategy's plan and its planning wall time, optimal first.
+
+    ``extra`` adds plans made elsewhere (``inductor-real``: the partition real torch.compile
+    chose); each is listed right after the baseline its name starts with."""
     from .api import plan as make_plan
     hw = load_hardware(hw)
     out: dict[str, tuple[Plan, float]] = {}
@@ -57,6 +61,11 @@ def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0
     for name in greedy.STRATEGIES:
         start = time.perf_counter()
         out[name] = (greedy.greedy_plan(graph, hw, name), time.perf_counter() - start)
+    for name, entry in (extra or {}).items():
+        base = name.split("-")[0]
+        keys = list(out)
+        at = keys.index(base) + 1 if base in keys else len(keys)
+        out = dict(list(out.items())[:at] + [(name, entry)] + list(out.items())[at:])
     return out
 
 

@@ -1,0 +1,284 @@
+"""Read the real torch.compile (Inductor, CPU) fusion decisions as a solverfuse Plan.
+
+:func:`inductor_kernels` lowers the graph :func:`~solverfuse.torch.fx_import.export_for_inductor`
+produced with Inductor's own ``compile_fx_inner`` (the same post-grad passes, lowering and
+scheduler torch.compile runs), records the scheduler's final nodes -- one per generated kernel --
+and stops before code generation (no C++ build: planning needs the decisions, not the code).
+
+:func:`real_partition` maps those kernels onto our node names (the FX node names of the same
+graph): an FX node belongs to the kernel that writes the buffer it is the ``origin_node`` of;
+a node Inductor inlined (a pointwise op or view computed inside its consumers' loops, a view
+folded into an extern GEMM's strides) belongs to the first non-extern kernel whose origins list
+it, or is alone (a view-only group moves no bytes). Extern kernels (mm, conv, SDPA) are groups
+of their own. :func:`inductor_plan` validates the partition with :func:`solverfuse.plans.build_plan`
+and reports every group our rules reject instead of dropping it.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+from unittest import mock
+
+import torch
+
+from ..cost import group_violation
+from ..errors import PlanError
+from ..graph import Graph
+from ..hardware import load_hardware
+from ..plans import Plan, build_plan, order_groups
+from .fx_import import exported_constants, export_for_inductor, from_exported_program
+
+
+@dataclass
+class Kernel:
+    """One scheduler node of Inductor: a generated kernel, an extern call, or a no-op."""
+    name: str
+    kind: str                      # "fused" (generated loop nest), "extern" (library call), "nop"
+    writes: list[str]              # FX nodes whose result this kernel writes (origin_node)
+    origins: list[str]             # every FX node Inductor lists as computed here
+
+
+@dataclass
+class RealPlan:
+    """The real plan, the kernels it came from and what did not map onto our rules."""
+    plan: Plan
+    kernels: list[Kernel]
+    graph: Graph
+    illegal: list[str] = field(default_factory=list)   # "kernel: rule" for each rejected group
+    unmapped: list[str] = field(default_factory=list)  # origins naming no node of our graph
+    seconds: float = 0.0                                # lowering + scheduling wall time
+
+
+class _Stop(Exception):
+    """Raised inside the scheduler once its decisions are recorded (skips code generation)."""
+
+
+def _kind(snode) -> str:
+    from torch._inductor import ir
+    from torch._inductor import scheduler as S
+    subs = snode.get_nodes()
+    # A MultiOutput only names one result of a multi-output extern call: it launches nothing.
+    if all(isinstance(s, S.NopKernelSchedulerNode) or isinstance(getattr(s, "node", None), ir.MultiOutput)
+           for s in subs):
+        return "nop"
+    if any(isinstance(s, S.ExternKernelSchedulerNode) for s in subs):
+        return "extern"
+    return "fused"
+
+
+def record_kernels(nodes) -> list[Kernel]:
+    """The scheduler's (fused) nodes as :class:`Kernel` records, in execution order."""
+    out = []
+    for sn in nodes:
+        writes, origins = [], []
+        for s in sn.get_nodes():
+            ir = getattr(s, "node", None)
+            o = ir.get_origin_node() if ir is not None and hasattr(ir, "get_origin_node") else None
+            if o is not None and o.name not in writes:
+                writes.append(o.name)
+            for x in (getattr(ir, "origins", None) or ()):
+                if x.name not in origins:
+                    origins.append(x.name)
+        out.append(Kernel(sn.get_name(), _kind(sn), writes, sorted(origins)))
+    return out
+
+
+def capture_kernels(gm: "torch.fx.GraphModule", example_inputs: list) -> list[Kernel]:
+    """Run Inductor's ``compile_fx_inner`` on an ATen graph up to its scheduler; its kernels."""
+    from torch._inductor import config
+    from torch._inductor import scheduler as S
+    from torch._inductor.compile_fx import compile_fx_inner
+    seen: list[list[Kernel]] = []
+    original = S.Scheduler.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append(record_kernels(self.nodes))
+        raise _Stop()
+
+    gm = copy.deepcopy(gm)
+    with mock.patch.object(S.Scheduler, "__init__", init), \
+            config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), torch.no_grad():
+        try:
+            compile_fx_inner(gm, example_inputs)
+        except Exception:  # _Stop arrives wrapped in Inductor's own error type
+            if not seen:
+                raise
+    if not seen:
+        raise PlanError("Inductor produced no scheduler (nothing to compile?)")
+    return seen[-1]
+
+
+def real_partition(graph: Graph, kernels: list[Kernel], hw=None
+                   ) -> tuple[list[list[str]], list[str], list[str]]:
+    """Our nodes grouped by Inductor kernel: (groups, kernel name per group, unmapped origins).
+
+    Strong members of a kernel: the nodes whose result it writes, and for an extern kernel the
+    compute op it calls. Weak members: nodes Inductor inlined into a generated kernel (views,
+    recomputed pointwise ops); one joins the first such kernel only while the group stays convex
+    and legal under our rules, else it is a group of its own."""
+    from ..cost import role
+    known = graph.index.node
+    producer = graph.index.producer
+
+    def node_of(name: str) -> Optional[str]:  # getitem results name a tensor of the producer
+        return name if name in known else producer.get(name)
+
+    home: dict[str, int] = {}
+    strong: set[str] = set()
+    for i, k in enumerate(kernels):
+        for v in map(node_of, k.writes):
+            if v and v not in home:
+                home[v] = i
+                strong.add(v)
+    for i, k in enumerate(kernels):
+        if k.kind == "extern":
+            for v in map(node_of, k.origins):
+                if v and v not in home and role(graph, v) in ("anchor", "opaque"):
+                    home[v] = i
+                    strong.add(v)
+    for i, k in enumerate(kernels):
+        if k.kind != "fused":
+            continue
+        for v in map(node_of, k.origins):
+            if v and v not in home and role(graph, v) not in ("anchor", "opaque"):
+                home[v] = i
+    unmapped = sorted({v for k in kernels for v in k.origins if node_of(v) is None})
+    groups: dict[int, list[str]] = {}
+    for v in graph.index.order:
+        if v in home:
+            groups.setdefault(home[v], []).append(v)
+    # Nodes no kernel names (no-ops Inductor removed: clones, views folded into indexing) join
+    # the one fused kernel all their consumers (else their producer) run in.
+    fused = {i for i, k in enumerate(kernels) if k.kind == "fused"}
+    for v in reversed(graph.index.order):
+        if v in home:
+            continue
+        cons = {home.get(w) for w in graph.index.succs[v]}
+        prod = {home.get(u) for u in graph.index.preds[v]}
+        for cand in (cons, prod):
+            if len(cand) == 1 and None not in cand and cand <= fused:
+                i = cand.pop()
+                home[v] = i
+                break
+    groups = {}
+    for v in graph.index.order:
+        if v in home:
+            groups.setdefault(home[v], []).append(v)
+    # Weak members that break convexity or a rule leave the group (layout ops first, later
+    # ops first) when that makes it legal; a group still illegal is kept whole and reported.
+    for i, g in groups.items():
+        if not _problem(graph, g, hw):
+            continue
+        trial = list(g)
+        weak = sorted((v for v in g if v not in strong),
+                      key=lambda v: (role(graph, v) == "injective", graph.index.position[v]))
+        while weak and len(trial) > 1 and _problem(graph, trial, hw):
+            trial.remove(weak.pop())
+        if not _problem(graph, trial, hw):
+            for v in set(g) - set(trial):
+                del home[v]
+            groups[i] = trial
+    out, names = [], []
+    for i in sorted(groups, key=lambda i: graph.index.position[groups[i][0]]):
+        out.append(groups[i])
+        names.append(kernels[i].name)
+    for v in graph.index.order:
+        if v not in home:
+            out.append([v])
+            names.append(f"(no kernel: {v})")
+    return out, names, unmapped
+
+
+def _problem(graph: Graph, g: list[str], hw) -> Optional[str]:
+    why = group_violation(graph, g, hw) if hw is not None else None
+    if why is None and len(g) > 1:
+        try:
+            order_groups(graph, [g])
+        except PlanError as e:
+            why = str(e)
+    return why
+
+
+def _legal_chunks(graph: Graph, g: list[str], hw) -> list[list[str]]:
+    """An illegal group cut into consecutive (topological order) pieces our rules accept."""
+    chunks: list[list[str]] = []
+    for v in g:
+        if chunks and not _problem(graph, chunks[-1] + [v], hw):
+            chunks[-1].append(v)
+        else:
+            chunks.append([v])
+    return chunks
+
+
+def _why_illegal(graph: Graph, groups: list[list[str]], hw) -> list[tuple[int, str]]:
+    return [(i, why) for i, g in enumerate(groups) for why in [_problem(graph, g, hw)] if why]
+
+
+def plan_from_kernels(graph: Graph, kernels: list[Kernel], hardware="detect") -> RealPlan:
+    """The ``inductor-real`` Plan of ``kernels`` on ``graph``, scored by the one cost model.
+
+    A group our rules reject is split into single ops and named in ``illegal`` (with the rule),
+    so the plan stays valid and the disagreement is reported, never hidden."""
+    hw = load_hardware(hardware)
+    groups, names, unmapped = real_partition(graph, kernels, hw)
+    problems = _why_illegal(graph, groups, hw)
+    illegal = [f"{names[i]} {groups[i]}: {why}" for i, why in problems]
+    bad = {i for i, _ in problems}
+    final = [g for i, g in enumerate(groups) if i not in bad]
+    for i in sorted(bad):
+        final += _legal_chunks(graph, groups[i], hw)
+    try:
+        plan = build_plan(graph, hw, final, strategy="inductor-real", status="heuristic")
+    except PlanError as e:  # groups legal one by one but cyclic together
+        illegal.append(f"whole plan: {e}")
+        plan = build_plan(graph, hw, [[v] for v in graph.index.order], strategy="inductor-real",
+                          status="heuristic")
+    return RealPlan(plan, kernels, graph, illegal, unmapped)
+
+
+def inductor_plan(model, example_inputs: tuple, hardware="detect", *, name: Optional[str] = None) -> RealPlan:
+    """Compile ``model`` with Inductor (CPU) and return its real fusion as a ``RealPlan``.
+
+    ``.plan`` is a Plan with strategy ``inductor-real`` over the Graph
+    :func:`~solverfuse.torch.fx_import.from_module` produces (``.graph``), ``.kernels`` the
+    scheduler's nodes, ``.illegal`` any group our rules reject (a bug in our rules).
+    """
+    ep = export_for_inductor(model, example_inputs)
+    return plan_from_exported(ep, example_inputs, hardware, name=name or type(model).__name__)
+
+
+def plan_from_exported(ep, example_inputs: tuple, hardware="detect", *, name: str = "model") -> RealPlan:
+    """:func:`inductor_plan` for an already exported (and Inductor-decomposed) program."""
+    graph = from_exported_program(ep, name)
+    consts = exported_constants(ep)
+    user = iter(example_inputs)
+    args = [consts[s.arg.name] if s.arg.name in consts else next(user) for s in ep.graph_signature.input_specs]
+    start = time.perf_counter()
+    kernels = capture_kernels(ep.graph_module, args)
+    real = plan_from_kernels(graph, kernels, hardware)
+    real.seconds = time.perf_counter() - start
+    return real
+
+
+def edge_agreement(graph: Graph, a: list[list[str]], b: list[list[str]]) -> tuple[int, int]:
+    """Producer->consumer edges on which partitions ``a`` and ``b`` agree (same group in both or
+    different groups in both), and the number of edges.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["y"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["y"], "outputs": ["z"]}]})
+    >>> edge_agreement(g, [["a", "b"]], [["a"], ["b"]])
+    (0, 1)
+    """
+    wa = {v: i for i, grp in enumerate(a) for v in grp}
+    wb = {v: i for i, grp in enumerate(b) for v in grp}
+    agree = total = 0
+    for u in graph.index.order:
+        for w in graph.index.succs[u]:
+            total += 1
+            agree += (wa[u] == wa[w]) == (wb[u] == wb[w])
+    return agree, total
