@@ -16,6 +16,7 @@ and reports every group our rules reject instead of dropping it.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -38,6 +39,8 @@ class Kernel:
     kind: str                      # "fused" (generated loop nest), "extern" (library call), "nop"
     writes: list[str]              # FX nodes whose result this kernel writes (origin_node)
     origins: list[str]             # every FX node Inductor lists as computed here
+    buffers: list[str] = field(default_factory=list)      # buffers it writes without an origin_node
+    extern_inputs: list[str] = field(default_factory=list)  # an extern call's input buffers, in order
 
 
 @dataclass
@@ -48,6 +51,8 @@ class RealPlan:
     graph: Graph
     illegal: list[str] = field(default_factory=list)   # "kernel: rule" for each rejected group
     unmapped: list[str] = field(default_factory=list)  # origins naming no node of our graph
+    #: inlined ops moved out of a kernel's group so that our rules accept it ("kernel: op (rule)")
+    repaired: list[str] = field(default_factory=list)
     seconds: float = 0.0                                # lowering + scheduling wall time
 
 
@@ -68,20 +73,31 @@ def _kind(snode) -> str:
     return "fused"
 
 
+def _buffer_name(x) -> Optional[str]:
+    try:
+        return x.get_name()
+    except Exception:  # an input without a buffer (a constant, a symbolic size)
+        return None
+
+
 def record_kernels(nodes) -> list[Kernel]:
     """The scheduler's (fused) nodes as :class:`Kernel` records, in execution order."""
     out = []
     for sn in nodes:
-        writes, origins = [], []
+        writes, origins, buffers, ext = [], [], [], []
         for s in sn.get_nodes():
             ir = getattr(s, "node", None)
             o = ir.get_origin_node() if ir is not None and hasattr(ir, "get_origin_node") else None
             if o is not None and o.name not in writes:
                 writes.append(o.name)
+            elif o is None and ir is not None:
+                buffers += [b for b in map(_buffer_name, s.get_outputs()) if b]
             for x in (getattr(ir, "origins", None) or ()):
                 if x.name not in origins:
                     origins.append(x.name)
-        out.append(Kernel(sn.get_name(), _kind(sn), writes, sorted(origins)))
+            if ir is not None and getattr(ir, "inputs", None) is not None and _kind(sn) == "extern":
+                ext += [_buffer_name(x) or "" for x in ir.inputs]
+        out.append(Kernel(sn.get_name(), _kind(sn), writes, sorted(origins), buffers, ext))
     return out
 
 
@@ -111,14 +127,17 @@ def capture_kernels(gm: "torch.fx.GraphModule", example_inputs: list) -> list[Ke
     return seen[-1]
 
 
-def real_partition(graph: Graph, kernels: list[Kernel], hw=None
+def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Optional[list[str]] = None
                    ) -> tuple[list[list[str]], list[str], list[str]]:
     """Our nodes grouped by Inductor kernel: (groups, kernel name per group, unmapped origins).
 
-    Strong members of a kernel: the nodes whose result it writes, and for an extern kernel the
-    compute op it calls. Weak members: nodes Inductor inlined into a generated kernel (views,
-    recomputed pointwise ops); one joins the first such kernel only while the group stays convex
-    and legal under our rules, else it is a group of its own."""
+    Strong members of a kernel: the nodes whose result it writes (``origin_node``; for a buffer
+    an extern call's lowering realised, the producer of that call argument), and for an extern
+    kernel the compute op it calls. The other nodes were inlined by Inductor (views, pointwise
+    ops computed inside their consumers' loops): one joins the generated kernel its consumers run
+    in when that kernel lists it among its origins (the first such consumer kernel when they run
+    in several: Inductor recomputes it in each); views folded into an extern call's strides form
+    one view group per call. A weak member that breaks convexity or our rules leaves its group."""
     from ..cost import role
     known = graph.index.node
     producer = graph.index.producer
@@ -128,55 +147,86 @@ def real_partition(graph: Graph, kernels: list[Kernel], hw=None
 
     home: dict[str, int] = {}
     strong: set[str] = set()
+
+    def claim(v: Optional[str], i: int) -> None:
+        if v and v not in home:
+            home[v] = i
+            strong.add(v)
+
     for i, k in enumerate(kernels):
         for v in map(node_of, k.writes):
-            if v and v not in home:
-                home[v] = i
-                strong.add(v)
+            claim(v, i)
+    by_buffer = {b: i for i, k in enumerate(kernels) for b in k.buffers}
     for i, k in enumerate(kernels):
-        if k.kind == "extern":
-            for v in map(node_of, k.origins):
-                if v and v not in home and role(graph, v) in ("anchor", "opaque"):
-                    home[v] = i
-                    strong.add(v)
-    for i, k in enumerate(kernels):
-        if k.kind != "fused":
+        if k.kind != "extern":
             continue
-        for v in map(node_of, k.origins):
-            if v and v not in home and role(graph, v) not in ("anchor", "opaque"):
-                home[v] = i
+        calls = [v for v in map(node_of, k.origins) if v and role(graph, v) in ("anchor", "opaque")]
+        for v in calls:
+            claim(v, i)
+        if len(calls) == 1:
+            args = [t for t in known[calls[0]].inputs if t]
+            if len(args) == len(k.extern_inputs):
+                for t, b in zip(args, k.extern_inputs):
+                    if b in by_buffer:
+                        claim(producer.get(t), by_buffer[b])
+    origins = [set(map(node_of, k.origins)) for k in kernels]
+    fused = [i for i, k in enumerate(kernels) if k.kind == "fused"]
+    pos = graph.index.position
+    for v in reversed(graph.index.order):
+        if v in home or role(graph, v) in ("anchor", "opaque"):
+            continue
+        cons = sorted({home[w] for w in graph.index.succs[v] if w in home},
+                      key=lambda i: min(pos[w] for w in graph.index.succs[v] if home.get(w) == i))
+        # listed among the kernel's origins, or a no-op Inductor removed (no kernel lists it)
+        named = any(v in o for o in origins)
+        if named:
+            listed = [i for i in cons if i in fused and v in origins[i]]
+        else:
+            every = all(w in home for w in graph.index.succs[v])
+            listed = cons if every and len(cons) == 1 and cons[0] in fused else []
+        if listed:
+            home[v] = listed[0]
+    # Views folded into an extern call's operands: one (view-only) group per call.
+    folded: dict[str, int] = {}
+    for v in graph.index.order:
+        if v not in home:
+            ext = [i for i, k in enumerate(kernels) if k.kind == "extern" and v in origins[i]]
+            if ext and role(graph, v) == "injective":
+                folded[v] = ext[0]
+    extra = len(kernels)
+    for v in graph.index.order:
+        if v in folded and v not in home:
+            same = [u for u in graph.index.preds[v] + graph.index.succs[v]
+                    if folded.get(u) == folded[v] and u in home]
+            if same:
+                home[v] = home[same[0]]
+            else:
+                home[v], extra = extra, extra + 1
     unmapped = sorted({v for k in kernels for v in k.origins if node_of(v) is None})
     groups: dict[int, list[str]] = {}
     for v in graph.index.order:
         if v in home:
             groups.setdefault(home[v], []).append(v)
-    # Nodes no kernel names (no-ops Inductor removed: clones, views folded into indexing) join
-    # the one fused kernel all their consumers (else their producer) run in.
-    fused = {i for i, k in enumerate(kernels) if k.kind == "fused"}
-    for v in reversed(graph.index.order):
-        if v in home:
-            continue
-        cons = {home.get(w) for w in graph.index.succs[v]}
-        prod = {home.get(u) for u in graph.index.preds[v]}
-        for cand in (cons, prod):
-            if len(cand) == 1 and None not in cand and cand <= fused:
-                i = cand.pop()
-                home[v] = i
-                break
-    groups = {}
-    for v in graph.index.order:
-        if v in home:
-            groups.setdefault(home[v], []).append(v)
-    # Weak members that break convexity or a rule leave the group (layout ops first, later
-    # ops first) when that makes it legal; a group still illegal is kept whole and reported.
     for i, g in groups.items():
         if not _problem(graph, g, hw):
             continue
         trial = list(g)
-        weak = sorted((v for v in g if v not in strong),
+        why = _problem(graph, trial, hw)
+        while why:  # first drop the weak members the problem names
+            named = [v for v in re.findall(r"'([^']+)'", why) if v in trial and v not in strong]
+            if not named or len(trial) < 2:
+                break
+            trial.remove(named[-1])
+            if repairs is not None:
+                repairs.append(f"{kernels[i].name}: {named[-1]!r} moved out ({why})")
+            why = _problem(graph, trial, hw)
+        weak = sorted((v for v in trial if v not in strong),
                       key=lambda v: (role(graph, v) == "injective", graph.index.position[v]))
         while weak and len(trial) > 1 and _problem(graph, trial, hw):
-            trial.remove(weak.pop())
+            v = weak.pop()
+            trial.remove(v)
+            if repairs is not None:
+                repairs.append(f"{kernels[i].name}: {v!r} moved out ({_problem(graph, trial + [v], hw)})")
         if not _problem(graph, trial, hw):
             for v in set(g) - set(trial):
                 del home[v]
@@ -184,7 +234,7 @@ def real_partition(graph: Graph, kernels: list[Kernel], hw=None
     out, names = [], []
     for i in sorted(groups, key=lambda i: graph.index.position[groups[i][0]]):
         out.append(groups[i])
-        names.append(kernels[i].name)
+        names.append(kernels[i].name if i < len(kernels) else "(views folded into an extern call)")
     for v in graph.index.order:
         if v not in home:
             out.append([v])
@@ -223,7 +273,8 @@ def plan_from_kernels(graph: Graph, kernels: list[Kernel], hardware="detect") ->
     A group our rules reject is split into single ops and named in ``illegal`` (with the rule),
     so the plan stays valid and the disagreement is reported, never hidden."""
     hw = load_hardware(hardware)
-    groups, names, unmapped = real_partition(graph, kernels, hw)
+    repairs: list[str] = []
+    groups, names, unmapped = real_partition(graph, kernels, hw, repairs)
     problems = _why_illegal(graph, groups, hw)
     illegal = [f"{names[i]} {groups[i]}: {why}" for i, why in problems]
     bad = {i for i, _ in problems}
@@ -236,7 +287,7 @@ def plan_from_kernels(graph: Graph, kernels: list[Kernel], hardware="detect") ->
         illegal.append(f"whole plan: {e}")
         plan = build_plan(graph, hw, [[v] for v in graph.index.order], strategy="inductor-real",
                           status="heuristic")
-    return RealPlan(plan, kernels, graph, illegal, unmapped)
+    return RealPlan(plan, kernels, graph, illegal, unmapped, repairs)
 
 
 def inductor_plan(model, example_inputs: tuple, hardware="detect", *, name: Optional[str] = None) -> RealPlan:
