@@ -380,7 +380,10 @@ def _ref_inductor(graph, hw):
                 part.merge([a, b])
         if len(part.members) == before:
             break
-    return part.groups()
+    # The view placement after the fusion rounds (Inductor's lowering) is checked on its own in
+    # its doctest and against real Inductor in tests/test_torch_compile.py.
+    from solverfuse.greedy.inductor_scheduler import fold_views
+    return fold_views(graph, hw, part.groups())
 
 
 def _ref_guide(graph, hw):
