@@ -181,9 +181,8 @@ def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Option
         named = any(v in o for o in origins)
         if named:
             listed = [i for i in cons if i in fused and v in origins[i]]
-        else:
-            every = all(w in home for w in graph.index.succs[v])
-            listed = cons if every and len(cons) == 1 and cons[0] in fused else []
+        else:  # a no-op Inductor removed: it goes where its first consumer runs
+            listed = [i for i in cons if i in fused]
         if listed:
             home[v] = listed[0]
     # Views folded into an extern call's operands: one (view-only) group per call.
@@ -213,12 +212,16 @@ def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Option
         trial = list(g)
         why = _problem(graph, trial, hw)
         while why:  # first drop the weak members the problem names
-            named = [v for v in re.findall(r"'([^']+)'", why) if v in trial and v not in strong]
+            quoted = re.findall(r"'([^']+)'", why)
+            # a path leaving and re-entering the group: the op where it leaves was recomputed
+            # elsewhere too; otherwise the last op the rule names
+            order = quoted[1:] if "not convex" in why else quoted[::-1]
+            named = [v for v in order if v in trial and v not in strong]
             if not named or len(trial) < 2:
                 break
-            trial.remove(named[-1])
+            trial.remove(named[0])
             if repairs is not None:
-                repairs.append(f"{kernels[i].name}: {named[-1]!r} moved out ({why})")
+                repairs.append(f"{kernels[i].name}: {named[0]!r} moved out ({why})")
             why = _problem(graph, trial, hw)
         weak = sorted((v for v in trial if v not in strong),
                       key=lambda v: (role(graph, v) == "injective", graph.index.position[v]))
