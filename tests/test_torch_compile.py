@@ -93,9 +93,10 @@ def test_backend_matches_eager_and_follows_the_plan():
     assert "became one kernel" in best.summary()
 
 
-def test_backend_matches_eager_on_a_transformer():
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_backend_matches_eager_on_a_transformer(name):
     torch._dynamo.reset()
-    model, inputs = MODELS["bert"]()
+    model, inputs = MODELS[name]()
     with torch.no_grad():
         eager = model(*inputs)
         _same(torch.compile(model, backend="solverfuse", options={"hardware": "detect", "time_limit": 5})(*inputs), eager)

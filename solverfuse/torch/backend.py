@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 from unittest import mock
 
-import torch
 
 from ..plans import Plan
 from .fx_import import from_graph_module

@@ -44,7 +44,6 @@ def dtype_name(dtype: "torch.dtype") -> str:
 
 
 _A = torch.ops.aten
-_P = torch.ops.prims
 
 #: ATen overloads whose semantics are one ONNX op's, with the tensor arguments in ONNX order.
 _UNARY = {_A.relu.default: "Relu", _A.neg.default: "Neg", _A.abs.default: "Abs",
@@ -204,10 +203,12 @@ def _fold(b: _Builder, n, tensor_of) -> None:
         arr = np.full(_shape(val), fill, dtype=np.float32 if val.dtype == torch.bfloat16 else
                       _to_numpy(torch.empty(0, dtype=val.dtype)).dtype)
     else:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         kwargs = dict(n.kwargs)
         if "device" in kwargs:
             kwargs["device"] = torch.device("cpu")
-        arr = _to_numpy(n.target(*n.args, **kwargs))
+        with unset_fake_temporarily():  # inside torch.compile a fake mode is active
+            arr = _to_numpy(n.target(*n.args, **kwargs))
     b.constant(n.name, arr, dtype_name(val.dtype))
     tensor_of[n.name] = [n.name]
 
