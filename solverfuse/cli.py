@@ -75,6 +75,22 @@ def handles_errors(fn):
     return wrapper
 
 
+def load_input_graph(path: Path):
+    """A graph from JSON/ONNX, or from a saved ExportedProgram (``.pt2``, needs solverfuse[torch])."""
+    if path.suffix.lower() != ".pt2":
+        from .graph import load_graph
+        return load_graph(path)
+    return _torch_or_fail(path).graph_from_pt2(path)
+
+
+def _torch_or_fail(path: Path):
+    try:
+        from . import torch as sf_torch
+    except ImportError as e:
+        fail(f"{path}: reading a .pt2 file needs torch (pip install 'solverfuse[torch]'): {e}")
+    return sf_torch
+
+
 def emit_json(obj) -> None:
     typer.echo(json.dumps(obj, indent=1, ensure_ascii=False))
 
@@ -191,7 +207,7 @@ def run_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
 
 @app.command("compare")
 @handles_errors
-def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
+def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or saved ExportedProgram (.pt2)"),
                 hardware: str = typer.Option("nvidia-h100", "--hardware", help="hardware profile"),
                 time_limit: float = typer.Option(10.0, "--time-limit", help="solver time limit (seconds)"),
                 workers: int = typer.Option(2, "--workers", help="CP-SAT workers"),
@@ -212,9 +228,15 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
         fail("give either --json or --markdown, not both")
     if plans_dir is not None and not plans_dir.is_dir():
         fail(f"{plans_dir}: no such folder")
-    g = load_graph(graph)
     hw = load_hardware(hardware)
-    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=real_plans(graph, g, hw))
+    extra = {}
+    if graph.suffix.lower() == ".pt2":  # the real torch.compile plan, beside its reproduction
+        real = _torch_or_fail(graph).real_plan_from_pt2(graph, hw)
+        g, extra["inductor-real"] = real.graph, (real.plan, real.seconds)
+    else:
+        g = load_graph(graph)
+        extra = real_plans(graph, g, hw)
+    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=extra)
     rows = rows_for(g, hw, plans)
     if plans_dir is not None:
         for name, (p, _) in plans.items():
@@ -266,7 +288,7 @@ def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
 
 @app.command("plan")
 @handles_errors
-def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
+def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or saved ExportedProgram (.pt2)"),
              hardware: str = typer.Option("nvidia-h100", "--hardware", help="profile name or JSON file"),
              time_limit: float = typer.Option(10.0, "--time-limit", help="limit of the whole command (seconds)"),
              workers: int = typer.Option(2, "--workers", help="CP-SAT workers"),
@@ -289,7 +311,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
     check_time_limit(time_limit)
     check_seed(seed)
     check_workers(workers)
-    g = load_graph(graph)
+    g = load_input_graph(graph)
     hw = load_hardware(hardware)
     live = sys.stderr.isatty()
 

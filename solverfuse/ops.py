@@ -531,6 +531,78 @@ _op("Gemm", "compute", "anchor", _gemm, flops=_gemm_flops, l1="gemm")
 # Data-dependent.
 _op("Gather", "data", "gather", _gather, 0, 2, gather_data_input=True)
 
+
+# ---- ATen ops with no single ONNX equivalent (rows used by solverfuse.torch's importer) ----------
+# Each is what Inductor computes for one FX node; the names are ours (no ONNX op has them).
+
+
+def _select(attrs, ins, values):
+    x, dt = ins[0]
+    axis = _axis(attrs.get("axis", 0), len(x))
+    index = attrs.get("index", 0)
+    if not -x[axis] <= index < x[axis]:
+        raise ShapeError(f"index {index} out of range for axis {axis} of size {x[axis]}")
+    return [(x[:axis] + x[axis + 1:], dt)]
+
+
+def _var_mean(attrs, ins, values):
+    x, dt = ins[0]
+    axes = sorted({_axis(a, len(x)) for a in attrs.get("axes", range(len(x)))})
+    keep = attrs.get("keepdims", 0)
+    out = tuple((1 if i in axes else d) for i, d in enumerate(x) if keep or i not in axes)
+    return [(out, dt), (out, dt)]
+
+
+def _sdpa(attrs, ins, values):
+    (q, dt), (k, _), (v, _) = ins[0], ins[1], ins[2]
+    if len(q) < 2 or q[-1] != k[-1] or k[-2] != v[-2]:
+        raise ShapeError(f"attention shapes q {list(q)}, k {list(k)}, v {list(v)} do not fit")
+    return [(q[:-1] + v[-1:], dt), (q[:-1], "float32")]
+
+
+def _sdpa_flops(attrs, ins, outs):
+    q, v = ins[0][0], ins[2][0]
+    keys = ins[1][0][-2]
+    return 2 * numel(q[:-1]) * keys * (q[-1] + v[-1]) + 5 * numel(q[:-1]) * keys
+
+
+def _gather_elements(attrs, ins, values):
+    (x, dt), (idx, _) = ins[0], ins[1]
+    if len(idx) != len(x):
+        raise ShapeError(f"GatherElements index rank {len(idx)} != data rank {len(x)}")
+    _axis(attrs.get("axis", 0), len(x))
+    return [(idx, dt)]
+
+
+def _constant_pad(attrs, ins, values):
+    x, dt = ins[0]
+    pad = list(attrs.get("pad", []))
+    out = list(x)
+    for i in range(len(pad) // 2):  # torch order: last dimension first, (before, after) pairs
+        out[len(x) - 1 - i] += pad[2 * i] + pad[2 * i + 1]
+    if any(d < 0 for d in out):
+        raise ShapeError(f"padding {pad} makes a negative size from {list(x)}")
+    return [(tuple(out), dt)]
+
+
+def _aten_op(name, *args, **kwargs):
+    if all(o.name != name for o in _TABLE):  # an ONNX row of the same name, if added, wins
+        _op(name, *args, **kwargs)
+
+
+_aten_op("Rsqrt", "memory", "elementwise", _same, 5, 1)            # aten.rsqrt
+_aten_op("Silu", "memory", "elementwise", _same, 11, 2)            # aten.silu: x * sigmoid(x)
+_aten_op("NotEqual", "memory", "broadcast", _compare, 1, 1)        # aten.ne
+_aten_op("Select", "memory", "injective", _select, 0, 1)           # aten.select.int: a strided view
+_aten_op("ConstantPad", "memory", "injective", _constant_pad, 0, 1)  # aten.constant_pad_nd
+_aten_op("GatherElements", "data", "gather", _gather_elements, 0, 2)  # aten.gather
+# aten.var_mean: Welford statistics over `axes` (two outputs); a row reduction like ReduceMean.
+_aten_op("VarMean", "memory", "reduction", _var_mean, 3, 2, "row")
+# aten._scaled_dot_product_flash_attention_for_cpu: an attention library call (a kernel of its
+# own in Inductor, like an extern GEMM), so it is opaque to fusion.
+_aten_op("ScaledDotProductAttention", "compute", "opaque", _sdpa, registers=4, l1="gemm",
+         flops=_sdpa_flops)
+
 OPS: dict[str, OpInfo] = {o.name: o for o in _TABLE}
 
 #: Role given to an op the table does not know but whose node declares a category.

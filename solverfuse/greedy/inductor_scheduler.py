@@ -1,15 +1,23 @@
 """PyTorch Inductor's scheduler fusion as a baseline (see :func:`inductor`)."""
 from __future__ import annotations
 
+import re
+
 from .. import cost
+from ..errors import PlanError
 from ..graph import Graph
 from ..hardware import Hardware
+from ..ops import MATERIALISED_INPUT_ROLES
+from ..plans import order_groups
 from .merging import Partition, has_role
 
 
 INDUCTOR_MAX_FUSION_SIZE = 64
 INDUCTOR_ROUNDS = 10
 INDUCTOR_PAIRWISE_ATTEMPTS = 64
+#: Ops Inductor never makes a kernel of: views and no-op copies, lowered as index expressions.
+INDUCTOR_VIEW_OPS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Identity",
+                               "Flatten", "Slice", "Select"})
 
 
 def _accessed(graph: Graph, nodes: list[str]) -> set[str]:
@@ -112,4 +120,76 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
                 part.merge([a, b])
         if len(part.members) == before:
             break
-    return part.groups()
+    return fold_views(graph, hw, part.groups())
+
+
+def fold_views(graph: Graph, hw: Hardware, groups: list[list[str]]) -> list[list[str]]:
+    """Place view ops as Inductor's lowering does: a view is never a kernel of its own.
+
+    Inductor inlines a view (reshape, permute, unsqueeze, expand, slice, select, a no-op clone)
+    into the index expressions of the kernels that read it, and folds a view feeding an extern
+    call (mm, conv, attention) into the call's operand strides. Reproduced, in reverse
+    topological order: a view joins the group of its consumers (the earliest consumer's group
+    when they run in several -- Inductor recomputes it in each); a view read only by ops that take
+    their inputs from memory (extern calls, gathers) or by such views forms a view-only group with
+    them (one per call). A placement our rules reject (capacity, convexity) leaves the view alone.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 8]}, "w": {"shape": [8, 8], "constant": True},
+    ...     "s": {"shape": [2], "dtype": "int64", "constant": True, "value": [8, 4]}},
+    ...     "inputs": ["x"], "outputs": ["z"],
+    ...     "nodes": [{"name": "t", "op": "Transpose", "inputs": ["w"], "outputs": ["wt"]},
+    ...               {"name": "mm", "op": "MatMul", "inputs": ["x", "wt"], "outputs": ["y"]},
+    ...               {"name": "r", "op": "Reshape", "inputs": ["y", "s"], "outputs": ["y2"]},
+    ...               {"name": "e", "op": "Exp", "inputs": ["y2"], "outputs": ["z"]}]})
+    >>> fold_views(g, load_hardware("nvidia-h100"), [["t"], ["mm"], ["r"], ["e"]])
+    [['t'], ['mm'], ['r', 'e']]
+    """
+    node, succs, pos = graph.index.node, graph.index.succs, graph.index.position
+    views = [v for v in graph.index.order if node[v].op in INDUCTOR_VIEW_OPS]
+    if not views:
+        return groups
+    where: dict[str, int] = {v: i for i, g in enumerate(groups) for v in g}
+    is_view = set(views)
+    view_group: set[int] = set()
+    fresh = len(groups)
+    for v in reversed(views):
+        cons = succs[v]
+        if not cons or any(w not in where for w in cons):
+            where[v], fresh = fresh, fresh + 1
+            continue
+        plain = [w for w in cons if cost.role(graph, w) not in MATERIALISED_INPUT_ROLES
+                 and not (w in is_view and where[w] in view_group)]
+        if plain:
+            first = min(plain, key=pos.__getitem__)
+            where[v] = where[first]
+        else:
+            into = [where[w] for w in cons if w in is_view and where[w] in view_group]
+            if into:
+                where[v] = into[0]
+            else:
+                where[v], fresh = fresh, fresh + 1
+                view_group.add(where[v])
+    out: dict[int, list[str]] = {}
+    for v in graph.index.order:
+        out.setdefault(where[v], []).append(v)
+    folded = list(out.values())
+    for k, g in enumerate(folded):
+        if len(g) > 1 and any(v in is_view for v in g) and cost.group_violation(graph, g, hw):
+            folded[k] = [v for v in g if v not in is_view]
+            folded += [[v] for v in g if v in is_view]
+    folded = [g for g in folded if g]
+    for _ in range(len(views) + 1):
+        try:
+            order_groups(graph, folded)
+            return folded
+        except PlanError as e:  # a view that makes its group non-convex stays alone
+            names = re.findall(r"'([^']+)'", str(e))
+            grp = next((g for g in folded if names and names[0] in g), None)
+            moved = next((v for v in names if grp is not None and v in grp and v in is_view), None)
+            if moved is None:
+                break
+            grp.remove(moved)
+            folded.append([moved])
+    return groups  # the placements made the groups cyclic: keep the scheduler's partition

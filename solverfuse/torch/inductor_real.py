@@ -1,0 +1,338 @@
+"""Read the real torch.compile (Inductor, CPU) fusion decisions as a solverfuse Plan.
+
+:func:`inductor_kernels` lowers the graph :func:`~solverfuse.torch.fx_import.export_for_inductor`
+produced with Inductor's own ``compile_fx_inner`` (the same post-grad passes, lowering and
+scheduler torch.compile runs), records the scheduler's final nodes -- one per generated kernel --
+and stops before code generation (no C++ build: planning needs the decisions, not the code).
+
+:func:`real_partition` maps those kernels onto our node names (the FX node names of the same
+graph): an FX node belongs to the kernel that writes the buffer it is the ``origin_node`` of;
+a node Inductor inlined (a pointwise op or view computed inside its consumers' loops, a view
+folded into an extern GEMM's strides) belongs to the first non-extern kernel whose origins list
+it, or is alone (a view-only group moves no bytes). Extern kernels (mm, conv, SDPA) are groups
+of their own. :func:`inductor_plan` validates the partition with :func:`solverfuse.plans.build_plan`
+and reports every group our rules reject instead of dropping it.
+"""
+from __future__ import annotations
+
+import copy
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+from unittest import mock
+
+import torch
+
+from ..cost import group_violation
+from ..errors import PlanError
+from ..graph import Graph
+from ..hardware import load_hardware
+from ..plans import Plan, build_plan, order_groups
+from .fx_import import exported_constants, export_for_inductor, from_exported_program
+
+
+@dataclass
+class Kernel:
+    """One scheduler node of Inductor: a generated kernel, an extern call, or a no-op."""
+    name: str
+    kind: str                      # "fused" (generated loop nest), "extern" (library call), "nop"
+    writes: list[str]              # FX nodes whose result this kernel writes (origin_node)
+    origins: list[str]             # every FX node Inductor lists as computed here
+    buffers: list[str] = field(default_factory=list)      # buffers it writes without an origin_node
+    extern_inputs: list[str] = field(default_factory=list)  # an extern call's input buffers, in order
+
+
+@dataclass
+class RealPlan:
+    """The real plan, the kernels it came from and what did not map onto our rules."""
+    plan: Plan
+    kernels: list[Kernel]
+    graph: Graph
+    illegal: list[str] = field(default_factory=list)   # "kernel: rule" for each rejected group
+    unmapped: list[str] = field(default_factory=list)  # origins naming no node of our graph
+    #: inlined ops moved out of a kernel's group so that our rules accept it ("kernel: op (rule)")
+    repaired: list[str] = field(default_factory=list)
+    seconds: float = 0.0                                # lowering + scheduling wall time
+
+
+class _Stop(Exception):
+    """Raised inside the scheduler once its decisions are recorded (skips code generation)."""
+
+
+def _kind(snode) -> str:
+    from torch._inductor import ir
+    from torch._inductor import scheduler as S
+    subs = snode.get_nodes()
+    # A MultiOutput only names one result of a multi-output extern call: it launches nothing.
+    if all(isinstance(s, S.NopKernelSchedulerNode) or isinstance(getattr(s, "node", None), ir.MultiOutput)
+           for s in subs):
+        return "nop"
+    if any(isinstance(s, S.ExternKernelSchedulerNode) for s in subs):
+        return "extern"
+    return "fused"
+
+
+def _buffer_name(x) -> Optional[str]:
+    try:
+        return x.get_name()
+    except Exception:  # an input without a buffer (a constant, a symbolic size)
+        return None
+
+
+def record_kernels(nodes) -> list[Kernel]:
+    """The scheduler's (fused) nodes as :class:`Kernel` records, in execution order."""
+    out = []
+    for sn in nodes:
+        writes, origins, buffers, ext = [], [], [], []
+        for s in sn.get_nodes():
+            ir = getattr(s, "node", None)
+            o = ir.get_origin_node() if ir is not None and hasattr(ir, "get_origin_node") else None
+            if o is not None and o.name not in writes:
+                writes.append(o.name)
+            elif o is None and ir is not None:
+                buffers += [b for b in map(_buffer_name, s.get_outputs()) if b]
+            for x in (getattr(ir, "origins", None) or ()):
+                if x.name not in origins:
+                    origins.append(x.name)
+            if ir is not None and getattr(ir, "inputs", None) is not None and _kind(sn) == "extern":
+                ext += [_buffer_name(x) or "" for x in ir.inputs]
+        out.append(Kernel(sn.get_name(), _kind(sn), writes, sorted(origins), buffers, ext))
+    return out
+
+
+def capture_kernels(gm: "torch.fx.GraphModule", example_inputs: list) -> list[Kernel]:
+    """Run Inductor's ``compile_fx_inner`` on an ATen graph up to its scheduler; its kernels."""
+    from torch._inductor import config
+    from torch._inductor import scheduler as S
+    from torch._inductor.compile_fx import compile_fx_inner
+    seen: list[list[Kernel]] = []
+    original = S.Scheduler.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append(record_kernels(self.nodes))
+        raise _Stop()
+
+    gm = copy.deepcopy(gm)
+    with mock.patch.object(S.Scheduler, "__init__", init), \
+            config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), torch.no_grad():
+        try:
+            compile_fx_inner(gm, example_inputs)
+        except Exception:  # _Stop arrives wrapped in Inductor's own error type
+            if not seen:
+                raise
+    if not seen:
+        raise PlanError("Inductor produced no scheduler (nothing to compile?)")
+    return seen[-1]
+
+
+def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Optional[list[str]] = None
+                   ) -> tuple[list[list[str]], list[str], list[str]]:
+    """Our nodes grouped by Inductor kernel: (groups, kernel name per group, unmapped origins).
+
+    Strong members of a kernel: the nodes whose result it writes (``origin_node``; for a buffer
+    an extern call's lowering realised, the producer of that call argument), and for an extern
+    kernel the compute op it calls. The other nodes were inlined by Inductor (views, pointwise
+    ops computed inside their consumers' loops): one joins the generated kernel its consumers run
+    in when that kernel lists it among its origins (the first such consumer kernel when they run
+    in several: Inductor recomputes it in each); views folded into an extern call's strides form
+    one view group per call. A weak member that breaks convexity or our rules leaves its group."""
+    from ..cost import role
+    known = graph.index.node
+    producer = graph.index.producer
+
+    def node_of(name: str) -> Optional[str]:  # getitem results name a tensor of the producer
+        return name if name in known else producer.get(name)
+
+    home: dict[str, int] = {}
+    strong: set[str] = set()
+
+    def claim(v: Optional[str], i: int) -> None:
+        if v and v not in home:
+            home[v] = i
+            strong.add(v)
+
+    for i, k in enumerate(kernels):
+        for v in map(node_of, k.writes):
+            claim(v, i)
+    by_buffer = {b: i for i, k in enumerate(kernels) for b in k.buffers}
+    for i, k in enumerate(kernels):
+        if k.kind != "extern":
+            continue
+        calls = [v for v in map(node_of, k.origins) if v and role(graph, v) in ("anchor", "opaque")]
+        for v in calls:
+            claim(v, i)
+        if len(calls) == 1:
+            args = [t for t in known[calls[0]].inputs if t]
+            if len(args) == len(k.extern_inputs):
+                for t, b in zip(args, k.extern_inputs):
+                    if b in by_buffer:
+                        claim(producer.get(t), by_buffer[b])
+    origins = [set(map(node_of, k.origins)) for k in kernels]
+    fused = [i for i, k in enumerate(kernels) if k.kind == "fused"]
+    pos = graph.index.position
+    for v in reversed(graph.index.order):
+        if v in home or role(graph, v) in ("anchor", "opaque"):
+            continue
+        cons = sorted({home[w] for w in graph.index.succs[v] if w in home},
+                      key=lambda i: min(pos[w] for w in graph.index.succs[v] if home.get(w) == i))
+        # listed among the kernel's origins, or a no-op Inductor removed (no kernel lists it)
+        named = any(v in o for o in origins)
+        if named:
+            listed = [i for i in cons if i in fused and v in origins[i]]
+        else:  # a no-op Inductor removed: it goes where its first consumer runs
+            listed = [i for i in cons if i in fused]
+        if listed:
+            home[v] = listed[0]
+    # Views folded into an extern call's operands: one (view-only) group per call.
+    folded: dict[str, int] = {}
+    for v in graph.index.order:
+        if v not in home:
+            ext = [i for i, k in enumerate(kernels) if k.kind == "extern" and v in origins[i]]
+            if ext and role(graph, v) == "injective":
+                folded[v] = ext[0]
+    extra = len(kernels)
+    for v in graph.index.order:
+        if v in folded and v not in home:
+            same = [u for u in graph.index.preds[v] + graph.index.succs[v]
+                    if folded.get(u) == folded[v] and u in home]
+            if same:
+                home[v] = home[same[0]]
+            else:
+                home[v], extra = extra, extra + 1
+    unmapped = sorted({v for k in kernels for v in k.origins if node_of(v) is None})
+    groups: dict[int, list[str]] = {}
+    for v in graph.index.order:
+        if v in home:
+            groups.setdefault(home[v], []).append(v)
+    for i, g in groups.items():
+        if not _problem(graph, g, hw):
+            continue
+        trial = list(g)
+        why = _problem(graph, trial, hw)
+        while why:  # first drop the weak members the problem names
+            quoted = re.findall(r"'([^']+)'", why)
+            # a path leaving and re-entering the group: the op where it leaves was recomputed
+            # elsewhere too; otherwise the last op the rule names
+            order = quoted[1:] if "not convex" in why else quoted[::-1]
+            named = [v for v in order if v in trial and v not in strong]
+            if not named or len(trial) < 2:
+                break
+            trial.remove(named[0])
+            if repairs is not None:
+                repairs.append(f"{kernels[i].name}: {named[0]!r} moved out ({why})")
+            why = _problem(graph, trial, hw)
+        weak = sorted((v for v in trial if v not in strong),
+                      key=lambda v: (role(graph, v) == "injective", graph.index.position[v]))
+        while weak and len(trial) > 1 and _problem(graph, trial, hw):
+            v = weak.pop()
+            trial.remove(v)
+            if repairs is not None:
+                repairs.append(f"{kernels[i].name}: {v!r} moved out ({_problem(graph, trial + [v], hw)})")
+        if not _problem(graph, trial, hw):
+            for v in set(g) - set(trial):
+                del home[v]
+            groups[i] = trial
+    out, names = [], []
+    for i in sorted(groups, key=lambda i: graph.index.position[groups[i][0]]):
+        out.append(groups[i])
+        names.append(kernels[i].name if i < len(kernels) else "(views folded into an extern call)")
+    for v in graph.index.order:
+        if v not in home:
+            out.append([v])
+            names.append(f"(no kernel: {v})")
+    return out, names, unmapped
+
+
+def _problem(graph: Graph, g: list[str], hw) -> Optional[str]:
+    why = group_violation(graph, g, hw) if hw is not None else None
+    if why is None and len(g) > 1:
+        try:
+            order_groups(graph, [g])
+        except PlanError as e:
+            why = str(e)
+    return why
+
+
+def _legal_chunks(graph: Graph, g: list[str], hw) -> list[list[str]]:
+    """An illegal group cut into consecutive (topological order) pieces our rules accept."""
+    chunks: list[list[str]] = []
+    for v in g:
+        if chunks and not _problem(graph, chunks[-1] + [v], hw):
+            chunks[-1].append(v)
+        else:
+            chunks.append([v])
+    return chunks
+
+
+def _why_illegal(graph: Graph, groups: list[list[str]], hw) -> list[tuple[int, str]]:
+    return [(i, why) for i, g in enumerate(groups) for why in [_problem(graph, g, hw)] if why]
+
+
+def plan_from_kernels(graph: Graph, kernels: list[Kernel], hardware="detect") -> RealPlan:
+    """The ``inductor-real`` Plan of ``kernels`` on ``graph``, scored by the one cost model.
+
+    A group our rules reject is split into single ops and named in ``illegal`` (with the rule),
+    so the plan stays valid and the disagreement is reported, never hidden."""
+    hw = load_hardware(hardware)
+    repairs: list[str] = []
+    groups, names, unmapped = real_partition(graph, kernels, hw, repairs)
+    problems = _why_illegal(graph, groups, hw)
+    illegal = [f"{names[i]} {groups[i]}: {why}" for i, why in problems]
+    bad = {i for i, _ in problems}
+    final = [g for i, g in enumerate(groups) if i not in bad]
+    for i in sorted(bad):
+        final += _legal_chunks(graph, groups[i], hw)
+    try:
+        plan = build_plan(graph, hw, final, strategy="inductor-real", status="heuristic")
+    except PlanError as e:  # groups legal one by one but cyclic together
+        illegal.append(f"whole plan: {e}")
+        plan = build_plan(graph, hw, [[v] for v in graph.index.order], strategy="inductor-real",
+                          status="heuristic")
+    return RealPlan(plan, kernels, graph, illegal, unmapped, repairs)
+
+
+def inductor_plan(model, example_inputs: tuple, hardware="detect", *, name: Optional[str] = None) -> RealPlan:
+    """Compile ``model`` with Inductor (CPU) and return its real fusion as a ``RealPlan``.
+
+    ``.plan`` is a Plan with strategy ``inductor-real`` over the Graph
+    :func:`~solverfuse.torch.fx_import.from_module` produces (``.graph``), ``.kernels`` the
+    scheduler's nodes, ``.illegal`` any group our rules reject (a bug in our rules).
+    """
+    ep = export_for_inductor(model, example_inputs)
+    return plan_from_exported(ep, example_inputs, hardware, name=name or type(model).__name__)
+
+
+def plan_from_exported(ep, example_inputs: tuple, hardware="detect", *, name: str = "model") -> RealPlan:
+    """:func:`inductor_plan` for an already exported (and Inductor-decomposed) program."""
+    graph = from_exported_program(ep, name)
+    consts = exported_constants(ep)
+    user = iter(example_inputs)
+    args = [consts[s.arg.name] if s.arg.name in consts else next(user) for s in ep.graph_signature.input_specs]
+    start = time.perf_counter()
+    kernels = capture_kernels(ep.graph_module, args)
+    real = plan_from_kernels(graph, kernels, hardware)
+    real.seconds = time.perf_counter() - start
+    return real
+
+
+def edge_agreement(graph: Graph, a: list[list[str]], b: list[list[str]]) -> tuple[int, int]:
+    """Producer->consumer edges on which partitions ``a`` and ``b`` agree (same group in both or
+    different groups in both), and the number of edges.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["y"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["y"], "outputs": ["z"]}]})
+    >>> edge_agreement(g, [["a", "b"]], [["a"], ["b"]])
+    (0, 1)
+    """
+    wa = {v: i for i, grp in enumerate(a) for v in grp}
+    wb = {v: i for i, grp in enumerate(b) for v in grp}
+    agree = total = 0
+    for u in graph.index.order:
+        for w in graph.index.succs[u]:
+            total += 1
+            agree += (wa[u] == wa[w]) == (wb[u] == wb[w])
+    return agree, total

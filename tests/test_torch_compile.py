@@ -1,0 +1,105 @@
+"""The real torch.compile: its kernels read as an ``inductor-real`` plan (checked against the code
+Inductor generates), and the ``solverfuse`` backend (outputs equal eager; fusion follows the plan)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'solverfuse[torch]')")
+pytest.importorskip("transformers", reason="transformers is not installed (the torch model set needs it)")
+
+import solverfuse.torch as st  # noqa: E402
+from solverfuse.greedy import inductor  # noqa: E402
+from solverfuse.hardware import load_hardware  # noqa: E402
+from solverfuse.plans import validate  # noqa: E402
+from solverfuse.torch.models import MODELS  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def inductor_cache(tmp_path_factory):
+    """A fresh Inductor cache for this module: no cached kernel hides a compile."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def hw():
+    return load_hardware("detect")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_real_plan_is_a_valid_plan_over_the_imported_graph(name, hw):
+    model, inputs = MODELS[name]()
+    real = st.inductor_plan(model, inputs, hw)
+    assert real.plan.strategy == "inductor-real"
+    validate(real.plan, real.graph, hw)
+    assert real.plan.graph_sha256 == st.from_module(model, inputs, type(model).__name__).digest()
+    # Every GEMM / convolution / attention is an extern call of its own, as Inductor runs it.
+    extern_ops = {v for k in real.kernels if k.kind == "extern" for v in k.writes}
+    for grp in real.plan.groups:
+        anchors = [v for v in grp.nodes if real.graph.index.node[v].op in ("Gemm", "MatMul", "Conv")]
+        assert len(anchors) <= 1
+        assert all(v in extern_ops for v in anchors)
+    agree, edges = st.edge_agreement(real.graph, real.plan.group_nodes(), inductor(real.graph, hw))
+    assert 0 <= agree <= edges
+
+
+def _launches(source: str) -> tuple[int, int]:
+    """(generated C++ kernel calls, extern library calls) in the body of Inductor's ``call``."""
+    body = source[source.index("def call("):]
+    cpp = len(re.findall(r"^\s+cpp_fused_\w+\(", body, re.M))
+    ext = len(re.findall(r"^\s+(?:buf\w+ = )?(?:extern_kernels\.\w+|torch\.ops\.aten\.[\w.]+)\(", body, re.M))
+    return cpp, ext
+
+
+@pytest.mark.parametrize("name", ["matmul_bias_relu", "distilbert"])
+def test_captured_kernels_are_the_kernels_inductor_generates(name, hw):
+    from torch._inductor.utils import run_and_get_code
+    model, inputs = MODELS[name]()
+    ep = st.export_for_inductor(model, inputs)
+    real = st.plan_from_exported(ep, inputs, hw, name=name)
+    with torch.no_grad():
+        _, codes = run_and_get_code(torch.compile(ep.module()), *inputs)
+    cpp, ext = _launches("\n".join(codes))
+    assert (sum(k.kind == "fused" for k in real.kernels), sum(k.kind == "extern" for k in real.kernels)) == (cpp, ext)
+
+
+def _same(a, b):
+    a = a if isinstance(a, tuple) else (a,)
+    b = b if isinstance(b, tuple) else (b,)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_backend_matches_eager_and_follows_the_plan():
+    torch._dynamo.reset()
+    model, inputs = MODELS["residual_layernorm_gelu"]()
+    with torch.no_grad():
+        eager = model(*inputs)
+        _same(torch.compile(model, backend="solverfuse", options={"hardware": "detect", "time_limit": 5})(*inputs), eager)
+        best = st.last_report()
+        torch._dynamo.reset()
+        _same(torch.compile(model, backend="solverfuse", options={"strategy": "unfused"})(*inputs), eager)
+        split = st.last_report()
+    assert best.plan.status == "optimal" and len(best.plan.groups) == 1
+    assert best.groups[0].fused and len(best.groups[0].kernels) == 1
+    # One op per planned group: Inductor may no longer fuse the LayerNorm statistics into the rest.
+    made = lambda r: sum(k.kind != "nop" for k in r.kernels)  # noqa: E731
+    assert made(split) > made(best)
+    assert "became one kernel" in best.summary()
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_backend_matches_eager_on_a_transformer(name):
+    torch._dynamo.reset()
+    model, inputs = MODELS[name]()
+    with torch.no_grad():
+        eager = model(*inputs)
+        _same(torch.compile(model, backend="solverfuse", options={"hardware": "detect", "time_limit": 5})(*inputs), eager)
+    report = st.last_report()
+    multi = [g for g in report.groups if len(g.nodes) > 1]
+    assert multi and all(g.fused or g.reasons for g in multi)
