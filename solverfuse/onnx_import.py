@@ -50,18 +50,28 @@ import numpy as np
 
 from .errors import GraphError
 from .graph import Graph, Node, Tensor, _np_dtype, check_graph
+from .graph import WeightRef
 from .ops import DTYPE_SIZES, ONNX_DTYPE_CODES, OPS, ShapeError, infer_node, numel
+from .weights import onnx_initializer, tensor_array
 
 #: Constants with at most this many elements carry their ``value`` in the graph JSON.
 VALUE_MAX_ELEMENTS = 4096
 #: Uniform constants are materialised for general (numpy) folding only up to this size.
 _MATERIALISE_MAX = 1 << 16
+#: Folding cap: an all-constant node is folded when its result has at most this many elements
+#: (RoPE tables, position buckets, masks) and no input is larger than FOLD_INPUT_MAX elements.
+FOLD_MAX = 1 << 18
+FOLD_INPUT_MAX = 1 << 22
 
 ELIDED_OPS = ("Dropout", "Identity")
 # Ops whose output is uniform when their data input (input 0) is: folded without materialising.
 _UNIFORM_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Expand", "Slice",
                 "Gather", "Split", "Cast"}
-# Ops folded by evaluating them in numpy when every input is a known constant.
+# Never folded: their value is not a function of their inputs.
+_NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+# Ops folded by evaluating them in numpy when every input is a known constant (any other op
+# is folded with ONNX's reference evaluator).
 _FOLDABLE = {"ConstantOfShape", "Shape", "Size", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
              "Transpose", "Concat", "Gather", "Cast", "Slice", "Expand", "Split", "Range",
              "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Equal", "Less", "Greater",
@@ -94,16 +104,32 @@ def _scalar(consts: dict, tensor: str):
 
 @dataclass
 class _Const:
-    """A constant during import: shape/dtype plus either a uniform ``fill`` or an ``array``."""
+    """A constant during import: shape/dtype plus a uniform ``fill``, an ``array``, or a lazy
+    ``proto`` (a large initializer, read only when folding needs it: planning never does)."""
     shape: tuple
     dtype: str
     fill: Any = None
     array: Optional[np.ndarray] = None
+    proto: Any = None
+    base_dir: Optional[str] = None
 
-    def materialise(self) -> Optional[np.ndarray]:
+    def materialise(self, limit: int = _MATERIALISE_MAX) -> Optional[np.ndarray]:
         if self.array is not None:
             return self.array
-        if self.fill is not None and numel(self.shape) <= _MATERIALISE_MAX:
+        if self.fill is not None and numel(self.shape) <= limit:
+            return np.full(self.shape, self.fill, dtype=_np_dtype(self.dtype))
+        if self.proto is not None and numel(self.shape) <= max(limit, FOLD_INPUT_MAX):
+            self.array = tensor_array(self.proto, self.base_dir or ".")
+            return self.array
+        return None
+
+    def load(self) -> Optional[np.ndarray]:
+        """The full data (for execution), whatever its size."""
+        if self.array is not None:
+            return self.array
+        if self.proto is not None:
+            return tensor_array(self.proto, self.base_dir or ".")
+        if self.fill is not None:
             return np.full(self.shape, self.fill, dtype=_np_dtype(self.dtype))
         return None
 
@@ -135,7 +161,7 @@ def _load(source) -> "onnx.ModelProto":
         path = Path(source)
         if not path.exists():
             raise GraphError(f"{path}: no such file")
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except GraphError:
         raise
     except Exception as e:  # protobuf DecodeError, OSError, external-data errors ...
@@ -291,10 +317,10 @@ def _np_eval(op: str, attrs: dict, ins: list, arrays: list, out_shapes: list) ->
 
 
 def _fold(node, name: str, attrs: dict, inputs: list[str], consts: dict[str, _Const],
-          known: dict[str, tuple]) -> Optional[list[_Const]]:
+          known: dict[str, tuple], opset: int) -> Optional[list[_Const]]:
     """Fold one node into constants, or return None to keep it as an op."""
     op = node.op_type
-    if op not in _FOLDABLE:
+    if op in _NEVER_FOLD:
         return None
     real = [t for t in inputs if t]
     if op in ("Shape", "Size"):  # only the input's (inferred) shape matters
@@ -308,7 +334,11 @@ def _fold(node, name: str, attrs: dict, inputs: list[str], consts: dict[str, _Co
         if op == "ConstantOfShape":
             return [_constant_of_shape(node, name, attrs, cs[0])]
         folded = _fold_uniform(op, attrs, ins, cs, len(node.output))
-        return folded if folded is not None else _fold_arrays(op, attrs, ins, cs, len(node.output))
+        if folded is not None:
+            return folded
+        if op in _FOLDABLE and op in OPS:
+            return _fold_arrays(op, attrs, ins, cs, len(node.output))
+        return _fold_reference(node, inputs, cs, opset)
     except (ShapeError, KeyError, IndexError, ValueError, TypeError) as e:
         raise GraphError(f"node {name!r} ({op}): cannot fold its constant inputs ({e})") from None
 
@@ -336,7 +366,38 @@ def _fold_arrays(op: str, attrs: dict, ins: list, cs: list, n_out: int) -> Optio
         r = np.asarray(r)
         dt = outs[i][1] if outs else _dtype_of_array(r)
         c = _from_array(r.astype(_np_dtype(dt)), dt)
-        if c.fill is None and r.size > VALUE_MAX_ELEMENTS:
+        if c.fill is None and r.size > FOLD_MAX:
+            return None
+        folded.append(c)
+    return folded
+
+
+def _fold_reference(node, inputs: list[str], cs: list, opset: int) -> Optional[list[_Const]]:
+    """Fold any other deterministic op with ONNX's reference evaluator (exact ONNX semantics)."""
+    arrays = [c.materialise() if c is not None else None for c in cs]
+    if any(a is None for a, t in zip(arrays, inputs) if t):
+        return None
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    names = [f"in{i}" if t else "" for i, t in enumerate(inputs)]
+    outs = [f"out{i}" if t else "" for i, t in enumerate(node.output)]
+    single = helper.make_node(node.op_type, names, outs, domain=node.domain)
+    single.attribute.extend(node.attribute)
+    graph = helper.make_graph([single], "fold", [], [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        results = ReferenceEvaluator(model).run(
+            [o for o in outs if o], {n: a for n, a in zip(names, arrays) if n})
+    except Exception:  # noqa: BLE001 -- the evaluator lacks this op or form: keep the node
+        return None
+    folded, it = [], iter(results)
+    for o in outs:
+        if not o:
+            folded.append(None)
+            continue
+        r = np.asarray(next(it))
+        c = _from_array(r, _dtype_of_array(r))
+        if c.fill is None and r.size > FOLD_MAX:
             return None
         folded.append(c)
     return folded
@@ -367,11 +428,15 @@ class _Names:
 
 
 def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[dict[str, int]] = None,
-                name: Optional[str] = None) -> Graph:
+                name: Optional[str] = None, stats: Optional[dict] = None) -> Graph:
     """Import an ONNX model (path, serialized bytes or ``onnx.ModelProto``) as a checked Graph.
 
     ``dims`` gives values to symbolic input dimensions (e.g. ``{"batch": 1}``); ``name`` overrides
-    the graph name (default: the ONNX graph name, else the file stem). Raises GraphError.
+    the graph name (default: the ONNX graph name, else the file stem). ``stats``, when given, is
+    filled with ``folded_nodes`` (all-constant nodes folded into constants), ``onnx_nodes`` and
+    ``opaque_nodes`` (ops the table does not know, kept with ONNX's inferred shapes).
+    Large initializers are not read: they become constants referring to the model file
+    (``data``), read when the graph is executed. Raises GraphError.
     """
     import onnx
     model = _load(source)
@@ -385,14 +450,10 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
     g = inferred.graph
     graph_name = name or g.name or (Path(source).stem if isinstance(source, (str, os.PathLike)) else "onnx")
 
-    from onnx import numpy_helper
+    base_dir = str(Path(source).parent) if isinstance(source, (str, os.PathLike)) else "."
     consts: dict[str, _Const] = {}
     for init in g.initializer:
-        try:
-            arr = numpy_helper.to_array(init)
-        except Exception as e:
-            raise GraphError(f"initializer {init.name!r}: cannot read its data ({e})") from None
-        consts[init.name] = _from_array(arr, _dtype(init.data_type, f"initializer {init.name!r}"))
+        consts[init.name] = _initializer(init, base_dir)
     # known: tensor -> (shape|None, dtype) from ONNX inference (refined by folding below).
     known: dict[str, tuple] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -420,6 +481,7 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
     elided_by: dict[str, str] = {}  # elided tensor -> name of the node that produced it
     names = _Names()
     nodes: list[Node] = []
+    folded_count = opaque = 0
     for i, onode in enumerate(g.node):
         label = onode.name or f"{onode.op_type}_{i}"
         if onode.domain not in ("", "ai.onnx"):
@@ -443,16 +505,25 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
                     consts[extra] = _Const(tuple(known[ins[0]][0]), "bool", True)
                     known[extra] = (consts[extra].shape, "bool")
             continue
-        folded = _fold(onode, label, attrs, ins, consts, known)
+        folded = _fold(onode, label, attrs, ins, consts, known, opset)
         if folded is not None:
+            folded_count += 1
             for t, c in zip(onode.output, folded):
                 if t:
                     consts[t] = c
                     known[t] = (c.shape, c.dtype)
             continue
-        if op not in OPS:
-            raise GraphError(f"node {label!r}: unsupported op {op!r} (not in the op table)")
         node_name = names.take(onode.name, op, i)
+        if op not in OPS:
+            missing = [t for t in onode.output if t and known.get(t, (None,))[0] is None]
+            if missing:
+                raise GraphError(f"node {label!r}: op {op!r} is not in the op table and ONNX could not "
+                                 f"infer the shape of its output {missing[0]!r}")
+            opaque += 1
+            nodes.append(Node(name=node_name, op=op, inputs=ins, outputs=list(onode.output),
+                              attributes=attrs, category="data" if "Gather" in op or "Scatter" in op
+                              else "memory"))
+            continue
         outs = list(onode.output)
         if op in ("Softmax", "LogSoftmax") and opset < 13:
             nodes.extend(_old_softmax(node_name, op, attrs, ins[0], outs[0], known, consts, names))
@@ -463,29 +534,67 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
     nodes = _rename_elided_outputs(nodes, outputs, alias, elided_by, names)
 
     used = {t for n in nodes for t in n.inputs if t} | set(outputs) | set(inputs)
+    model_file = str(Path(source).resolve()) if isinstance(source, (str, os.PathLike)) else None
     tensors: dict[str, Tensor] = {}
+    arrays: dict = {}
     for t in inputs:
         tensors[t] = Tensor(shape=list(known[t][0]), dtype=known[t][1])
     for t, c in consts.items():
         if t in used:
-            tensors[t] = _tensor_of(c)
+            tensors[t] = _tensor_of(t, c, model_file)
+            if tensors[t].data is not None or (tensors[t].value is None and tensors[t].fill is None):
+                arrays[t] = c.load
     for n in nodes:
         for t in n.outputs:
             if t and t in known and known[t][0] is not None and t not in consts:
                 tensors[t] = Tensor(shape=list(known[t][0]), dtype=known[t][1])
     graph = Graph.model_construct(name=graph_name, tensors=tensors, inputs=inputs, outputs=outputs,
                                   nodes=nodes, format="solverfuse-graph/1")
+    graph._arrays = arrays
+    if stats is not None:
+        stats.update(folded_nodes=folded_count, onnx_nodes=len(g.node), opaque_nodes=opaque)
     return check_graph(graph)
 
 
-def _tensor_of(c: _Const) -> Tensor:
-    """The graph tensor of a constant: value if small (exact, also for int64), fill if uniform."""
+def _initializer(init, base_dir: str) -> _Const:
+    """An initializer as a constant: small ones read now (exact values), large ones lazily."""
+    dtype = _dtype(init.data_type, f"initializer {init.name!r}")
+    shape = tuple(int(d) for d in init.dims)
+    from onnx.external_data_helper import uses_external_data
+    if uses_external_data(init):
+        loc = Path(base_dir) / next((e.value for e in init.external_data if e.key == "location"), "")
+        if not loc.is_file():
+            raise GraphError(f"external data file {loc} of initializer {init.name!r}: no such file")
+    if numel(shape) <= VALUE_MAX_ELEMENTS:
+        return _from_array(tensor_array(init, base_dir), dtype)
+    return _Const(shape, dtype, proto=init, base_dir=base_dir)
+
+
+def _tensor_of(name: str, c: _Const, model_file: Optional[str]) -> Tensor:
+    """The graph tensor of a constant: value if small (exact, also for int64), fill if uniform,
+    else a reference to its data in the model file (read only when executed)."""
     small = c.materialise() if numel(c.shape) <= VALUE_MAX_ELEMENTS else None
     if small is not None:
         return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, value=small.tolist())
     if c.fill is not None:
         return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, fill=float(c.fill))
-    return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True)
+    ref = WeightRef(file=model_file, key=name) if model_file else None
+    return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, data=ref)
+
+
+def onnx_constant(path: Union[str, os.PathLike], key: str) -> np.ndarray:
+    """The data of constant ``key`` of the graph imported from the ONNX model at ``path``: an
+    initializer, or a constant folded at import (then the model is imported again to get it)."""
+    try:
+        return onnx_initializer(path, key)
+    except GraphError as e:
+        if "no initializer" not in str(e):
+            raise
+    graph = import_onnx(path)
+    data = graph.constant_data(key)
+    if data is None:
+        raise GraphError(f"{path}: no constant {key!r} (the model changed since the graph was imported?)")
+    return data
 
 
 def _rename_elided_outputs(nodes, outputs, alias, elided_by, names) -> list[Node]:
