@@ -168,6 +168,11 @@ class Graph(BaseModel):
             return onnx_constant(path, t.data.key)
         return open_weights(path).array(t.data.key, t.data.sha256, t.shape, t.dtype)
 
+    def has_data(self, tensor: str) -> bool:
+        """True when a constant carries data (value, fill, weights reference or imported array)."""
+        t = self.tensors[tensor]
+        return t.value is not None or t.fill is not None or t.data is not None or tensor in self._arrays
+
     def weights_path(self, ref: WeightRef) -> Path:
         """The path a weights reference points at (relative ones resolve beside the graph)."""
         p = Path(ref.file)
@@ -483,6 +488,41 @@ def load_graph(source: Union[str, os.PathLike, dict, Graph, Any]) -> Graph:
     except GraphError as e:
         msg = str(e)
         raise GraphError(msg if msg.startswith("weights file") else f"{path}: {msg}") from None
+
+
+def save_graph(graph: Graph, path: Union[str, os.PathLike]) -> Optional[Path]:
+    """Write the graph JSON and, when constants carry data beyond ``value``/``fill``, one weights
+    file beside it (``<stem>.safetensors``, each array referenced with its sha256).
+
+    Both files appear or neither does (the data is read and checked before anything is written).
+    Returns the weights file's path, or None when there is nothing to store.
+
+    >>> import tempfile, os
+    >>> g = load_graph({"tensors": {"x": {"shape": [2]}, "w": {"shape": [2], "constant": True,
+    ...     "value": [1.0, 2.0]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "m", "op": "Mul", "inputs": ["x", "w"], "outputs": ["y"]}]})
+    >>> save_graph(g, os.path.join(tempfile.mkdtemp(), "g.json")) is None
+    True
+    """
+    from .weights import SUFFIX, write_file_atomic, write_weights
+    path = Path(path)
+    stored = [n for n, t in graph.tensors.items()
+              if t.constant and t.value is None and t.fill is None and graph.has_data(n)]
+    tensors = dict(graph.tensors)
+    wpath = None
+    if stored:
+        arrays = {n: graph.constant_data(n) for n in stored}
+        wpath = path.with_name(path.stem + SUFFIX)
+        shas = write_weights(wpath, arrays)
+        for n in stored:
+            tensors[n] = tensors[n].model_copy(update={"data": WeightRef(file=wpath.name, key=n, sha256=shas[n])})
+    try:
+        write_file_atomic(path, graph.model_copy(update={"tensors": tensors}).to_json() + "\n")
+    except BaseException:
+        if wpath is not None and wpath.exists():
+            wpath.unlink()
+        raise
+    return wpath
 
 
 def graph_schema() -> dict:

@@ -78,6 +78,23 @@ def write_weights(path: Union[str, os.PathLike], arrays: Mapping[str, np.ndarray
         offset += a.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((-(8 + len(text))) % ALIGN)
+
+    def write(f):
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        pos = 0
+        for off, a in layout:
+            f.write(b"\0" * (off - pos))
+            f.write(memoryview(a.reshape(-1).view(np.uint8)))
+            pos = off + a.nbytes
+    write_file_atomic(path, write)
+    return shas
+
+
+def write_file_atomic(path: Union[str, os.PathLike], content) -> None:
+    """Write ``content`` (bytes, str, or a function given the open binary file) so that the file
+    appears complete or not at all; GraphError names the path when it cannot be written."""
+    path = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
                                    suffix=".tmp")
@@ -85,19 +102,15 @@ def write_weights(path: Union[str, os.PathLike], arrays: Mapping[str, np.ndarray
         raise GraphError(f"{path}: cannot write ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            pos = 0
-            for off, a in layout:
-                f.write(b"\0" * (off - pos))
-                f.write(memoryview(a.reshape(-1).view(np.uint8)))
-                pos = off + a.nbytes
+            if callable(content):
+                content(f)
+            else:
+                f.write(content.encode("utf-8") if isinstance(content, str) else content)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return shas
 
 
 class WeightsFile:
