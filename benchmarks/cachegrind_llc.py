@@ -57,7 +57,7 @@ def _cflags() -> list[str]:
 
 def llc_misses(plan, graph, workdir: Path) -> dict:
     """Run one plan's C under cachegrind; LL read/write misses inside model.c."""
-    from solverfuse.emit.c import render
+    from solverfuse.emit.program import render
     files = render(plan, graph, threads=1)
     d = Path(tempfile.mkdtemp(dir=workdir))
     for name, text in files.items():

@@ -222,8 +222,8 @@ def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
              counters: bool = typer.Option(False, "--counters", help="instrumented build counting global bytes")):
     """Write a plan's C: one function per group, a driver running them in plan order, and the
     constants' data in weights.safetensors (layout in solverfuse.emit.data.write_program_weights)."""
-    from .emit.c import render, write_source
     from .emit.data import write_program_weights
+    from .emit.program import render, write_source
     from .plans import load_plan
     p = load_plan(plan)
     files = render(p, threads=threads, counters=counters)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from solverfuse import cost
-from solverfuse.emit.c import render
+from solverfuse.emit.program import render
 from solverfuse.graph import load_graph
 from solverfuse.plans import build_plan
 

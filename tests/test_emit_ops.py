@@ -152,5 +152,5 @@ def test_register_blocked_conv_with_epilogue(shape, kernel, attrs, cache):
     t = {"x": shape, "w": {"shape": list(kernel), "constant": True}, "bb": {"shape": [kernel[0]], "constant": True}}
     g = graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w", "bb"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["c", "r"]], cache, rtol=1e-4, atol=1e-5)
-    from solverfuse.emit.c import render
+    from solverfuse.emit.program import render
     assert "stride-phase-split copy of a Conv input" in render(plan, g)["model.c"]  # the blocked tile ran

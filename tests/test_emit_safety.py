@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from solverfuse.cli import app
 from solverfuse.emit.build import compile_plan
-from solverfuse.emit.c import render
+from solverfuse.emit.program import render
 from solverfuse.errors import EmitError
 from solverfuse.graph import load_graph
 from solverfuse.plans import build_plan, save_plan
@@ -161,7 +161,7 @@ def test_emit_cli_bad_plan_is_one_line_and_writes_nothing(tmp_path):
 def test_sanitizer_build_really_catches_an_overflow(cache):
     """The ASan harness is not vacuous: one element written past a buffer is reported."""
     from solverfuse.emit.build import Program, build
-    from solverfuse.emit.c import buffer_table
+    from solverfuse.emit.program import buffer_table
     from solverfuse.emit.data import constants, random_inputs
     g = load_graph(EXAMPLES / "mlp.json")
     plan = build_plan(g, HW, unfused(g), strategy="t")

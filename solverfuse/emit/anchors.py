@@ -1,7 +1,7 @@
 """Ops that read materialised inputs (cost rule: their inputs always come from global memory):
 anchors (MatMul/Gemm/Conv), windows (MaxPool/AveragePool/LRN) and Gather.
 
-Each has a per-element form for :func:`solverfuse.emit.kernels.code_for_op` (an inner loop: a dot
+Each has a per-element form for :func:`solverfuse.emit.lowering.code_for_op` (an inner loop: a dot
 product, a window, an index lookup); anchors also have ``TILES``: a row of the output (a Conv's
 output plane, :func:`tile_rank`) accumulated in a stack array with bounds-free, vectorisable inner
 loops, used when a pass runs over the anchor's own shape -- the fused-epilogue case. The fast form
@@ -20,8 +20,9 @@ from typing import Sequence
 
 from ..errors import EmitError
 from ..ops import numel
-from .c import attr_str as _attr_str
-from .c import bmap, linear as _linear, lit as _lit
+from .cexpr import attr_str as _attr_str
+from .cexpr import bmap, linear as _linear, lit as _lit
+from .ctext import CHUNK
 
 def _mm_operands(k, node, full):
     """(A index, B index) functions of k for MatMul at full (batch..., i, j) output index."""
@@ -128,24 +129,19 @@ def _conv(k, node, pos, idx):
     with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
         kv = [k.fresh("r") for _ in kernel]
         pos_ = [k.fresh("p") for _ in kernel]
-        opened = []
         for d, (r, p) in enumerate(zip(kv, pos_)):
-            k.line(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++) {{")
-            k.depth += 1
-            opened.append(dict(k.cache))
+            k.open(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++)")
             k.line(f"const long {p} = {osp[d]}*{st[d]} - {pb[d]} + {r}*{dil[d]};")
             k.line(f"if ({p} < 0 || {p} >= {x[2 + d]}) continue;")
         xv = k.value(node.inputs[0], (n, ch) + tuple(pos_))
         wv = k.value(node.inputs[1], (m, c) + tuple(kv))
         k.line(f"{acc} += {xv} * {wv};")
-        for saved in reversed(opened):
-            k.depth -= 1
-            k.cache = saved
-            k.line("}")
+        for _ in kv:
+            k.close()
     return acc
 
 
-# ---- tiles for anchors (fused epilogue fast path): fill k.tiles[t] for the tile at `outer`
+# ---- tiles for anchors (fused epilogue fast path): set the tile of t at `outer`
 #: Largest tile kept on the stack (elements).
 MAX_TILE = 16384
 
@@ -172,7 +168,7 @@ def _tile_open(k, t, d=1):
 
 def _tile_done(k, t, outer, arr, d=1):
     """From here on, ``t`` at (outer..., j...) is ``arr[linear(j...)]`` (last d dims)."""
-    k.tiles[t] = (tuple("0" if n == 1 else k.index(i) for i, n in zip(outer, k.shape(t)[:-d])), arr, d)
+    k.set_tile(t, tuple("0" if n == 1 else k.index(i) for i, n in zip(outer, k.shape(t)[:-d])), arr, d)
 
 
 def tile_matmul(k, t, outer, d=1):
@@ -243,9 +239,8 @@ def tile_conv(k, t, outer, d=1):
         opened = []
 
         def open_(header):
-            k.line(header + " {")
-            k.depth += 1
-            opened.append(dict(k.cache))
+            k.open(header)
+            opened.append(header)
 
         def term(v, factor):
             return "" if v == "0" or factor == 0 else f" + {v}" if factor == 1 else f" + {v}*{factor}"
@@ -277,19 +272,12 @@ def tile_conv(k, t, outer, d=1):
             src.append(f"{shift}{f' - {pb[e]}' if pb[e] else ''}{term(kv[e], dil[e])}")
         xv = k.value(node.inputs[0], (nn, ch) + tuple(src))
         k.line(f"{arr}[{_linear(out[-d:], js)}] += {xv} * {wv};")
-        for saved in reversed(opened):
-            k.depth -= 1
-            k.cache = saved
-            k.line("}")
+        for _ in opened:
+            k.close()
     _tile_done(k, t, outer, arr, d)
 
 
 TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv}
-
-#: Output positions per register-blocked chunk (two 16-lane vectors of accumulators per channel;
-#: measured: 16 makes GCC 12 keep the accumulators in memory, 10x slower).
-CHUNK = 32
-
 
 @dataclass(frozen=True)
 class ConvBlocking:
@@ -337,95 +325,6 @@ def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
     return ((a % st[0]) * st[1] + b % st[1]) * blk.hq * blk.wq + (a // st[0]) * blk.wq + b // st[1]
 
 
-def _acc_lines(mb: int, a: str) -> str:
-    # unrolled over the block's rows/channels: constant accumulator addresses, which the
-    # compiler keeps in vector registers across the whole reduction loop
-    return "\n".join(f"                for (int e = 0; e < {CHUNK}; e++) acc[{i}][e] = SF_FMA({a.format(i=i)}, xt[e], acc[{i}][e]);"
-                     for i in range(mb))
-
-
-def _helper_text(name: str) -> str:
-    """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
-    if name.startswith("sf_conv_tile"):
-        mb = int(name[len("sf_conv_tile"):])
-        return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
-   wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
-SF_NOINLINE static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
-    const float *restrict wp, long C, long taps, const long *restrict off)
-{{
-    for (long q = 0; q < span; q += {CHUNK}) {{
-        float acc[{mb}][{CHUNK}];
-        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) acc[a][e] = 0;
-        for (long c = 0; c < C; c++) {{
-            for (long t = 0; t < taps; t++) {{
-                const float *restrict xt = x + c*cplane + off[t] + q;
-                const float *restrict w = wp + (c*taps + t)*{mb};
-{_acc_lines(mb, "w[{i}]")}
-            }}
-        }}
-        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) T[a*span + q + e] = acc[a][e];
-    }}
-}}
-"""
-    if name.startswith("sf_mm_tile"):
-        mb = int(name[len("sf_mm_tile"):])
-        return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
-   i < {mb}; the A block is transposed 256 columns at a time (its rows may share an L1 set). */
-SF_NOINLINE static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
-    const float *restrict b)
-{{
-    float ap[256][{mb}];
-    for (long i = 0; i < {mb} * n2; i++) T[i] = 0;
-    for (long k0 = 0; k0 < K; k0 += 256) {{
-        const long kn = K - k0 < 256 ? K - k0 : 256;
-        for (long r = 0; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = a[i*lda + k0 + r];
-        for (long q = 0; q < n2; q += {CHUNK}) {{
-            float acc[{mb}][{CHUNK}];
-            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) acc[i][e] = 0;
-            for (long r = 0; r < kn; r++) {{
-                const float *restrict xt = b + (k0 + r)*n2 + q;
-{_acc_lines(mb, "ap[r][{i}]")}
-            }}
-            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) T[i*n2 + q + e] += acc[i][e];
-        }}
-    }}
-}}
-"""
-    return {
-        "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
-   (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
-SF_NOINLINE static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
-    long s0, long s1, long hq, long wq, long p0, long p1)
-{
-    for (long nc = 0; nc < NC; nc++)
-        for (long ph = 0; ph < s0; ph++)
-            for (long pw = 0; pw < s1; pw++)
-                for (long i = 0; i < hq; i++)
-                    for (long j = 0; j < wq; j++) {
-                        const long ii = i*s0 + ph - p0, jj = j*s1 + pw - p1;
-                        *dst++ = (ii >= 0 && ii < H && jj >= 0 && jj < W) ? x[(nc*H + ii)*W + jj] : 0.0f;
-                    }
-}
-""",
-        "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
-SF_NOINLINE static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
-{
-    for (long mi = 0; mi < M / mb; mi++)
-        for (long c = 0; c < C; c++)
-            for (long t = 0; t < taps; t++)
-                for (long a = 0; a < mb; a++) *dst++ = w[((mi*mb + a)*C + c)*taps + t];
-}
-""",
-        "sf_pad_cols": """/* [K][N] copied to [K][N2], zero columns after N. */
-SF_NOINLINE static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
-{
-    for (long r = 0; r < K; r++)
-        for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[r*N + j] : 0.0f;
-}
-""",
-    }[name]
-
-
 def conv_input_view(k, node, blk: ConvBlocking) -> str:
     """Before the tile loops: the zero-padded, phase-split copy of the Conv input in kernel-local
     scratch (``[N][C][s0][s1][hq][wq]``), with zeroed slack after it for the last band's chunk,
@@ -439,7 +338,7 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     arr = k.alloc("float", size + slack, "zero-padded, stride-phase-split copy of a Conv input")
     if slack:
         k.line(f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;")
-    k.helpers.add("sf_conv_copy")
+    k.use_helper("sf_conv_copy")
     k.line(f"sf_conv_copy({arr}, {k.ptr(node.inputs[0], 'r')}, {x[0] * x[1]}, {x[2]}, {x[3]}, {st[0]}, {st[1]}, "
            f"{blk.hq}, {blk.wq}, {pb[0]}, {pb[1]});")
     return arr
@@ -452,7 +351,7 @@ def conv_weight_view(k, node, blk: ConvBlocking) -> str:
     evict each other: measured 10x slower on ResNet-50's last stage)."""
     ws = k.shape(node.inputs[1])
     arr = k.alloc("float", numel(ws), "Conv weights repacked by output-channel block")
-    k.helpers.add("sf_conv_pack")
+    k.use_helper("sf_conv_pack")
     k.line(f"sf_conv_pack({arr}, {k.ptr(node.inputs[1], 'r')}, {ws[0]}, {ws[1]}, {ws[2] * ws[3]}, {blk.mb});")
     return arr
 
@@ -474,7 +373,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     plane = f"({n}*{x[1]} + {goff}0)*{cplane}" if n != "0" else f"({goff}0)*{cplane}"
     row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
     wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
-    k.helpers.add(f"sf_conv_tile{mb}")
+    k.use_helper(f"sf_conv_tile{mb}")
     k.line(f"sf_conv_tile{mb}(&{arr}[0][0], {span}, {src} + {plane}{row0}, {cplane}, {wsrc}{wrow}, "
            f"{w[1]}, {taps}, {off});")
     if len(node.inputs) > 2 and node.inputs[2]:
@@ -503,7 +402,7 @@ def matmul_b_view(k, node) -> str:
     kk, n = k.shape(bt)
     n2 = _round_up(n, CHUNK)
     arr = k.alloc("float", kk * n2, "MatMul B padded to whole chunks of columns")
-    k.helpers.add("sf_pad_cols")
+    k.use_helper("sf_pad_cols")
     k.line(f"sf_pad_cols({arr}, {k.ptr(bt, 'r')}, {kk}, {n}, {n2});")
     return arr
 
@@ -518,7 +417,7 @@ def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
     arr = k.fresh("T")
     k.line(f"float {arr}[{mb}][{n2}];")
     base = _linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0"))
-    k.helpers.add(f"sf_mm_tile{mb}")
+    k.use_helper(f"sf_mm_tile{mb}")
     k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bsrc});")
     return arr
 
@@ -530,22 +429,18 @@ def _window_loops(k, node, idx, body):
     kernel = list(node.attributes["kernel_shape"])
     st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
     pads = list(node.attributes.get("pads", [0] * (2 * len(kernel))))
-    opened, pos_ = [], []
+    pos_ = []
     inpad = []
     for d in range(len(kernel)):
         r, p = k.fresh("r"), k.fresh("p")
-        k.line(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++) {{")
-        k.depth += 1
-        opened.append(dict(k.cache))
+        k.open(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++)")
         k.line(f"const long {p} = {idx[2 + d]}*{st[d]} - {pb[d]} + {r}*{dil[d]};")
         pos_.append(p)
         inpad.append(f"{p} < {x[2 + d] + (pads[len(kernel) + d] if len(pads) > d else 0)}")
     inside = " && ".join(f"{p} >= 0 && {p} < {x[2 + d]}" for d, p in enumerate(pos_))
     body(pos_, inside, " && ".join(inpad))
-    for saved in reversed(opened):
-        k.depth -= 1
-        k.cache = saved
-        k.line("}")
+    for _ in kernel:
+        k.close()
 
 
 def _maxpool(k, node, pos, idx):
@@ -604,7 +499,7 @@ def _gather(k, node, pos, idx):
     k.line(f"if ({ix} < 0) {ix} += {d[axis]};")
     with k.block(f"if ({ix} < 0 || {ix} >= {d[axis]})"):
         if k.threads > 1:
-            k.lines.append("#pragma omp atomic write")
+            k.pragma("#pragma omp atomic write")
         k.line("sf_error = 3;")
         k.line(f"{ix} = 0;")
     return k.value(data, tuple(idx[:axis]) + (ix,) + tuple(idx[axis + q:]))

@@ -1,6 +1,6 @@
 """Build, load, run and time the C of a plan: ``compile_plan(plan) -> Program``.
 
-The source from :func:`solverfuse.emit.c.render` is compiled with ``cc -O3 -march=native`` (retried
+The source from :func:`solverfuse.emit.program.render` is compiled with ``cc -O3 -march=native`` (retried
 without ``-march`` if the compiler rejects it; ``-fopenmp`` when ``threads > 1``) into a shared
 library, cached under a content hash of the source, compiler and flags, and loaded with ctypes.
 ``sanitize=True`` builds a standalone executable under ``-fsanitize=address,undefined`` instead
@@ -34,7 +34,8 @@ import numpy as np
 
 from ..errors import EmitError
 from ..graph import Graph
-from .c import RC_MESSAGES, BufferInfo, buffer_table, render
+from .ctext import RC_MESSAGES
+from .program import BufferInfo, buffer_table, render
 
 # -fopenmp-simd: honour ``#pragma omp simd`` (vectorised reductions) without the OpenMP runtime
 BASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-fno-math-errno", "-fopenmp-simd", "-Wall", "-Wextra"]

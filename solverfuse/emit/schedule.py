@@ -1,7 +1,7 @@
 """How a group's kernel is laid out: which values are recomputed, which are materialised, and
 the loop nests (*passes*) that run them -- a row loop, a forward-mapped store, or passes.
 
-:func:`render_kernel` is the entry point (called by :func:`solverfuse.emit.c.render` per group).
+:func:`render_kernel` is the entry point (called by :func:`solverfuse.emit.program.render` per group).
 The rules, in the order they are tried:
 
 1. :func:`_row_fusable` -> :func:`_emit_rows`: one loop over rows; anchor row tile, reduction
@@ -21,10 +21,12 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import EmitError
-from ..ops import OPS, numel
-from . import anchors, kernels
+from ..ops import OPS, numel, transpose_perm
+from . import anchors, reductions
 from .anchors import MAX_TILE
-from .c import Kernel, UntiledRead, _assemble, ctype, linear, strides
+from .cexpr import ctype, delinearize, linear
+from .kernel import Kernel, UntiledRead
+from .lowering import SUPPORTED
 
 MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                     "ReduceSumSquare", "GlobalAveragePool", "GlobalMaxPool"}
@@ -129,7 +131,6 @@ def _forward_index(k: Kernel, node, idx: tuple) -> tuple:
     x, out = node.inputs[0], node.outputs[0]
     xs, os_ = k.shape(x), k.shape(out)
     if node.op == "Transpose":
-        from ..ops import transpose_perm
         perm = transpose_perm(node.attributes, len(xs))
         return tuple(idx[p] for p in perm)
     if node.op in ("Identity", "Dropout"):
@@ -137,10 +138,7 @@ def _forward_index(k: Kernel, node, idx: tuple) -> tuple:
     if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
         it = iter([i for i, d in zip(idx, xs) if d != 1])
         return tuple("0" if d == 1 else next(it) for d in os_)
-    lin = k.index(linear(xs, idx))
-    st = strides(os_)
-    return tuple("0" if d == 1 else (lin if s == 1 else f"{lin} / {s}") if j == 0 else
-                 f"({lin if s == 1 else f'{lin} / {s}'}) % {d}" for j, (d, s) in enumerate(zip(os_, st)))
+    return delinearize(k.index(linear(xs, idx)), os_)
 
 
 def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
@@ -162,7 +160,7 @@ def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
                 val = k.value(cur, cur_idx)
                 cur_idx = tuple("0" if d == 1 else k.index(i)
                                 for i, d in zip(_forward_index(k, node, cur_idx), k.shape(out)))
-                k.cache[("v", out, cur_idx)] = val
+                k.bind(out, cur_idx, val)
             cur = out
         k.store(t, cur_idx, k.value(t, cur_idx))
     _emit_loop(k, k.shape(a), deps, body)
@@ -199,7 +197,7 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
         anchors.TILES[node.op](k, t, outer, d)
         with k.loops(shape[-d:]) as inner:
             body(tuple(outer) + tuple(inner))
-    del k.tiles[t]
+    k.drop_tile(t)
 
 
 def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body) -> None:
@@ -217,10 +215,10 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body) -> None
             m = a if m0 == "0" else k.index(f"{m0} + {a}")
             oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
             prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
-            k.tiles[t] = (prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
+            k.set_tile(t, prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
             with k.loops(shape[3:]) as (j,):
                 body((n, m, oh, j))
-            del k.tiles[t]
+            k.drop_tile(t)
 
 
 def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body) -> None:
@@ -234,10 +232,10 @@ def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body) -
         with k.loops((mb,)) as (a,):
             i = a if i0 == "0" else k.index(f"{i0} + {a}")
             prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))
-            k.tiles[t] = (prefix, f"{arr}[{a}]", 1)
+            k.set_tile(t, prefix, f"{arr}[{a}]", 1)
             with k.loops(shape[-1:]) as (j,):
                 body(batch + (i, j))
-            del k.tiles[t]
+            k.drop_tile(t)
 
 
 def _row_fusable(k: Kernel) -> Optional[tuple]:
@@ -259,7 +257,7 @@ def _row_fusable(k: Kernel) -> Optional[tuple]:
         role = OPS[node.op].role if node.op in OPS else "opaque"
         if node.op in MATERIALISED_OPS:
             # a reduction over the last axis of an S-shaped input is a row scalar
-            if k.shape(node.inputs[0]) != shape or not kernels.reduce_last_axis(k, node):
+            if k.shape(node.inputs[0]) != shape or not reductions.reduce_last_axis(k, node):
                 return None
             has_stats = True
             continue
@@ -291,15 +289,15 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
         for v in k.nodes:
             node = g.index.node[v]
             if node.op in STATS_OPS:
-                kernels.STATS[node.op](k, node, row=tuple(outer))
+                reductions.STATS[node.op](k, node, row=tuple(outer))
             elif node.op in MATERIALISED_OPS:
-                kernels.reduce_row(k, node, tuple(outer))
+                reductions.reduce_row(k, node, tuple(outer))
         with k.loops(shape[-1:]) as inner:
             idx = tuple(outer) + tuple(inner)
             for t in k.writes:
                 k.store(t, idx, k.value(t, idx))
     for t in set(k.tiles) - before:
-        del k.tiles[t]  # the row's tiles and row copies end with the row loop
+        k.drop_tile(t)  # the row's tiles and row copies end with the row loop
 
 
 def render_kernel(k: Kernel) -> str:
@@ -313,7 +311,7 @@ def render_kernel(k: Kernel) -> str:
             if e.node in forced:
                 raise EmitError(f"node {e.node!r}: internal error, tile read outside its tile") from None
             forced.add(e.node)
-            k.__init__(k.graph, k.nodes, k.gid, k.buffers, counters=k.counters, threads=k.threads)
+            k.reset()
 
 
 def _render_kernel(k: Kernel, forced: set) -> str:
@@ -321,7 +319,7 @@ def _render_kernel(k: Kernel, forced: set) -> str:
     k.materialised |= forced
     for v in k.nodes:
         op = g.index.node[v].op
-        if op not in OPS or op not in kernels.SUPPORTED:
+        if op not in OPS or op not in SUPPORTED:
             raise EmitError(f"node {v!r}: op {op!r} is not supported by the C emitter")
         for t in g.index.node[v].inputs + g.index.node[v].outputs:
             if t:
@@ -329,7 +327,7 @@ def _render_kernel(k: Kernel, forced: set) -> str:
     rows = _row_fusable(k) if not forced else None
     if rows is not None:
         _emit_rows(k, rows)
-        return _assemble(k)
+        return k.assemble()
     passes = _plan_passes(k)
     memo: dict = {}
     for p in passes:
@@ -339,9 +337,9 @@ def _render_kernel(k: Kernel, forced: set) -> str:
             if p[1] in k.materialised and node.op not in MATERIALISED_OPS:
                 _materialise_inline(k, node, deps)
             elif node.op in STATS_OPS:
-                kernels.STATS[node.op](k, node)
+                reductions.STATS[node.op](k, node)
             else:
-                kernels.reduce_pass(k, node)
+                reductions.reduce_pass(k, node)
         elif p[0] == "fwd":
             _emit_forward(k, p[1], p[2], _deps(k, p[1], memo))
         else:
@@ -349,7 +347,7 @@ def _render_kernel(k: Kernel, forced: set) -> str:
             deps = frozenset().union(*(_deps(k, t, memo) for t in ts))
             k.line(f"/* pass: {len(ts)} written tensor(s) of shape {list(shape)} */")
             _emit_loop(k, shape, deps, lambda idx, ts=ts: [k.store(t, idx, k.value(t, idx)) for t in ts])
-    return _assemble(k)
+    return k.assemble()
 
 
 def _materialise_inline(k: Kernel, node, deps) -> None:
@@ -360,5 +358,5 @@ def _materialise_inline(k: Kernel, node, deps) -> None:
     def body(idx):
         k.line(f"{arr}[{linear(k.shape(t), idx)}] = {k.value(t, idx)};")
     _emit_loop(k, k.shape(t), deps | {t}, body)
-    k.scratch[t] = arr
-    k.cache = {key: v for key, v in k.cache.items() if not (key[0] == "v" and key[1] == t)}
+    k.bind_scratch(t, arr)
+    k.forget(t)

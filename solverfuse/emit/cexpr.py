@@ -1,0 +1,128 @@
+"""C expressions and types: dtype -> C type, literals, row-major strides and offsets, broadcast
+index maps. The leaf of the emitter: every other emit module builds on it, it builds on none.
+
+>>> linear((4, 1, 8), ("i0", "0", "j")), lit(0.5, "float"), bmap(("i", "j"), (2, 3), (3,))
+('i0*8 + j', '0.5f', ('j',))
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..errors import EmitError
+from ..graph import Graph
+
+#: C type of each supported dtype (bool is one byte, as in NumPy).
+CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
+          "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t",
+          "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t"}
+
+
+def ctype(graph: Graph, tensor: str) -> str:
+    """C type of a tensor; EmitError for a dtype the emitter does not support.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"m": {"shape": [2], "dtype": "bool"}}, "inputs": ["m"],
+    ...     "outputs": ["y"], "nodes": [{"name": "n", "op": "Not", "inputs": ["m"], "outputs": ["y"]}]})
+    >>> ctype(g, "m"), ctype(g, "y")
+    ('uint8_t', 'uint8_t')
+    """
+    dtype = graph.tensors[tensor].dtype
+    if dtype not in CTYPES:
+        raise EmitError(f"tensor {tensor!r}: dtype {dtype} is not supported by the C emitter")
+    return CTYPES[dtype]
+
+
+def lit(value, ct: str) -> str:
+    """A C literal of type ``ct``.
+
+    >>> lit(0.5, "float"), lit(float("-inf"), "float"), lit(3, "int64_t"), lit(-2**63, "int64_t")
+    ('0.5f', '(-INFINITY)', '3', '(-9223372036854775807LL - 1)')
+    """
+    if ct in ("float", "double"):
+        v = float(value)
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        return repr(v) + ("f" if ct == "float" else "")
+    v = int(value)
+    if v == -2 ** 63:
+        return "(-9223372036854775807LL - 1)"
+    if v >= 2 ** 63:
+        return f"{v}ULL"
+    return str(v) if -2 ** 31 < v < 2 ** 31 else f"{v}LL"
+
+
+def is_simple(expr: str) -> bool:
+    """Whether a C expression is a bare name or integer (needs no temporary, no parentheses).
+
+    >>> is_simple("i3"), is_simple("-2"), is_simple("i + 1")
+    (True, True, False)
+    """
+    return expr.isidentifier() or expr.lstrip("-").isdigit()
+
+
+def strides(shape: Sequence[int]) -> list[int]:
+    """Row-major element strides.
+
+    >>> strides((2, 3, 4))
+    [12, 4, 1]
+    """
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def linear(shape: Sequence[int], idx: Sequence[str]) -> str:
+    """C expression of the row-major offset of ``idx`` in ``shape`` (size-1 dims skipped).
+
+    >>> linear((4, 1, 8), ("i0", "0", "j"))
+    'i0*8 + j'
+    """
+    terms = []
+    for d, s, i in zip(shape, strides(shape), idx):
+        if d == 1 or i == "0":
+            continue
+        i = i if is_simple(i) else f"({i})"
+        terms.append(i if s == 1 else f"{i}*{s}")
+    return " + ".join(terms) or "0"
+
+
+def bmap(idx: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int]) -> tuple[str, ...]:
+    """Index of a broadcast input (right-aligned; size-1 dims read index 0).
+
+    >>> bmap(("i", "j", "k"), (2, 3, 4), (3, 1))
+    ('j', '0')
+    """
+    r = len(out_shape) - len(in_shape)
+    return tuple("0" if d == 1 else idx[r + j] for j, d in enumerate(in_shape))
+
+
+def delinearize(lin: str, shape: Sequence[int]) -> tuple[str, ...]:
+    """Index expressions in ``shape`` of the row-major offset ``lin`` (a simple expression).
+
+    >>> delinearize("t", (2, 1, 4))
+    ('t / 4', '0', '(t) % 4')
+    """
+    out = []
+    for j, (d, s) in enumerate(zip(shape, strides(shape))):
+        if d == 1:
+            out.append("0")
+        else:
+            e = lin if s == 1 else f"{lin} / {s}"
+            out.append(e if j == 0 else f"({e}) % {d}")
+    return tuple(out)
+
+
+def attr_str(v, default: str) -> str:
+    """A string attribute (ONNX may give bytes).
+
+    >>> attr_str(b"SAME_UPPER", "NOTSET"), attr_str(None, "NOTSET")
+    ('SAME_UPPER', 'NOTSET')
+    """
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)

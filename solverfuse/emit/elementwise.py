@@ -1,0 +1,223 @@
+"""Elementwise, broadcasting and layout ops as C: each function gives the C expression of one
+output element, asking the kernel for its inputs at mapped indices (``k.value(tensor, idx)``).
+
+* ``UNARY`` -- one-input elementwise ops as templates ``(attrs, a, ctype) -> expr``;
+* ``NARY`` -- broadcasting ops ``(k, attrs, values, ctype, input ctypes) -> expr`` (broadcasting
+  is index arithmetic: a size-1 input dim reads index 0);
+* ``INDEX_MAPS`` -- layout ops (Transpose, Reshape, Slice, Concat, Split, ...) as index maps;
+* ``STRUCTURED`` -- broadcast ops with structure (BatchNormalization, Clip, Cast).
+
+>>> sorted(UNARY)[:4], "Concat" in INDEX_MAPS, sorted(STRUCTURED)
+(['Abs', 'Ceil', 'Cos', 'Elu'], True, ['BatchNormalization', 'Cast', 'Clip'])
+"""
+from __future__ import annotations
+
+import math
+
+from ..ops import slice_params, transpose_perm
+from .cexpr import attr_str, bmap, delinearize, linear, lit
+
+
+def input_specs(k, node) -> list:
+    """(shape, dtype) of each input of ``node`` ((None, None) for an omitted optional input): the
+    form the op table's parameter helpers (``slice_params``, ``reduce_axes``) take."""
+    return [(k.shape(t), k.graph.tensors[t].dtype) if t else (None, None) for t in node.inputs]
+
+
+# ---- elementwise: (attrs, a, ct) -> expr
+def _gelu(at, a, ct):
+    one, half = lit(1, ct), lit(0.5, ct)
+    if attr_str(at.get("approximate"), "none") == "tanh":
+        c = lit(math.sqrt(2 / math.pi), ct)
+        return f"({half} * {a} * ({one} + tanh({c} * ({a} + {lit(0.044715, ct)} * {a} * {a} * {a}))))"
+    return f"({half} * {a} * ({one} + erf({a} * {lit(1 / math.sqrt(2), ct)})))"
+
+
+UNARY = {
+    "Relu": lambda at, a, ct: f"({a} > 0 ? {a} : {lit(0, ct)})",
+    "Neg": lambda at, a, ct: f"(-{a})",
+    "Abs": lambda at, a, ct: f"({a} < 0 ? -{a} : {a})",
+    "Sqrt": lambda at, a, ct: f"sqrt({a})",
+    "Reciprocal": lambda at, a, ct: f"({lit(1, ct)} / {a})",
+    "Exp": lambda at, a, ct: f"exp({a})",
+    "Log": lambda at, a, ct: f"log({a})",
+    "Tanh": lambda at, a, ct: f"tanh({a})",
+    "Erf": lambda at, a, ct: f"erf({a})",
+    "Sin": lambda at, a, ct: f"sin({a})",
+    "Cos": lambda at, a, ct: f"cos({a})",
+    "Floor": lambda at, a, ct: f"floor({a})",
+    "Ceil": lambda at, a, ct: f"ceil({a})",
+    "Sigmoid": lambda at, a, ct: f"({lit(1, ct)} / ({lit(1, ct)} + exp(-{a})))",
+    "Identity": lambda at, a, ct: a,
+    "Not": lambda at, a, ct: f"(!{a})",
+    "Sign": lambda at, a, ct: f"({ct})(({a} > 0) - ({a} < 0))",
+    "LeakyRelu": lambda at, a, ct: f"({a} < 0 ? {lit(at.get('alpha', 0.01), ct)} * {a} : {a})",
+    "Elu": lambda at, a, ct: f"({a} < 0 ? {lit(at.get('alpha', 1.0), ct)} * (exp({a}) - {lit(1, ct)}) : {a})",
+    "HardSigmoid": lambda at, a, ct: (f"fmax({lit(0, ct)}, fmin({lit(1, ct)}, {lit(at.get('alpha', 0.2), ct)}"
+                                       f" * {a} + {lit(at.get('beta', 0.5), ct)}))"),
+    "Softplus": lambda at, a, ct: f"log({lit(1, ct)} + exp({a}))",
+    "Gelu": _gelu,
+}
+
+
+# ---- broadcasting: (k, attrs, [values], ct, [input ctypes]) -> expr
+def _fold(k, vals, ct, pick):
+    acc = vals[0]
+    for v in vals[1:]:
+        acc = k.tmp(ct, pick(acc, v))
+    return acc
+
+
+def _mod(k, at, v, ct, cts):
+    a, b = v
+    if at.get("fmod", 0):
+        return f"fmod({a}, {b})"
+    r = k.tmp(ct, f"fmod({a}, {b})" if ct in ("float", "double") else f"{a} % {b}")
+    return f"(({r} != 0 && (({r} < 0) != ({b} < 0))) ? {r} + {b} : {r})"
+
+
+NARY = {
+    "Add": lambda k, at, v, ct, cts: f"{v[0]} + {v[1]}",
+    "Sub": lambda k, at, v, ct, cts: f"{v[0]} - {v[1]}",
+    "Mul": lambda k, at, v, ct, cts: f"{v[0]} * {v[1]}",
+    "Div": lambda k, at, v, ct, cts: f"{v[0]} / {v[1]}",
+    "Pow": lambda k, at, v, ct, cts: f"({ct})pow({v[0]}, {v[1]})",
+    "Sum": lambda k, at, v, ct, cts: " + ".join(v),
+    "Mean": lambda k, at, v, ct, cts: f"({' + '.join(v)}) / {lit(len(v), ct)}",
+    "Max": lambda k, at, v, ct, cts: _fold(k, v, ct, lambda a, b: f"({a} > {b} ? {a} : {b})"),
+    "Min": lambda k, at, v, ct, cts: _fold(k, v, ct, lambda a, b: f"({a} < {b} ? {a} : {b})"),
+    "PRelu": lambda k, at, v, ct, cts: f"({v[0]} < 0 ? {v[0]} * {v[1]} : {v[0]})",
+    "And": lambda k, at, v, ct, cts: f"({v[0]} && {v[1]})",
+    "Or": lambda k, at, v, ct, cts: f"({v[0]} || {v[1]})",
+    "Mod": _mod,
+    "Equal": lambda k, at, v, ct, cts: f"({v[0]} == {v[1]})",
+    "Less": lambda k, at, v, ct, cts: f"({v[0]} < {v[1]})",
+    "Greater": lambda k, at, v, ct, cts: f"({v[0]} > {v[1]})",
+    "LessOrEqual": lambda k, at, v, ct, cts: f"({v[0]} <= {v[1]})",
+    "GreaterOrEqual": lambda k, at, v, ct, cts: f"({v[0]} >= {v[1]})",
+    "Where": lambda k, at, v, ct, cts: f"({v[0]} ? {v[1]} : {v[2]})",
+}
+
+
+# ---- layout ops as index maps: (k, node, pos, idx) -> expr
+def _reshape_like(k, node, pos, idx):
+    x, out = node.inputs[0], node.outputs[pos]
+    for t in node.inputs[1:]:
+        if t:
+            k.param_values(t)
+    xs, os_ = k.shape(x), k.shape(out)
+    if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
+        it = iter([i for i, d in zip(idx, os_) if d != 1])
+        return k.value(x, tuple("0" if d == 1 else next(it) for d in xs))
+    return k.value(x, delinearize(k.index(linear(os_, idx)), xs))
+
+
+def _transpose(k, node, pos, idx):
+    perm = transpose_perm(node.attributes, len(idx))
+    src = ["0"] * len(idx)
+    for j, p in enumerate(perm):
+        src[p] = idx[j]
+    return k.value(node.inputs[0], tuple(src))
+
+
+def _expand(k, node, pos, idx):
+    k.param_values(node.inputs[1])
+    return k.value(node.inputs[0], bmap(idx, k.shape(node.outputs[0]), k.shape(node.inputs[0])))
+
+
+def _slice(k, node, pos, idx):
+    values = [k.param_values(t) if (i and t) else None for i, t in enumerate(node.inputs)]
+    src = list(idx)
+    for a, s, _e, st in slice_params(node.attributes, input_specs(k, node), values):
+        src[a] = str(s) if idx[a] == "0" else f"{s} + {st}*{idx[a]}" if st != 1 else f"{s} + {idx[a]}"
+    return k.value(node.inputs[0], tuple(src))
+
+
+def _concat(k, node, pos, idx):
+    out = node.outputs[0]
+    axis = node.attributes.get("axis", 0) % len(idx)
+    parts, off = [], 0
+    for t in node.inputs:
+        size = k.shape(t)[axis]
+        if size:
+            parts.append((t, off, size))
+        off += size
+    if len(parts) == 1:
+        t, o, _ = parts[0]
+        return k.value(t, idx[:axis] + (f"{idx[axis]} - {o}" if o else idx[axis],) + idx[axis + 1:])
+    res = k.fresh("c")
+    k.line(f"{k.ct(out)} {res} = 0;")
+    for n, (t, o, size) in enumerate(parts):
+        cond = f"({idx[axis]} < {o + size})"
+        header = f"if {cond}" if n == 0 else f"else if {cond}" if n < len(parts) - 1 else "else"
+        with k.block(header):
+            v = k.value(t, idx[:axis] + (f"{idx[axis]} - {o}" if o else idx[axis],) + idx[axis + 1:])
+            k.line(f"{res} = {v};")
+    return res
+
+
+def _split(k, node, pos, idx):
+    if len(node.inputs) > 1 and node.inputs[1]:
+        k.param_values(node.inputs[1])
+    axis = node.attributes.get("axis", 0) % len(idx)
+    off = sum(k.shape(t)[axis] for t in node.outputs[:pos])
+    return k.value(node.inputs[0], idx[:axis] + (f"{idx[axis]} + {off}" if off else idx[axis],) + idx[axis + 1:])
+
+
+def _identity(k, node, pos, idx):
+    if pos == 1:
+        return "1"  # Dropout's mask at inference: every element kept
+    return k.value(node.inputs[0], idx)
+
+
+def _shape_op(k, node, pos, idx):
+    dims = ", ".join(str(d) for d in k.shape(node.inputs[0])) or "0"
+    return f"((const int64_t[]){{{dims}}})[{idx[0]}]"
+
+
+def _constant_of_shape(k, node, pos, idx):
+    k.param_values(node.inputs[0])
+    v = node.attributes.get("value", 0)
+    while isinstance(v, (list, tuple)):
+        v = v[0] if v else 0
+    return lit(v, k.ct(node.outputs[0]))
+
+
+INDEX_MAPS = {"Reshape": _reshape_like, "Flatten": _reshape_like, "Squeeze": _reshape_like,
+              "Unsqueeze": _reshape_like, "Transpose": _transpose, "Expand": _expand,
+              "Slice": _slice, "Concat": _concat, "Split": _split, "Identity": _identity,
+              "Dropout": _identity, "Shape": _shape_op, "ConstantOfShape": _constant_of_shape}
+
+
+# ---- broadcast ops with structure
+def _batchnorm(k, node, pos, idx):
+    at = node.attributes
+    ct = k.ct(node.outputs[0])
+    c = (idx[1],) if len(idx) > 1 else ("0",)
+    x = k.value(node.inputs[0], idx)
+    s, b, m, v = (k.value(t, c) for t in node.inputs[1:5])
+    return f"({x} - {m}) * ({s} / sqrt({v} + {lit(at.get('epsilon', 1e-5), ct)})) + {b}"
+
+
+def _clip(k, node, pos, idx):
+    ct = k.ct(node.outputs[0])
+    a = k.value(node.inputs[0], idx)
+    lo = k.value(node.inputs[1], ()) if len(node.inputs) > 1 and node.inputs[1] else \
+        (lit(node.attributes["min"], ct) if "min" in node.attributes else None)
+    hi = k.value(node.inputs[2], ()) if len(node.inputs) > 2 and node.inputs[2] else \
+        (lit(node.attributes["max"], ct) if "max" in node.attributes else None)
+    if lo is not None:
+        a = k.tmp(ct, f"({a} < {lo} ? {lo} : {a})")
+    if hi is not None:
+        a = k.tmp(ct, f"({a} > {hi} ? {hi} : {a})")
+    return a
+
+
+def _cast(k, node, pos, idx):
+    a = k.value(node.inputs[0], idx)
+    if k.graph.tensors[node.outputs[0]].dtype == "bool":
+        return f"({a} != 0)"
+    return f"({k.ct(node.outputs[0])}){a}"
+
+
+STRUCTURED = {"BatchNormalization": _batchnorm, "Clip": _clip, "Cast": _cast}

@@ -1,0 +1,296 @@
+"""The kernel builder: the C function of one group being written -- its lines and loop nesting,
+scalar temporaries with common-subexpression sharing, global loads/stores, kernel-local scratch,
+anchor tiles -- and :meth:`Kernel.assemble`, which turns it into the function text.
+
+It does not know any op: :meth:`Kernel.value` asks the ``lower`` function it was built with
+(:func:`solverfuse.emit.lowering.code_for_op`) for an in-group producer's element, so op
+lowerings build on this module and never the other way round. Everything a lowering or the
+schedule changes goes through a method here (``line``/``open``/``close``/``block``/``loops``,
+``bind``/``forget``, ``set_tile``/``drop_tile``, ``bind_scratch``, ``use_helper``, ``reset``).
+
+>>> from solverfuse.graph import load_graph
+>>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+>>> k = Kernel(g, ["r"], 0, {"x": 0, "y": 1}, counters=False, threads=1,
+...            lower=lambda k, node, pos, idx: f"fmaxf({k.value(node.inputs[0], idx)}, 0)")
+>>> with k.loops([4]) as (i,):
+...     k.store("y", (i,), k.value("y", (i,)))
+>>> [ln.strip() for ln in k.lines][1:4]
+['const float v2 = b0[i1];', 'const float v3 = fmaxf(v2, 0);', 'b1[i1] = v3;']
+>>> k.assemble().splitlines()[3].strip()
+'const float *restrict b0 = (const float *)B[0];'
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator, Optional, Sequence
+
+from .. import cost
+from ..graph import Graph
+from .cexpr import ctype, is_simple, linear, lit
+
+#: ``lower(kernel, node, output position, index) -> C expression`` of one output element.
+Lowering = Callable[..., str]
+
+
+class UntiledRead(Exception):
+    """An anchor's output was read at an index outside its current tile (e.g. through a channel
+    shuffle): the schedule materialises that anchor instead of recomputing it per element."""
+
+    def __init__(self, node: str):
+        super().__init__(node)
+        self.node = node
+
+
+#: Ops whose output an untiled read must not recompute per element (an inner product each).
+_RECOMPUTE_EXPENSIVE = ("Conv", "MatMul", "Gemm")
+
+
+class Kernel:
+    """The C function of one group: buffers, loops, scalar temporaries with CSE, scratch.
+
+    ``stats`` (row statistics of Softmax/LayerNorm, filled by :mod:`~solverfuse.emit.reductions`)
+    and ``materialised`` (nodes given a pass of their own, decided by
+    :mod:`~solverfuse.emit.schedule`) are slots each owned by that one module."""
+
+    def __init__(self, graph: Graph, nodes: Sequence[str], gid: int, buffers: dict[str, int], *,
+                 counters: bool, threads: int, lower: Lowering):
+        self.graph, self.gid, self.buffers = graph, gid, buffers
+        self.nodes = sorted(nodes, key=graph.index.position.__getitem__)
+        self.members = set(nodes)
+        self.reads = cost.group_reads(graph, nodes)
+        self.writes = cost.group_writes(graph, nodes)
+        self.counters, self.threads = counters, threads
+        self.lower = lower
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything written so far (the schedule renders the group again)."""
+        self.lines: list[str] = []
+        self.depth = 1
+        self.cache: dict = {}
+        self.saved: list[dict] = []               # caches of the blocks opened with open()
+        self.n = 0
+        self.used: dict[int, str] = {}           # buffer index -> "r"/"w"
+        self.scratch: dict[str, str] = {}         # tensor -> C array
+        self.scratch_decl: list[tuple[str, str, int]] = []
+        self.stats: dict[str, dict[str, str]] = {}  # node -> statistic -> C array
+        self.materialised: set[str] = set()       # nodes computed by a pass of their own
+        self.tiles: dict[str, tuple] = {}         # anchor tensor -> (row index prefix, tile array, rank)
+        self.checked: list[str] = []              # parameter tensors checked against compiled values
+        self.helpers: set[str] = set()            # shared helper functions the kernel calls
+
+    # ---- text
+    def fresh(self, prefix: str) -> str:
+        """A new C name ``prefix<n>``."""
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def line(self, text: str) -> None:
+        """One line at the current nesting depth."""
+        self.lines.append("    " * self.depth + text)
+
+    def pragma(self, text: str) -> None:
+        """A preprocessor line (column 0)."""
+        self.lines.append(text)
+
+    def open(self, header: str) -> None:
+        """``header {``; the temporaries declared until the matching :meth:`close` are forgotten then."""
+        self.line(header + " {")
+        self.saved.append(dict(self.cache))
+        self.depth += 1
+
+    def close(self) -> None:
+        """``}`` of the innermost :meth:`open`."""
+        self.depth -= 1
+        self.cache = self.saved.pop()
+        self.line("}")
+
+    @contextlib.contextmanager
+    def block(self, header: str) -> Iterator[None]:
+        """``header {`` ... ``}``; temporaries declared inside are forgotten after it."""
+        self.open(header)
+        try:
+            yield
+        finally:
+            self.close()
+
+    @contextlib.contextmanager
+    def loops(self, shape: Sequence[int], parallel: bool = False,
+              simd: Optional[str] = None) -> Iterator[tuple[str, ...]]:
+        """Nested loops over ``shape`` (size-1 dims get index ``0``); yields the index tuple.
+        ``simd`` (e.g. ``"reduction(+:s)"``) marks the innermost loop ``#pragma omp simd``: a
+        reduction the compiler may then reorder into vector lanes (it may not without it)."""
+        idx, dims = [], []
+        for d in shape:
+            if d == 1:
+                idx.append("0")
+            else:
+                v = self.fresh("i")
+                idx.append(v)
+                dims.append((v, d))
+        if parallel and self.threads > 1 and dims:
+            self.line(f"#pragma omp parallel for collapse({min(len(dims), 3)}) schedule(static) "
+                      f"num_threads({self.threads})")
+        mark = None
+        with contextlib.ExitStack() as stack:
+            for n, (v, d) in enumerate(dims):
+                if simd is not None and n == len(dims) - 1:
+                    mark = len(self.lines)
+                    self.line(f"#pragma omp simd {simd}")
+                stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
+            yield tuple(idx)
+        if mark is not None and any("#pragma omp" in ln for ln in self.lines[mark + 1:]):
+            del self.lines[mark]  # no OpenMP construct may be nested in a simd loop
+
+    def tmp(self, ct: str, expr: str, prefix: str = "v") -> str:
+        """``expr`` as a const temporary of type ``ct`` (itself when already simple)."""
+        if is_simple(expr):
+            return expr
+        name = self.fresh(prefix)
+        self.line(f"const {ct} {name} = {expr};")
+        return name
+
+    def index(self, expr: str) -> str:
+        """An index expression as a (shared) temporary when it is not already simple."""
+        if is_simple(expr):
+            return expr
+        key = ("idx", expr)
+        if key not in self.cache:
+            self.cache[key] = self.tmp("long", expr, "t")
+        return self.cache[key]
+
+    # ---- global memory
+    def ptr(self, tensor: str, mode: str) -> str:
+        """The kernel's pointer to a global buffer, marked read (``"r"``) or written (``"w"``)."""
+        b = self.buffers[tensor]
+        self.used[b] = mode
+        return f"b{b}"
+
+    def load(self, tensor: str, idx: Sequence[str]) -> str:
+        """C expression of a global element (counted in instrumented builds)."""
+        p = self.ptr(tensor, "r")
+        off = linear(self.graph.tensors[tensor].shape, idx)
+        return f"SFR({p}, {self.buffers[tensor]}, {off})" if self.counters else f"{p}[{off}]"
+
+    def store(self, tensor: str, idx: Sequence[str], value: str) -> None:
+        """Store ``value`` to a global element (counted in instrumented builds)."""
+        p = self.ptr(tensor, "w")
+        off = linear(self.graph.tensors[tensor].shape, idx)
+        target = f"SFW({p}, {self.buffers[tensor]}, {off})" if self.counters else f"{p}[{off}]"
+        self.line(f"{target} = {value};")
+
+    def alloc(self, ct: str, n: int, why: str) -> str:
+        """A kernel-local scratch array of ``n`` elements (allocated on entry, freed on exit)."""
+        name = self.fresh("s")
+        self.scratch_decl.append((ct, name, n))
+        self.line(f"/* {name}: kernel-local scratch, {why} */")
+        return name
+
+    def use_helper(self, name: str) -> None:
+        """The kernel calls the shared C helper ``name`` (:func:`solverfuse.emit.ctext.helper_text`)."""
+        self.helpers.add(name)
+
+    # ---- values
+    def ct(self, tensor: str) -> str:
+        """C type of a tensor."""
+        return ctype(self.graph, tensor)
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        """Shape of a tensor."""
+        return tuple(self.graph.tensors[tensor].shape)
+
+    def bind(self, tensor: str, idx: Sequence[str], value: str) -> None:
+        """From here on (in this block), ``tensor`` at ``idx`` is the C expression ``value``."""
+        key = tuple("0" if d == 1 else i for i, d in zip(idx, self.shape(tensor)))
+        self.cache[("v", tensor, key)] = value
+
+    def forget(self, tensor: str) -> None:
+        """Drop every value of ``tensor`` computed so far (it is read from scratch from now on)."""
+        self.cache = {key: v for key, v in self.cache.items() if not (key[0] == "v" and key[1] == tensor)}
+
+    def bind_scratch(self, tensor: str, array: str) -> None:
+        """From here on, ``tensor`` is read from the kernel-local array ``array``."""
+        self.scratch[tensor] = array
+
+    def set_tile(self, tensor: str, prefix: tuple, array: str, rank: int) -> None:
+        """``tensor`` at (prefix..., j...) is ``array[linear(j...)]`` over its last ``rank`` dims."""
+        self.tiles[tensor] = (prefix, array, rank)
+
+    def has_tile(self, tensor: str) -> bool:
+        """Whether ``tensor`` currently has a tile (or row copy)."""
+        return tensor in self.tiles
+
+    def drop_tile(self, tensor: str) -> None:
+        """The tile of ``tensor`` ends (its loop closed)."""
+        del self.tiles[tensor]
+
+    def value(self, tensor: str, idx: Sequence[str]) -> str:
+        """C expression (a temporary) of ``tensor`` at ``idx``, computing it if it is in-group."""
+        idx = tuple("0" if d == 1 else self.index(i) for i, d in zip(idx, self.shape(tensor)))
+        key = ("v", tensor, idx)
+        if key in self.cache:
+            return self.cache[key]
+        tile = self.tiles.get(tensor)
+        if tile is not None:
+            if idx[:-tile[2]] == tile[0]:
+                return f"{tile[1]}[{linear(self.shape(tensor)[-tile[2]:], idx[-tile[2]:])}]"
+            producer = self.graph.index.producer.get(tensor)
+            if producer in self.members and tensor not in self.scratch \
+                    and self.graph.index.node[producer].op in _RECOMPUTE_EXPENSIVE:
+                raise UntiledRead(producer)  # else it would be recomputed per element
+        ct = self.ct(tensor)
+        producer = self.graph.index.producer.get(tensor)
+        if tensor in self.scratch:
+            expr = f"{self.scratch[tensor]}[{linear(self.shape(tensor), idx)}]"
+        elif producer is None or producer not in self.members:
+            expr = self.load(tensor, idx)
+        else:
+            node = self.graph.index.node[producer]
+            expr = self.lower(self, node, node.outputs.index(tensor), idx)
+        out = self.tmp(ct, expr)
+        self.cache[key] = out
+        return out
+
+    def param_values(self, tensor: str):
+        """The compiled-in value of a shape/axes parameter input; the kernel checks it at run time
+        (so a program is never run with parameters it was not built for)."""
+        if tensor and tensor not in self.checked and tensor in self.buffers \
+                and self.graph.index.producer.get(tensor) not in self.members:
+            self.checked.append(tensor)
+        return self.graph.constant_value(tensor)
+
+    # ---- the function
+    def assemble(self) -> str:
+        """The C function ``k<gid>``: buffer pointers, parameter checks, scratch, the body."""
+        g = self.graph
+        head = [f"SF_NOINLINE static int k{self.gid}(void *const *B)", "{", "    (void)B;"]
+        for b, mode in sorted(self.used.items()):
+            t = next(t for t, i in self.buffers.items() if i == b)
+            ct = ctype(g, t)
+            if mode == "r":
+                head.append(f"    const {ct} *restrict b{b} = (const {ct} *)B[{b}];")
+            else:
+                head.append(f"    {ct} *restrict b{b} = ({ct} *)B[{b}];")
+        for t in self.checked:
+            b = self.buffers[t]
+            value = g.constant_value(t)
+            if b not in self.used:
+                ct = ctype(g, t)
+                head.append(f"    const {ct} *restrict b{b} = (const {ct} *)B[{b}];")
+                self.used[b] = "r"
+            flat = value.reshape(-1)
+            ct = ctype(g, t)
+            head.append(f"    static const {ct} p{b}[{max(len(flat), 1)}] = "
+                        f"{{{', '.join(lit(x, ct) for x in flat.tolist()) or '0'}}};")
+            ld = f"SFR(b{b}, {b}, q)" if self.counters else f"b{b}[q]"
+            head.append(f"    for (long q = 0; q < {len(flat)}; q++) if ({ld} != p{b}[q]) return 1;")
+        for ct, name, n in self.scratch_decl:
+            head.append(f"    {ct} *{name} = ({ct} *)malloc(sizeof({ct}) * {max(n, 1)});")
+        tail = []
+        if self.scratch_decl:
+            names = [name for _, name, _ in self.scratch_decl]
+            head.append(f"    if ({' || '.join('!' + n for n in names)}) {{ "
+                        + " ".join(f"free({n});" for n in names) + " return 2; }")
+            tail = [f"    free({n});" for n in names]
+        return "\n".join(head + self.lines + tail + ["    return 0;", "}"])

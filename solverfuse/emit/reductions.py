@@ -1,0 +1,257 @@
+"""Reductions as C: row statistics of Softmax / LogSoftmax / LayerNormalization (a pass of their
+own into scratch arrays indexed by row, or scalars inside a row loop) and the expression of each
+output element from them (``STATS``, ``STATS_EXPR``); Reduce* and global pooling as a pass over
+the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`).
+
+>>> sorted(STATS), sorted(REDUCE_OPS)[:3]
+(['LayerNormalization', 'LogSoftmax', 'Softmax'], ['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2'])
+"""
+from __future__ import annotations
+
+from ..ops import numel, reduce_axes
+from .cexpr import bmap, linear
+from .elementwise import input_specs
+
+
+# ---- reductions: statistics passes and reduced outputs
+def _row_index(k, node, idx, rshape):
+    return linear(rshape, tuple("0" if d == 1 else i for i, d in zip(idx, rshape)))
+
+
+def _softmax_loops(k, x, at, n, row=None):
+    """Row max ``m`` then ``s`` = sum of exp(x - m) (double accumulator): two loops the compiler
+    vectorises (vector exp, lane-wise max and sum), where one online loop could not be."""
+    copy = _row_copy(k, x) if row is not None else None
+    m, s = k.fresh("m"), k.fresh("s")
+    k.line(f"float {m} = -INFINITY; double {s} = 0;")
+    with k.loops([n], simd=f"reduction(max:{m})") as (j,):
+        v = k.value(x, at(j))
+        k.line(f"if ({v} > {m}) {m} = {v};")
+        if copy is not None:
+            k.line(f"{copy}[{j}] = {v};")
+    _row_copied(k, x, row, copy)
+    with k.loops([n], simd=f"reduction(+:{s})") as (j,):
+        k.line(f"{s} += exp({k.value(x, at(j))} - {m});")
+    return m, s
+
+
+def softmax_stats(k, node, row=None):
+    """Row max and normaliser of a (Log)Softmax: into scratch arrays indexed by row (a pass of
+    its own), or -- ``row`` given, inside a row loop -- into two scalars of that row."""
+    x = node.inputs[0]
+    shape = k.shape(x)
+    axis = node.attributes.get("axis", -1) % len(shape)
+    rshape = tuple(1 if i == axis else d for i, d in enumerate(shape))
+    if row is not None:
+        m, s = _softmax_loops(k, x, lambda j: tuple(row) + (j,), shape[axis], tuple(row))
+        a, b = k.fresh("rmax"), k.fresh("rnorm")
+        if node.op == "Softmax":
+            k.line(f"const float {a} = {m}, {b} = (float)(1.0 / {s});")
+        else:
+            k.line(f"const float {a} = (float)((double){m} + log({s}));")
+        k.stats[node.name] = {"a": a, "b": b, "row": True}
+        return
+    mx, sm = k.alloc("float", numel(rshape), "row max"), k.alloc("float", numel(rshape), "row normaliser")
+    k.line(f"/* pass: {node.op} row statistics (online max and sum of exponentials) */")
+    with k.loops(rshape, parallel=True) as idx:
+        m, s = _softmax_loops(k, x, lambda j: idx[:axis] + (j,) + idx[axis + 1:], shape[axis])
+        r = linear(rshape, idx)
+        if node.op == "Softmax":
+            k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = (float)(1.0 / {s});")
+        else:
+            k.line(f"{mx}[{r}] = (float)((double){m} + log({s}));")
+    k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape}
+
+
+def _ln_row(k, x, idx, axis, shape, eps):
+    """Mean and 1/stddev over shape[axis:] at row ``idx``: C expressions (double accumulation)."""
+    n = numel(shape[axis:])
+    s, q, mu = k.fresh("s"), k.fresh("q"), k.fresh("mu")
+    k.line(f"double {s} = 0, {q} = 0;")
+    with k.loops(shape[axis:], simd=f"reduction(+:{s},{q})") as inner:
+        v = k.value(x, tuple(idx[:axis]) + tuple(inner))
+        k.line(f"{s} += {v}; {q} += (double){v} * {v};")
+    k.line(f"const double {mu} = {s} / {n};")
+    return f"(float){mu}", f"(float)(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}))"
+
+
+def layernorm_stats(k, node, row=None):
+    """Row mean and 1/stddev of a LayerNormalization (scratch arrays, or scalars in a row loop)."""
+    x = node.inputs[0]
+    shape = k.shape(x)
+    axis = node.attributes.get("axis", -1) % len(shape)
+    rshape = tuple(shape[:axis]) + (1,) * (len(shape) - axis)
+    eps = node.attributes.get("epsilon", 1e-5)
+    if row is not None:
+        mexpr, iexpr = _ln_row(k, x, tuple(row) + ("0",) * (len(shape) - len(row)), axis, shape, eps)
+        a, b = k.fresh("rmean"), k.fresh("ristd")
+        k.line(f"const float {a} = {mexpr}, {b} = {iexpr};")
+        k.stats[node.name] = {"a": a, "b": b, "row": True}
+        return
+    mean, inv = k.alloc("float", numel(rshape), "row mean"), k.alloc("float", numel(rshape), "row 1/stddev")
+    k.line("/* pass: LayerNormalization row statistics */")
+    with k.loops(rshape, parallel=True) as idx:
+        mexpr, iexpr = _ln_row(k, x, idx, axis, shape, eps)
+        r = linear(rshape, idx)
+        k.line(f"{mean}[{r}] = {mexpr};")
+        k.line(f"{inv}[{r}] = {iexpr};")
+    k.stats[node.name] = {"a": mean, "b": inv, "shape": rshape}
+
+
+STATS = {"Softmax": softmax_stats, "LogSoftmax": softmax_stats, "LayerNormalization": layernorm_stats}
+
+
+def _stat(k, node, idx):
+    """C expressions of a reduction's two statistics for the row of ``idx``."""
+    st = k.stats[node.name]
+    if st.get("row"):
+        return st["a"], st.get("b")
+    r = k.index(_row_index(k, node, idx, st["shape"]))
+    return f"{st['a']}[{r}]", f"{st['b']}[{r}]"
+
+
+def _softmax_expr(k, node, pos, idx):
+    a, b = _stat(k, node, idx)
+    x = k.value(node.inputs[0], idx)
+    if node.op == "Softmax":
+        return f"exp({x} - {a}) * {b}"
+    return f"({x} - {a})"
+
+
+def _layernorm_expr(k, node, pos, idx):
+    a, b = _stat(k, node, idx)
+    if pos == 1:
+        return a
+    if pos == 2:
+        return b
+    out = k.shape(node.outputs[0])
+    x = k.value(node.inputs[0], idx)
+    sc = k.value(node.inputs[1], bmap(idx, out, k.shape(node.inputs[1])))
+    expr = f"({x} - {a}) * {b} * {sc}"
+    if len(node.inputs) > 2 and node.inputs[2]:
+        expr += f" + {k.value(node.inputs[2], bmap(idx, out, k.shape(node.inputs[2])))}"
+    return expr
+
+
+STATS_EXPR = {"Softmax": _softmax_expr, "LogSoftmax": _softmax_expr, "LayerNormalization": _layernorm_expr}
+
+_ACC = {"ReduceSum": "sum", "ReduceMean": "mean", "GlobalAveragePool": "mean", "ReduceMax": "max",
+        "GlobalMaxPool": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceL2": "l2",
+        "ReduceSumSquare": "sumsq"}
+
+
+def _reduce_setup(k, node):
+    """(axes, keepdims, accumulator kind) of a Reduce*/Global*Pool node."""
+    xs = k.shape(node.inputs[0])
+    if node.op.startswith("Global"):
+        return list(range(2, len(xs))), 1, _ACC[node.op]
+    values = [None] + [k.param_values(u) if u else None for u in node.inputs[1:]]
+    return reduce_axes(node.attributes, input_specs(k, node), values), node.attributes.get("keepdims", 1), _ACC[node.op]
+
+
+def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None):
+    """Accumulate the reduction at output index ``idx`` (an inner loop over the reduced axes);
+    returns the C expression of the reduced value. ``row_copy`` (an array) also receives each
+    input value of a last-axis reduction, so later ops of the row need not recompute it."""
+    x, t = node.inputs[0], node.outputs[0]
+    xs, ct = k.shape(x), k.ct(t)
+    floaty = ct in ("float", "double")
+    if keep:
+        base = [None if i in axes else idx[i] for i in range(len(xs))]
+    else:
+        it = iter(idx)
+        base = [None if i in axes else next(it) for i in range(len(xs))]
+    acc = k.fresh("acc")
+    at = ("double" if floaty else "int64_t") if kind in ("sum", "mean", "l2", "sumsq", "prod") else ct
+    init = {"prod": "1", "max": "-INFINITY" if floaty else None, "min": "INFINITY" if floaty else None}.get(kind, "0")
+    flag = None
+    if init is None:
+        flag = k.fresh("f")
+        k.line(f"{at} {acc} = 0; int {flag} = 1;")
+    else:
+        k.line(f"{at} {acc} = {init};")
+    simd = {"sum": "+", "mean": "+", "l2": "+", "sumsq": "+", "prod": "*"}.get(kind)
+    if kind in ("max", "min") and flag is None:
+        simd = kind
+    with k.loops([xs[a] for a in axes], simd=simd and f"reduction({simd}:{acc})") as red:
+        full = list(base)
+        for a, r in zip(axes, red):
+            full[a] = r
+        v = k.value(x, tuple(full))
+        if row_copy is not None:
+            k.line(f"{row_copy}[{red[-1]}] = {v};")
+        if kind in ("sum", "mean"):
+            k.line(f"{acc} += {v};")
+        elif kind in ("l2", "sumsq"):
+            k.line(f"{acc} += ({at}){v} * {v};")
+        elif kind == "prod":
+            k.line(f"{acc} *= {v};")
+        else:
+            cmp = ">" if kind == "max" else "<"
+            cond = f"{flag} || {v} {cmp} {acc}" if flag else f"{v} {cmp} {acc}"
+            k.line(f"if ({cond}) {{ {acc} = {v};{f' {flag} = 0;' if flag else ''} }}")
+    n = numel([xs[a] for a in axes])
+    return {"mean": f"({ct})({acc} / {max(n, 1)})", "l2": f"({ct})sqrt({acc})"}.get(kind, f"({ct}){acc}")
+
+
+def reduce_pass(k, node):
+    """Reduce*/Global*Pool: a loop over the reduced output, an inner loop over the reduced axes.
+    Writes straight to global memory when nothing in the group reads the result."""
+    t = node.outputs[0]
+    os_, ct = k.shape(t), k.ct(t)
+    axes, keep, kind = _reduce_setup(k, node)
+    direct = t in k.writes and not any(c in k.members for c in k.graph.index.consumers.get(t, []))
+    dest = None if direct else k.alloc(ct, numel(os_), f"{node.op} result read by later ops")
+    k.line(f"/* pass: {node.op} */")
+    with k.loops(os_, parallel=True) as idx:
+        res = _reduce_value(k, node, idx, axes, keep, kind)
+        if direct:
+            k.store(t, idx, res)
+        else:
+            k.line(f"{dest}[{linear(os_, idx)}] = {res};")
+    if not direct:
+        k.bind_scratch(t, dest)
+
+
+def reduce_last_axis(k, node) -> bool:
+    """Whether a Reduce* reduces exactly the last axis of its input (a row reduction)."""
+    if node.op.startswith("Global"):
+        return False
+    axes, _, _ = _reduce_setup(k, node)
+    return list(axes) == [len(k.shape(node.inputs[0])) - 1]
+
+
+def reduce_row(k, node, row) -> None:
+    """Inside a row loop: the row's reduced value of a last-axis Reduce* as a scalar, registered
+    as the value of its output at this row (so later ops of the row read the scalar)."""
+    t = node.outputs[0]
+    axes, keep, kind = _reduce_setup(k, node)
+    idx = tuple(row) + (("0",) if keep else ())
+    copy = _row_copy(k, node.inputs[0])
+    v = k.tmp(k.ct(t), _reduce_value(k, node, idx, axes, keep, kind, copy), "red")
+    _row_copied(k, node.inputs[0], row, copy)
+    k.bind(t, idx, v)
+
+
+def _row_copy(k, x):
+    """A row array for the in-group tensor ``x`` that a row reduction reads and other ops of the
+    group read again (a softmax's exp(x - max)): filled by the reduction's loop, then read
+    instead of recomputing the chain (None when x is a global load, a tile, or read once)."""
+    g = k.graph
+    if g.index.producer.get(x) not in k.members or k.has_tile(x):
+        return None
+    if x not in k.writes and sum(c in k.members for c in g.index.consumers.get(x, [])) < 2:
+        return None
+    arr = k.fresh("R")
+    k.line(f"{k.ct(x)} {arr}[{k.shape(x)[-1]}];")
+    return arr
+
+
+def _row_copied(k, x, row, arr):
+    """From here on (in this row), ``x`` at (row, j) is ``arr[j]``."""
+    if arr is not None:
+        k.set_tile(x, tuple("0" if n == 1 else k.index(i) for i, n in zip(row, k.shape(x)[:-1])), arr, 1)
+
+
+#: The Reduce*/Global*Pool ops (computed by a pass of their own, or as a row scalar).
+REDUCE_OPS = frozenset(_ACC)
