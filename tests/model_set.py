@@ -76,8 +76,8 @@ def lighten(model):
 def materialise(model, seed: int = 0, scale: float = 0.05):
     """A copy of a lightened model with seeded random data in place of each light initializer.
 
-    Data depend only on (seed, tensor name); LayerNorm-like 1-D weights get 1 + noise so
-    normalised activations keep their scale.
+    Data depend only on (seed, tensor name); weights are N(0, 1/fan_in) so activations keep
+    their scale through the network; 1-D ones (norm scales, variances) get 1 + N(0, scale).
     """
     import hashlib
     import onnx
@@ -98,8 +98,15 @@ def materialise(model, seed: int = 0, scale: float = 0.05):
                          for c in model.graph.node if c.output and c.output[0] == n.input[0])
             digest = int.from_bytes(hashlib.sha256(n.output[0].encode()).digest()[:8], "little")
             rng = np.random.default_rng([seed, digest])
-            arr = rng.standard_normal(tuple(int(d) for d in shape)) * scale
-            if arr.ndim == 1:
+            dims = tuple(int(d) for d in shape)
+            if len(dims) >= 3:  # conv weight (O, I/group, k...): N(0, 1/fan_in)
+                std = 1 / np.sqrt(np.prod(dims[1:]))
+            elif len(dims) == 2:  # linear or embedding, either layout
+                std = 1 / np.sqrt(max(dims))
+            else:
+                std = scale
+            arr = rng.standard_normal(dims) * std
+            if arr.ndim == 1:  # norm scales, variances, biases: around 1 (positive variances)
                 arr = arr + 1.0
             made.append(numpy_helper.from_array(arr.astype(dtype), n.output[0]))
         else:

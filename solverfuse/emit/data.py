@@ -183,11 +183,12 @@ def write_program_weights(graph: Graph, path, seed: int = 0):
 
     Loading convention (what a C host does; the file is in the safetensors layout, see
     :mod:`solverfuse.weights`): read the 8-byte little-endian header length ``N`` and the JSON
-    header that follows; for each buffer ``i`` of ``buffers.json`` whose name is a key of the
-    header, ``B[i]`` points at ``file + 8 + N + data_offsets[0]`` (each array 64-byte aligned in the
-    file, so a ``mmap`` of the file can be used in place) with ``dtype``/``shape`` as listed.
-    Buffers that are not keys are inputs, outputs or intermediates the host allocates. Constants
-    without data (a hand-written graph) are stored with the seeded random data ``run`` uses.
+    header that follows; for each row ``{"index": i, "tensor": name, "role": "constant", ...}`` of
+    ``buffers.json``, ``B[i]`` points at ``file + 8 + N + data_offsets[0]`` of header entry
+    ``name`` (each array 64-byte aligned in the file, so a ``mmap`` of the file can be used in
+    place; ``dtype``/``shape`` as listed, matching the row's). Other rows are inputs, outputs or
+    intermediates the host allocates. Constants without data (a hand-written graph) are stored
+    with the seeded random data ``run`` uses.
 
     >>> import tempfile, os
     >>> from solverfuse.graph import load_graph
