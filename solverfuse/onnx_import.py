@@ -331,14 +331,15 @@ def _fold(node, name: str, attrs: dict, inputs: list[str], consts: dict[str, _Co
     ins = [(tuple(known[t][0]), known[t][1]) if t else (None, None) for t in inputs]
     cs = [consts.get(t) if t else None for t in inputs]
     try:
-        if op == "ConstantOfShape":
-            return [_constant_of_shape(node, name, attrs, cs[0])]
-        folded = _fold_uniform(op, attrs, ins, cs, len(node.output))
-        if folded is not None:
-            return folded
-        if op in _FOLDABLE and op in OPS:
-            return _fold_arrays(op, attrs, ins, cs, len(node.output))
-        return _fold_reference(node, inputs, cs, opset)
+        with np.errstate(all="ignore"):  # log(0) = -inf etc. are ONNX semantics, not problems
+            if op == "ConstantOfShape":
+                return [_constant_of_shape(node, name, attrs, cs[0])]
+            folded = _fold_uniform(op, attrs, ins, cs, len(node.output))
+            if folded is not None:
+                return folded
+            if op in _FOLDABLE and op in OPS:
+                return _fold_arrays(op, attrs, ins, cs, len(node.output))
+            return _fold_reference(node, inputs, cs, opset)
     except (ShapeError, KeyError, IndexError, ValueError, TypeError) as e:
         raise GraphError(f"node {name!r} ({op}): cannot fold its constant inputs ({e})") from None
 

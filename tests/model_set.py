@@ -29,6 +29,9 @@ import numpy as np
 
 MODELS_DIR = Path(__file__).resolve().parent / "data" / "models"
 LIGHT_BYTES = 1024
+#: Gain of seeded conv weights: keeps the signal alive through SiLU/sigmoid gates when the
+#: exporter has folded BatchNorm away (no normalisation left to rescale it).
+CONV_GAIN = 1.7
 _KEY = "solverfuse.lightened"
 
 
@@ -99,8 +102,8 @@ def materialise(model, seed: int = 0, scale: float = 0.05):
             digest = int.from_bytes(hashlib.sha256(n.output[0].encode()).digest()[:8], "little")
             rng = np.random.default_rng([seed, digest])
             dims = tuple(int(d) for d in shape)
-            if len(dims) >= 3:  # conv weight (O, I/group, k...): N(0, 1/fan_in)
-                std = 1 / np.sqrt(np.prod(dims[1:]))
+            if len(dims) >= 3:  # conv weight (O, I/group, k...): N(0, CONV_GAIN^2/fan_in)
+                std = CONV_GAIN / np.sqrt(np.prod(dims[1:]))
             elif len(dims) == 2:  # linear or embedding, either layout
                 std = 1 / np.sqrt(max(dims))
             else:
@@ -111,6 +114,16 @@ def materialise(model, seed: int = 0, scale: float = 0.05):
             made.append(numpy_helper.from_array(arr.astype(dtype), n.output[0]))
         else:
             kept.append(n)
+    # Convolution weights small enough to stay in the light file get seeded data too: the dynamo
+    # exporter folds BatchNorm into them, and the folded values of a fresh model vanish (~1e-5).
+    conv_w = {n.input[1] for n in g.node if n.op_type == "Conv" and len(n.input) > 1}
+    for i, init in enumerate(g.initializer):
+        if init.name in conv_w and init.name not in names:
+            arr = numpy_helper.to_array(init)
+            digest = int.from_bytes(hashlib.sha256(init.name.encode()).digest()[:8], "little")
+            fresh = np.random.default_rng([seed, digest]).standard_normal(arr.shape) * \
+                (CONV_GAIN / np.sqrt(np.prod(arr.shape[1:])))
+            g.initializer[i].CopyFrom(numpy_helper.from_array(fresh.astype(arr.dtype), init.name))
     shape_names = {n.input[0] for n in g.node if n.op_type == "ConstantOfShape" and n.output[0] in names}
     kept = [n for n in kept if not (n.op_type == "Constant" and n.output[0] in shape_names)]
     del g.node[:]

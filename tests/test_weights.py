@@ -174,3 +174,16 @@ def test_emit_writes_the_weights_beside_the_c(mlp, tmp_path):
     rows = json.loads((tmp_path / "c" / "buffers.json").read_text())["buffers"]
     assert {r["tensor"] for r in rows if r["role"] == "constant"} == {"w1", "w2", "b"} == set(w.header)
     np.testing.assert_array_equal(w.array("w1"), W1)
+
+
+def test_a_plan_of_a_graph_json_emits_its_weights_from_any_folder(mlp, tmp_path, monkeypatch):
+    d = tmp_path / "model"
+    d.mkdir()
+    assert runner.invoke(app, ["import", str(mlp), "-o", str(d / "g.json")]).exit_code == 0
+    assert runner.invoke(app, ["plan", str(d / "g.json"), "-o", str(d / "p.json"), "--workers", "1"]).exit_code == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = runner.invoke(app, ["emit", str(d / "p.json"), "-o", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_array_equal(WeightsFile(tmp_path / "c" / "weights.safetensors").array("w2"), W2)
