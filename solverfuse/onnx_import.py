@@ -179,9 +179,36 @@ def _set_dims(model, dims: dict[str, int]) -> None:
                 d.dim_value = int(dims[d.dim_param])
 
 
+def _inference_view(model):
+    """The model with its large initializers replaced by typed graph inputs: all that shape
+    inference needs, without serialising the weights through ONNX's C++ checker (seconds on a
+    large model)."""
+    import onnx
+    from onnx import helper
+    g = model.graph
+    big = [t for t in g.initializer if numel(t.dims) > VALUE_MAX_ELEMENTS]
+    if not big:
+        return model
+    view = onnx.ModelProto()
+    view.ir_version, view.producer_name = model.ir_version, model.producer_name
+    view.opset_import.extend(model.opset_import)
+    view.functions.extend(model.functions)
+    vg = view.graph
+    vg.name = g.name
+    vg.node.extend(g.node)
+    vg.output.extend(g.output)
+    vg.value_info.extend(g.value_info)
+    names = {t.name for t in big}
+    vg.initializer.extend(t for t in g.initializer if t.name not in names)
+    vg.input.extend(i for i in g.input if i.name not in names)
+    vg.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)
+    return view
+
+
 def _infer_shapes(model):
     """ONNX shape inference: strict if the model allows it, else best effort."""
     from onnx import shape_inference
+    model = _inference_view(model)
     try:
         return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except Exception:
@@ -453,7 +480,7 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
 
     base_dir = str(Path(source).parent) if isinstance(source, (str, os.PathLike)) else "."
     consts: dict[str, _Const] = {}
-    for init in g.initializer:
+    for init in model.graph.initializer:
         consts[init.name] = _initializer(init, base_dir)
     # known: tensor -> (shape|None, dtype) from ONNX inference (refined by folding below).
     known: dict[str, tuple] = {}
