@@ -1,4 +1,4 @@
-"""ONNX -> :class:`~solverfuse.graph.Graph`: shape inference, constant folding, Dropout/Identity elision.
+"""ONNX -> :class:`~solverfuse.graph.Graph`: shape inference, lazy weights, constant folding, elision.
 
 :func:`import_onnx` reads a model (path, bytes or ``ModelProto``) and returns a checked graph in
 which every tensor is shaped. The steps, in order:
@@ -8,21 +8,26 @@ which every tensor is shaped. The steps, in order:
    shape that cannot be inferred is still reported by name). Symbolic input dimensions must be
    given a value (``dims={"N": 1}``).
 2. **Constants.** Initializers and ``Constant`` nodes become constant tensors (an initializer
-   listed among the graph inputs, as IR < 4 does, is a constant too: its data is the default). A small one (<= :data:`VALUE_MAX_ELEMENTS` elements)
-   gets its exact ``value``; a larger uniform one gets ``fill``; a large non-uniform one gets neither,
-   so it is executed with seeded random data (its *bytes* are what planning needs; its values
-   only matter for numerics, which are then checked against a reference on the same data).
-3. **Constant folding** of shape-only subgraphs: ``ConstantOfShape``, ``Shape``/``Size`` of a
-   shaped tensor, and layout/index/arithmetic ops (Unsqueeze, Concat, Reshape, Gather, Cast,
-   Slice, ...) whose inputs are all constant become constant tensors, when the result can be
-   represented (uniform, or small). Uniform data is folded without materialising it, so the
-   light models' ``ConstantOfShape`` weights (up to 400 MB) cost nothing.
+   listed among the graph inputs, as IR < 4 does, is a constant too: its data is the default). A
+   small one (<= :data:`VALUE_MAX_ELEMENTS` elements) gets its exact ``value``; a larger one is not
+   read at all: it gets a ``data`` reference to the model file (``WeightRef(file=<model path>,
+   key=<name>)``) and the graph holds a lazy loader, so planning never touches weight data and
+   ``run``/``emit`` read it when they execute. External-data files must exist (checked at import,
+   read when executed). A large uniform constant made by ``ConstantOfShape`` (the light models'
+   weights) gets a ``fill``.
+3. **Constant folding** of every all-constant node (as ONNX Runtime and TVM's FoldConstant do):
+   ``Shape``/``Size`` of a shaped tensor, layout ops on uniform data by shape alone (no array is
+   built, so the light models' 400 MB ``ConstantOfShape`` weights cost nothing), common ops in
+   NumPy, and any other deterministic op with ONNX's reference evaluator -- when no input exceeds
+   :data:`FOLD_INPUT_MAX` elements and the result has at most :data:`FOLD_MAX` (position buckets,
+   RoPE tables, masks). Folded values are constants with data; ``stats`` counts them.
 4. **Elision**: ``Dropout`` (inference mode) and ``Identity`` are removed and their consumers
    rewired; when the elided output is a graph output, the producer is renamed so graph outputs
    keep their names.
 
-Node and tensor names are kept exactly (empty or duplicate node names get a unique
-``<op>_<index>`` name). Ops keep the attributes of the model's opset; the only rewrite is
+An op outside the op table is kept as an opaque node (``category`` declared) with ONNX's inferred
+output shapes: it plans, and ``emit``/``run`` name it in one line. Node and tensor names are kept
+exactly (empty or duplicate node names get a unique ``<op>_<index>`` name). Ops keep the attributes of the model's opset; the only rewrite is
 ``Softmax``/``LogSoftmax`` below opset 13, whose 2-D coercion is made explicit (an explicit
 ``axis`` when it is the last one, otherwise Flatten -> Softmax -> Reshape). Every failure raises
 :class:`GraphError` with one line naming the node or tensor.

@@ -106,6 +106,9 @@ def write_file_atomic(path: Union[str, os.PathLike], content) -> None:
                 content(f)
             else:
                 f.write(content.encode("utf-8") if isinstance(content, str) else content)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; an output file is not
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -187,3 +187,27 @@ def test_a_plan_of_a_graph_json_emits_its_weights_from_any_folder(mlp, tmp_path,
     r = runner.invoke(app, ["emit", str(d / "p.json"), "-o", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     np.testing.assert_array_equal(WeightsFile(tmp_path / "c" / "weights.safetensors").array("w2"), W2)
+
+
+def test_import_to_stdout_refers_to_the_model_file(mlp, tmp_path, monkeypatch):
+    r = runner.invoke(app, ["import", str(mlp)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["tensors"]["w1"]["data"] == {"file": str(mlp.resolve()), "key": "w1", "sha256": None}
+    (tmp_path / "g.json").write_text(r.output)
+    monkeypatch.chdir(tmp_path)
+    np.testing.assert_array_equal(constants(load_graph(tmp_path / "g.json"))["w1"], W1)
+
+
+def test_an_op_without_c_lowering_plans_but_run_names_it(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="ok"),
+         helper.make_node("Hardmax", ["r"], ["y"], name="hm")], "g", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    assert runner.invoke(app, ["plan", str(tmp_path / "m.onnx"), "--workers", "1"]).exit_code == 0
+    _one_line(runner.invoke(app, ["run", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "y.npz")]),
+              "'hm'", "Hardmax")
+    assert not (tmp_path / "y.npz").exists()
