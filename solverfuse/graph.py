@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .errors import GraphError
 from .ops import DTYPE_ALIASES, DTYPE_SIZES, OPS, ShapeError, infer_node, node_flops, numel
+from .ops import np_dtype as _np_dtype
 
 FORMAT = "solverfuse-graph/1"
 #: Largest tensor accepted (bytes); beyond this sizes are treated as absurd (overflow guards).
@@ -218,10 +219,6 @@ class Graph(BaseModel):
                 else:
                     g.add_edge(p, n.name, tensors=[t], bytes=self.nbytes(t))
         return g
-
-
-def _np_dtype(dtype: str):
-    return np.float32 if dtype == "bfloat16" else np.dtype("bool" if dtype == "bool" else dtype)
 
 
 def _topo_order(nodes: list[Node], preds: dict[str, list[str]]) -> list[str]:

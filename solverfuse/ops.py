@@ -50,6 +50,15 @@ ONNX_DTYPE_CODES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16"
                     13: "uint64", 16: "bfloat16"}
 
 
+def np_dtype(dtype: str) -> np.dtype:
+    """NumPy dtype for one of our dtype names (bfloat16 is computed as float32).
+
+    >>> np_dtype("float32").name, np_dtype("bool").name, np_dtype("bfloat16").name
+    ('float32', 'bool', 'float32')
+    """
+    return np.dtype(np.float32) if dtype == "bfloat16" else np.dtype(dtype)
+
+
 class ShapeError(ValueError):
     """Raised by a shape rule; the graph loader adds the node name."""
 

@@ -41,20 +41,11 @@ from typing import Optional
 import numpy as np
 
 from ..graph import Graph
-from ..ops import numel
+from ..ops import np_dtype, numel
 
 #: (op, input position) whose data must be positive (kept in [0.5, 1.5)).
 POSITIVE_INPUTS = {("BatchNormalization", 4), ("Div", 1), ("Mod", 1), ("Sqrt", 0), ("Log", 0),
                    ("Pow", 0), ("Reciprocal", 0)}
-
-
-def np_dtype(dtype: str) -> np.dtype:
-    """NumPy dtype for one of our dtype names (bfloat16 is computed as float32).
-
-    >>> np_dtype("float32").name, np_dtype("bool").name, np_dtype("bfloat16").name
-    ('float32', 'bool', 'float32')
-    """
-    return np.dtype(np.float32) if dtype == "bfloat16" else np.dtype(dtype)
 
 
 def _rng(name: str, seed: int) -> np.random.Generator:
