@@ -63,9 +63,10 @@ def laziness(hw, vocab: int = 50000, hidden: int = 1024) -> dict:
     d = Path(tempfile.mkdtemp())
     onnx.save(model, str(d / "full.onnx"))
     onnx.save(lighten(model), str(d / "light.onnx"))
+    onnx.save(model, str(d / "external.onnx"), save_as_external_data=True, location="external.data")
     out = {"name": f"embedding {vocab}x{hidden} + linear", "full_bytes": (d / "full.onnx").stat().st_size,
            "light_bytes": (d / "light.onnx").stat().st_size}
-    for key in ("light", "full"):  # best of 3 (the first run also warms imports and caches)
+    for key in ("light", "full", "external"):  # best of 3 (the first run also warms imports and caches)
         times = []
         for _ in range(3):
             t = time.perf_counter()
@@ -103,10 +104,14 @@ def markdown(rows: list[dict], lazy: list[dict]) -> str:
                   "(big initializers replaced by ConstantOfShape), best of 3 runs; the full "
                   "file's protobuf is parsed, but shape inference sees the weights only as typed "
                   "inputs and no initializer is converted to an array:", "",
-                  "| model | light file | full file | light s | full s |", "|---|---|---|---|---|"]
+                  "| model | light file | full file | light s | full s (weights inside) | "
+                  "full s (external data) |", "|---|---|---|---|---|---|"]
         for z in lazy:
             lines.append(f"| {z['name']} | {human_bytes(z['light_bytes'])} | {human_bytes(z['full_bytes'])} "
-                         f"| {z['light_s']:.2f} | {z['full_s']:.2f} |")
+                         f"| {z['light_s']:.2f} | {z['full_s']:.2f} | {z['external_s']:.2f} |")
+        lines += ["", "With the weights inside the .onnx file, the time left is protobuf parsing the "
+                  "file (ONNX cannot skip a field); with external data (how models over 2 GB are "
+                  "stored) import never reads the weights."]
     return "\n".join(lines) + "\n"
 
 
