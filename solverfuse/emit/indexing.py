@@ -148,7 +148,10 @@ def _gather_nd(k, node, pos, idx):
 def _cumsum(k, node, pos, idx):
     x, out = node.inputs[0], node.outputs[0]
     ct, xs = k.ct(out), k.shape(x)
-    axis = int(k.param_values(node.inputs[1]).reshape(-1)[0]) % len(xs)
+    axis_value = k.param_values(node.inputs[1])
+    if axis_value is None:
+        raise EmitError(f"node {node.name!r}: CumSum's axis must be a constant for the C emitter")
+    axis = int(axis_value.reshape(-1)[0]) % len(xs)
     excl, rev = node.attributes.get("exclusive", 0), node.attributes.get("reverse", 0)
     i, n = idx[axis], xs[axis]
     j = k.fresh("j")
