@@ -27,7 +27,8 @@ which every tensor is shaped. The steps, in order:
 
 An op outside the op table is kept as an opaque node (``category`` declared) with ONNX's inferred
 output shapes: it plans, and ``emit``/``run`` name it in one line. Node and tensor names are kept
-exactly (empty or duplicate node names get a unique ``<op>_<index>`` name). Ops keep the attributes of the model's opset; the only rewrite is
+exactly (empty or duplicate node names get a unique ``<op>_<index>`` name). Ops keep the
+attributes of the model's opset; the only rewrite is
 ``Softmax``/``LogSoftmax`` below opset 13, whose 2-D coercion is made explicit (an explicit
 ``axis`` when it is the last one, otherwise Flatten -> Softmax -> Reshape). Every failure raises
 :class:`GraphError` with one line naming the node or tensor.

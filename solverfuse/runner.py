@@ -10,7 +10,8 @@ Constants run with their real data (values, fills, the weights file or the ONNX 
 initializers); only constants without any data get seeded random data, and the result counts them
 (``random_constants``). ``check`` compares every graph output with ONNX Runtime run on the ONNX
 model file itself when the graph was given as one (``engine="auto"``), else with ONNX's reference
-evaluator (small graphs) or ONNX Runtime on the graph converted back to ONNX: an output passes when ``|got - want| <= atol + rtol * |want|`` elementwise (NumPy's
+evaluator (small graphs) or ONNX Runtime on the graph converted back to ONNX: an output passes
+when ``|got - want| <= atol + rtol * |want|`` elementwise (NumPy's
 ``isclose``; integer and bool outputs must be equal). Reported errors: ``max_abs_error`` and
 ``max_rel_error`` = the largest ``|got - want| / max(|want|, atol)``.
 

@@ -211,3 +211,14 @@ def test_an_op_without_c_lowering_plans_but_run_names_it(tmp_path):
     _one_line(runner.invoke(app, ["run", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "y.npz")]),
               "'hm'", "Hardmax")
     assert not (tmp_path / "y.npz").exists()
+
+
+def test_truncated_external_data_is_one_line_at_run(tmp_path):
+    path = tmp_path / "ext.onnx"
+    onnx.save(_model(), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.data", size_threshold=1024)
+    data = tmp_path / "ext.data"
+    data.write_bytes(data.read_bytes()[:1000])
+    y = tmp_path / "y.npz"
+    _one_line(runner.invoke(app, ["run", str(path), "-o", str(y)]), "ext.data")
+    assert not y.exists()
