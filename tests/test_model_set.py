@@ -40,7 +40,7 @@ def test_model_runs_like_onnxruntime_on_its_own_file(name, tmp_path):
     np.savez(tmp_path / "x.npz", **feeds)
     y = tmp_path / "y.npz"
     r = runner.invoke(app, ["run", str(full), "--inputs", str(tmp_path / "x.npz"), "-o", str(y),
-                            "--time-limit", "60", "--json"])
+                            "--time-limit", "120", "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.output[r.output.index("{"):])
     assert res["status"] == "optimal" and res["random_constants"] == 0
