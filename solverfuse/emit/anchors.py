@@ -326,10 +326,15 @@ def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
 
 
 def conv_input_view(k, node, blk: ConvBlocking) -> str:
-    """Before the tile loops: the zero-padded, phase-split copy of the Conv input in kernel-local
-    scratch (``[N][C][s0][s1][hq][wq]``), with zeroed slack after it for the last band's chunk,
-    which runs past the last plane."""
+    """Before the tile loops: the Conv input as the tile reads it. A 1x1 convolution at stride 1
+    without padding reads its input in place (its one phase plane is the input plane) when the
+    input lives in the arena, whose slack covers the last chunk's over-read. Otherwise a
+    zero-padded, phase-split copy in kernel-local scratch (``[N][C][s0][s1][hq][wq]``), with
+    zeroed slack after it for the last band's chunk, which runs past the last plane."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    if kernel == [1, 1] and st == [1, 1] and pb == [0, 0] and node.inputs[0] in k.padded:
+        k.line("/* a 1x1 convolution reads its input in place */")
+        return k.ptr(node.inputs[0], "r")
     dims = (x[0], x[1], st[0], st[1], blk.hq, blk.wq)
     size = numel(dims)
     taps = max(_tap_offset(blk, st, dil, r0, r1) for r0 in range(kernel[0]) for r1 in range(kernel[1]))
@@ -345,14 +350,19 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
 
 
 def conv_weight_view(k, node, blk: ConvBlocking) -> str:
-    """Before the tile loops: the Conv weights repacked in kernel-local scratch as
-    ``[M/mb][C][taps][mb]``, so the mb weights a tile step multiplies are one cache line (read
-    in place, rows of C*taps floats apart -- 4 KiB for C=1024 -- they fall into one L1 set and
-    evict each other: measured 10x slower on ResNet-50's last stage)."""
-    ws = k.shape(node.inputs[1])
-    arr = k.alloc("float", numel(ws), "Conv weights repacked by output-channel block")
+    """The Conv weights repacked as ``[M/mb][C][taps][mb]``, so the mb weights a tile step
+    multiplies are one cache line (read in place, rows of C*taps floats apart -- 4 KiB for
+    C=1024 -- they fall into one L1 set and evict each other: measured 10x slower on ResNet-50's
+    last stage). Constant weights are packed once per set of constants; computed ones per run."""
+    wt = node.inputs[1]
+    ws = k.shape(wt)
     k.use_helper("sf_conv_pack")
-    k.line(f"sf_conv_pack({arr}, {k.ptr(node.inputs[1], 'r')}, {ws[0]}, {ws[1]}, {ws[2] * ws[3]}, {blk.mb});")
+    args = f"{ws[0]}, {ws[1]}, {ws[2] * ws[3]}, {blk.mb}"
+    if k.is_constant(wt):
+        return k.packed("float", numel(ws), "Conv weights repacked by output-channel block",
+                        f"sf_conv_pack({{dst}}, {{w}}, {args});", {"w": wt})
+    arr = k.alloc("float", numel(ws), "Conv weights repacked by output-channel block")
+    k.line(f"sf_conv_pack({arr}, {k.ptr(wt, 'r')}, {args});")
     return arr
 
 
@@ -396,13 +406,17 @@ def matmul_blocking(k, node):
 
 
 def matmul_b_view(k, node) -> str:
-    """Before the tile loops: B copied to ``[K][N rounded up to CHUNK]`` (zero columns after N),
-    so every chunk of columns is a full vector load."""
+    """B as ``[K][N rounded up to CHUNK]`` (zero columns after N), so every chunk of columns is a
+    full vector load: packed once per set of constants when B is a constant (weights), else
+    copied into kernel-local scratch at every run."""
     bt = node.inputs[1]
     kk, n = k.shape(bt)
     n2 = _round_up(n, CHUNK)
-    arr = k.alloc("float", kk * n2, "MatMul B padded to whole chunks of columns")
     k.use_helper("sf_pad_cols")
+    if k.is_constant(bt):
+        return k.packed("float", kk * n2, "MatMul B padded to whole chunks of columns",
+                        f"sf_pad_cols({{dst}}, {{b}}, {kk}, {n}, {n2});", {"b": bt})
+    arr = k.alloc("float", kk * n2, "MatMul B padded to whole chunks of columns")
     k.line(f"sf_pad_cols({arr}, {k.ptr(bt, 'r')}, {kk}, {n}, {n2});")
     return arr
 
@@ -492,6 +506,8 @@ def _lrn(k, node, pos, idx):
 def _gather(k, node, pos, idx):
     data, ind = node.inputs[0], node.inputs[1]
     d, q = k.shape(data), len(k.shape(ind))
+    if k.counters and k.gathered.get(data) == node.name:
+        k.line(f"SFG({_linear(k.shape(node.outputs[0]), idx)});")  # one data element gathered
     axis = node.attributes.get("axis", 0) % len(d)
     iv = k.value(ind, tuple(idx[axis:axis + q]))
     ix = k.fresh("g")

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
@@ -78,6 +80,7 @@ int main(int argc, char **argv)
         if (f) fclose(f);
     }
     for (int i = 0; i < SF_NUM_BUFFERS; i++) free(B[i]);
+    sf_release();
     return rc;
 }
 """
@@ -93,11 +96,11 @@ def _np_dtype(dtype: str) -> np.dtype:
     return np.dtype(np.bool_) if dtype == "bool" else np.dtype(dtype)
 
 
-def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str) -> Optional[str]:
+def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str, link: bool = True) -> Optional[str]:
     """Run the compiler; None on success, else its first error lines."""
     try:
-        r = subprocess.run([cc, *flags, "-o", out, *sources, "-lm"], cwd=cwd, capture_output=True,
-                           text=True, timeout=600)
+        r = subprocess.run([cc, *flags, "-o", out, *sources] + (["-lm"] if link else []), cwd=cwd,
+                           capture_output=True, text=True, timeout=600)
     except (FileNotFoundError, PermissionError, NotADirectoryError):
         raise EmitError(f"C compiler {cc!r} not found (set CC or pass cc=)") from None
     except subprocess.TimeoutExpired:
@@ -108,22 +111,51 @@ def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str) 
     return "; ".join(errs[:3])
 
 
+def _compile_native(cc: str, flags: list[str], sources: list[str], out: str, cwd: str, link: bool = True) -> None:
+    """Compile with ``-march=native``, else (a compiler that rejects it) without; EmitError on failure."""
+    if _compile(cc, flags + ["-march=native"], sources, out, cwd, link) is None:
+        return
+    err = _compile(cc, flags, sources, out, cwd, link)
+    if err is not None:
+        raise EmitError(f"C compiler {cc!r} failed: {err}")
+
+
+def _objects(cc: str, flags: list[str], files: dict[str, str], units: list[str], root: Path, tmp: str) -> list[str]:
+    """Compile each translation unit to an object, in parallel (one process per CPU), each cached
+    under ``root/obj`` by its own text, ``model.h``, compiler and flags: a program that changes one
+    kernel recompiles one unit. Returns the object paths."""
+    objdir = root / "obj"
+    objdir.mkdir(parents=True, exist_ok=True)
+
+    def one(name: str) -> str:
+        h = hashlib.sha256(repr((cc, flags)).encode() + files["model.h"].encode() + b"\0" + files[name].encode())
+        obj = objdir / (h.hexdigest()[:32] + ".o")
+        if not obj.exists():
+            part = Path(tempfile.mkdtemp(dir=tmp, prefix="unit-"))
+            for n in (name, "model.h"):
+                (part / n).write_text(files[n], encoding="utf-8")
+            _compile_native(cc, flags + ["-c"], [name], "unit.o", str(part), link=False)
+            os.replace(part / "unit.o", obj)  # atomic: a concurrent build writes the same bytes
+        return str(obj)
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return list(pool.map(one, units))
+
+
 def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, sanitize: bool = False,
           strict: bool = False, cache_dir: Union[str, os.PathLike, None] = None) -> Path:
-    """Compile rendered files (cached by content hash); returns the library or executable path."""
+    """Compile rendered files (cached by content hash); returns the library or executable path.
+    Every ``*.c`` file is a translation unit; a library's units compile in parallel."""
     cc = cc or os.environ.get("CC") or "cc"
     flags = list(SANITIZE_FLAGS if sanitize else BASE_FLAGS) + (["-Werror"] if strict else [])
     if threads > 1 and not sanitize:
         flags.append("-fopenmp")
     files = dict(files)
-    sources = ["model.c"]
+    sources = sorted(n for n in files if n.endswith(".c"))
     if sanitize:
         files["harness.c"] = HARNESS
         sources.append("harness.c")
-    else:
-        flags.append("-shared")
     artifact = "program" if sanitize else "model.so"
-    h = hashlib.sha256(repr((cc, flags)).encode())
+    h = hashlib.sha256(repr((cc, flags, sanitize)).encode())
     for name in sorted(files):
         h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
     root = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -138,11 +170,16 @@ def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, 
     try:
         for name, text in files.items():
             Path(tmp, name).write_text(text, encoding="utf-8")
-        err = _compile(cc, flags + ["-march=native"], sources, artifact, tmp)
-        if err is not None:
-            err2 = _compile(cc, flags, sources, artifact, tmp)
-            if err2 is not None:
-                raise EmitError(f"C compiler {cc!r} failed: {err2}")
+        if sanitize:
+            _compile_native(cc, flags, sources, artifact, tmp)
+        else:
+            objs = _objects(cc, flags, files, sources, root, tmp)
+            link = flags + ["-shared"]
+            err = _compile(cc, link, objs, artifact, tmp)
+            if err is not None:
+                raise EmitError(f"C compiler {cc!r} failed to link: {err}")
+        for d in Path(tmp).glob("unit-*"):
+            shutil.rmtree(d, ignore_errors=True)
         try:
             os.rename(tmp, final)
         except OSError:  # another process built the same program first
@@ -153,6 +190,17 @@ def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, 
     return final / artifact
 
 
+#: library path -> token of the Program that last ran it: two Programs loaded from one cached
+#: library share its arena and packed weights, so a switch between them packs again.
+_LAST_USER: dict[str, int] = {}
+_TOKENS = itertools.count()
+
+
+def _pointers(arrays):
+    """The ``void *B[]`` of a run: each array's data (NULL for an arena-resident intermediate)."""
+    return (ctypes.c_void_p * (len(arrays) + 1))(*[None if a is None else a.ctypes.data for a in arrays])
+
+
 class Program:
     """A compiled plan: ``run`` it on inputs, ``time`` it, read per-kernel byte ``counters``."""
 
@@ -161,12 +209,17 @@ class Program:
         self.plan, self.graph, self.table, self.path = plan, graph, table, path
         self.sanitize, self.instrumented, self.threads = sanitize, counters, threads
         self._counters: Optional[list[dict]] = None
+        self._token = next(_TOKENS)
+        self._held: dict[str, tuple] = {}  # constant -> (the caller's object, the array passed to C)
         self.lib = None
         if not sanitize:
             self.lib = ctypes.CDLL(str(path))
             self.lib.sf_run.argtypes = [ctypes.c_void_p]
             self.lib.sf_time.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
             self.lib.sf_counters.argtypes = [ctypes.c_void_p]
+            self.lib.sf_init.argtypes = []
+            self.lib.sf_invalidate.argtypes = []
+            self._check(self.lib.sf_init())  # the arena: allocated at load, never per run
 
     @property
     def counters(self) -> list[dict]:
@@ -188,15 +241,31 @@ class Program:
                 source = inputs if b.role == "input" else constants
                 if b.tensor not in source:
                     raise EmitError(f"missing {b.role} {b.tensor!r}")
+                held = self._held.get(b.tensor) if b.role == "constant" else None
+                if held is not None and held[0] is source[b.tensor]:
+                    arrays.append(held[1])  # the same weights: same pointer, packs stay valid
+                    continue
                 arr = np.asarray(source[b.tensor], dtype=want, order="C")
                 if arr.shape != b.shape and [d for d in arr.shape if d != 1] == [d for d in b.shape if d != 1]:
                     arr = arr.reshape(b.shape)  # only size-1 dims differ (e.g. [1] for a scalar)
                 if arr.shape != b.shape:
                     raise EmitError(f"{b.role} {b.tensor!r} has shape {list(arr.shape)}, expected {list(b.shape)}")
-            else:
+                if b.role == "constant":
+                    # held while this Program lives: another array cannot take its address, so
+                    # the C side's pointer check sees any change of weights (not in-place writes)
+                    self._held[b.tensor] = (source[b.tensor], arr)
+            elif b.role == "output":
                 arr = np.empty(b.shape, dtype=want)
+            else:
+                arr = None  # an intermediate: it lives in the program's arena
             arrays.append(arr)
         return arrays, constants
+
+    def _claim(self) -> None:
+        """Make the packed weights this Program's (see ``_LAST_USER``)."""
+        if _LAST_USER.get(str(self.path)) != self._token:
+            self.lib.sf_invalidate()
+            _LAST_USER[str(self.path)] = self._token
 
     def _check(self, rc: int) -> None:
         if rc:
@@ -209,8 +278,8 @@ class Program:
         if self.sanitize:
             self._run_standalone(arrays)
         else:
-            ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[a.ctypes.data for a in arrays])
-            self._check(self.lib.sf_run(ptrs))
+            self._claim()
+            self._check(self.lib.sf_run(_pointers(arrays)))
             if self.instrumented:
                 cnt = (ctypes.c_longlong * (2 * len(self.plan.groups) + 1))()
                 self.lib.sf_counters(cnt)
@@ -240,7 +309,7 @@ class Program:
                 tail = " | ".join(r.stderr.strip().splitlines()[:4])
                 raise EmitError(f"sanitized program failed (exit {r.returncode}): {tail}")
             for i, (b, a) in enumerate(zip(self.table, arrays)):
-                if b.role not in ("input", "constant"):
+                if b.role == "output":
                     a[...] = np.fromfile(os.path.join(d, f"{i}.out"), dtype=a.dtype).reshape(a.shape)
 
     def time(self, inputs: Mapping[str, np.ndarray], constants: Optional[Mapping[str, np.ndarray]] = None,
@@ -249,7 +318,8 @@ class Program:
         if self.sanitize:
             raise EmitError("timing a sanitizer build is meaningless; build without sanitize")
         arrays, _ = self._arrays(inputs, constants)
-        ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[a.ctypes.data for a in arrays])
+        ptrs = _pointers(arrays)
+        self._claim()
         secs = (ctypes.c_double * max(1, repeats))()
         self._check(self.lib.sf_time(ptrs, int(repeats), secs))
         return [float(secs[i]) for i in range(repeats)]
@@ -263,7 +333,8 @@ def compile_plan(plan, graph: Optional[Graph] = None, *, threads: int = 1, count
     if graph is None:
         raise EmitError("plan has no embedded graph and none was given")
     threads = 1 if counters else max(1, int(threads))
-    files = render(plan, graph, threads=threads, counters=counters)
+    units = 1 if (counters or sanitize) else min(2 * (os.cpu_count() or 1), len(plan.groups) // 8)
+    files = render(plan, graph, threads=threads, counters=counters, units=units)
     files.pop("buffers.json")
     path = build(files, cc=cc, threads=threads, sanitize=sanitize, strict=strict, cache_dir=cache_dir)
     return Program(plan, graph, buffer_table(plan, graph), path, sanitize=sanitize, counters=counters,

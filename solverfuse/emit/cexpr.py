@@ -17,6 +17,10 @@ CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": 
           "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t", "uint16": "uint16_t",
           "uint32": "uint32_t", "uint64": "uint64_t", "bool": "uint8_t"}
 
+#: Bytes of each C type of :data:`CTYPES`.
+CSIZES = {"float": 4, "double": 8, "int64_t": 8, "int32_t": 4, "int16_t": 2, "int8_t": 1, "uint8_t": 1,
+          "uint16_t": 2, "uint32_t": 4, "uint64_t": 8}
+
 
 def ctype(graph: Graph, tensor: str) -> str:
     """C type of a tensor; EmitError for a dtype the emitter does not support.

@@ -39,9 +39,15 @@ SF_SIMD float powf(float, float);
 /* A kernel inlined into sf_run (one call site) was measured up to 10x slower (GCC 12). */
 #if defined(__GNUC__)
 #define SF_NOINLINE __attribute__((noinline))
+#define SF_HIDDEN __attribute__((visibility("hidden")))
+#define SF_UNUSED __attribute__((unused))
 #else
 #define SF_NOINLINE
+#define SF_HIDDEN
+#define SF_UNUSED
 #endif
+/* A kernel of a program split over several translation units (one library). */
+#define SF_KERNEL SF_NOINLINE SF_HIDDEN
 
 /* Accumulation inside an anchor's tile: a fused multiply-add where the hardware has one (the
    order of a dot product's roundings is the implementation's choice; between ops it is not). */
@@ -51,7 +57,6 @@ SF_SIMD float powf(float, float);
 #define SF_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-static int sf_error;
 static inline long sf_fdiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 static inline long sf_cdiv(long a, long b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 static inline long sf_min(long a, long b) { return a < b ? a : b; }
@@ -59,26 +64,37 @@ static inline long sf_max(long a, long b) { return a > b ? a : b; }
 """
 
 COUNTER_PRELUDE = r"""
-/* Instrumented build: every global element touched is marked once per kernel. */
-static unsigned char *sf_rmap[SF_NUM_BUFFERS + 1], *sf_wmap[SF_NUM_BUFFERS + 1];
+/* Instrumented build: every global element touched is marked once per kernel. A tensor the kernel
+   reads only as the data operand of its Gather is charged the bytes gathered (each Gather output
+   element computed reads one data element; repeated indices count again), capped at its size. */
+static unsigned char *sf_rmap[SF_NUM_BUFFERS + 1], *sf_wmap[SF_NUM_BUFFERS + 1], *sf_gmap;
 #define SFR(p, i, o) (sf_rmap[i][o] = 1, (p)[o])
 #define SFW(p, i, o) (*(sf_wmap[i][o] = 1, &(p)[o]))
+#define SFG(o) (sf_gmap[o] = 1)
 static long long sf_cnt[2 * SF_NUM_GROUPS + 1];
 
 static int sf_counted(int g, int (*kern)(void *const *), void *const *B,
-                      const int *rd, int nrd, const int *wr, int nwr)
+                      const int *rd, int nrd, const int *wr, int nwr, int gd, long long gn)
 {
     int rc = 0;
     for (int i = 0; i < nrd; i++) sf_rmap[rd[i]] = calloc(sf_numel[rd[i]] + 1, 1);
     for (int i = 0; i < nwr; i++) sf_wmap[wr[i]] = calloc(sf_numel[wr[i]] + 1, 1);
+    sf_gmap = gd >= 0 ? calloc(gn + 1, 1) : 0;
     for (int i = 0; i < nrd; i++) if (!sf_rmap[rd[i]]) rc = 2;
     for (int i = 0; i < nwr; i++) if (!sf_wmap[wr[i]]) rc = 2;
+    if (gd >= 0 && !sf_gmap) rc = 2;
     if (!rc) rc = kern(B);
     sf_cnt[2 * g] = sf_cnt[2 * g + 1] = 0;
     for (int i = 0; i < nrd; i++) {
         for (long long e = 0; sf_rmap[rd[i]] && e < sf_numel[rd[i]]; e++)
             sf_cnt[2 * g] += sf_rmap[rd[i]][e] * sf_isize[rd[i]];
         free(sf_rmap[rd[i]]); sf_rmap[rd[i]] = 0;
+    }
+    if (sf_gmap) {
+        long long n = 0;
+        for (long long e = 0; e < gn; e++) n += sf_gmap[e];
+        sf_cnt[2 * g] += (n < sf_numel[gd] ? n : sf_numel[gd]) * sf_isize[gd];
+        free(sf_gmap); sf_gmap = 0;
     }
     for (int i = 0; i < nwr; i++) {
         for (long long e = 0; sf_wmap[wr[i]] && e < sf_numel[wr[i]]; e++)
@@ -93,6 +109,61 @@ int sf_counters(long long *out)
     for (int i = 0; i < 2 * SF_NUM_GROUPS; i++) out[i] = sf_cnt[i];
     return 0;
 }
+"""
+
+#: The arena and the run's slot pointers (a template: ``str.format`` fills the numbers).
+ARENA = """/* One arena, allocated once (sf_init), for every intermediate buffer and kernel scratch (slot i
+   at byte sf_offset[i]; slots with disjoint lifetimes share memory) and the packed weights. */
+#define SF_NUM_SLOTS {nslots}
+#define SF_ARENA_BYTES {nbytes}LL
+static const long long sf_offset[SF_NUM_SLOTS + 1] = {{{offsets}}};
+static const int sf_pack_src[{npack} + 1] = {{{sources}}};
+static unsigned char *sf_arena;
+static const void *sf_packed_from[SF_NUM_BUFFERS + 1];
+static int sf_packed;
+
+int sf_init(void)
+{{
+    if (!sf_arena) {{
+        sf_arena = aligned_alloc(64, SF_ARENA_BYTES);
+        sf_packed = 0;
+    }}
+    return sf_arena ? 0 : 2;
+}}
+
+void sf_invalidate(void)
+{{
+    sf_packed = 0;
+}}
+
+void sf_release(void)
+{{
+    free(sf_arena);
+    sf_arena = 0;
+    sf_packed = 0;
+}}
+
+static void sf_prepare(void *const *X)
+{{
+{prepare}
+}}
+
+/* The slot pointers of one run; weights are packed again only when a constant they come from
+   is another array than last time. */
+static int sf_enter(void *const *B, void **X)
+{{
+    if (sf_init()) return 2;
+    for (int i = 0; i < SF_NUM_SLOTS; i++)
+        X[i] = sf_offset[i] >= 0 ? (void *)(sf_arena + sf_offset[i]) : i < SF_NUM_BUFFERS ? B[i] : 0;
+    int stale = !sf_packed;
+    for (int i = 0; i < {npack}; i++) stale |= sf_packed_from[sf_pack_src[i]] != B[sf_pack_src[i]];
+    if (stale) {{
+        sf_prepare(X);
+        for (int i = 0; i < {npack}; i++) sf_packed_from[sf_pack_src[i]] = B[sf_pack_src[i]];
+        sf_packed = 1;
+    }}
+    return 0;
+}}
 """
 
 TIMING = r"""
@@ -122,7 +193,14 @@ def header(nbuf: int, ngroups: int, counters: bool) -> str:
 extern const long long sf_numel[SF_NUM_BUFFERS + 1];
 extern const long long sf_isize[SF_NUM_BUFFERS + 1];
 extern const int sf_is_input[SF_NUM_BUFFERS + 1];
-/* Run every kernel in plan order on the global buffers B[0..SF_NUM_BUFFERS-1]; 0 on success. */
+/* Allocate the arena of intermediate buffers (sf_run does it on first use); 0 on success. */
+int sf_init(void);
+/* Free the arena. */
+void sf_release(void);
+/* Pack the weights again at the next run (another caller's constants may sit at the same addresses). */
+void sf_invalidate(void);
+/* Run every kernel in plan order on the global buffers B[0..SF_NUM_BUFFERS-1] (intermediate
+   buffers live in the arena: their B entries are not used); 0 on success. */
 int sf_run(void *const *B);
 /* Run `repeats` times; seconds[r] is the wall time of run r measured inside C. */
 int sf_time(void *const *B, int repeats, double *seconds);
@@ -147,7 +225,7 @@ def helper_text(name: str) -> str:
         mb = int(name[len("sf_conv_tile"):])
         return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
-SF_NOINLINE static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
     const float *restrict wp, long C, long taps, const long *restrict off)
 {{
     for (long q = 0; q < span; q += {CHUNK}) {{
@@ -168,7 +246,7 @@ SF_NOINLINE static void {name}(float *restrict T, long span, const float *restri
         mb = int(name[len("sf_mm_tile"):])
         return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
    i < {mb}; the A block is transposed 256 columns at a time (its rows may share an L1 set). */
-SF_NOINLINE static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
     const float *restrict b)
 {{
     float ap[256][{mb}];
@@ -191,7 +269,7 @@ SF_NOINLINE static void {name}(float *restrict T, long n2, const float *restrict
     return {
         "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
    (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
-SF_NOINLINE static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
+SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
     long s0, long s1, long hq, long wq, long p0, long p1)
 {
     for (long nc = 0; nc < NC; nc++)
@@ -205,7 +283,7 @@ SF_NOINLINE static void sf_conv_copy(float *restrict dst, const float *restrict 
 }
 """,
         "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
-SF_NOINLINE static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
+SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
 {
     for (long mi = 0; mi < M / mb; mi++)
         for (long c = 0; c < C; c++)
@@ -214,7 +292,7 @@ SF_NOINLINE static void sf_conv_pack(float *restrict dst, const float *restrict 
 }
 """,
         "sf_pad_cols": """/* [K][N] copied to [K][N2], zero columns after N. */
-SF_NOINLINE static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
+SF_NOINLINE SF_UNUSED static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
 {
     for (long r = 0; r < K; r++)
         for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[r*N + j] : 0.0f;

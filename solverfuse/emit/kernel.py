@@ -33,6 +33,23 @@ from .cexpr import ctype, is_simple, linear, lit
 Lowering = Callable[..., str]
 
 
+def param_check(graph: Graph, tensor: str, b: int, load: str) -> list[str]:
+    """C lines that return 1 when parameter ``tensor`` (buffer ``b``, element ``q`` read by the C
+    expression ``load``) differs from the value the program was built with.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 3]}, "s": {"shape": [1], "dtype": "int64",
+    ...     "constant": True, "value": [6]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["y"]}]})
+    >>> param_check(g, "s", 1, "b1[q]")
+    ['static const int64_t p1[1] = {6};', 'for (long q = 0; q < 1; q++) if (b1[q] != p1[q]) return 1;']
+    """
+    flat = graph.constant_value(tensor).reshape(-1)
+    ct = ctype(graph, tensor)
+    return [f"static const {ct} p{b}[{max(len(flat), 1)}] = {{{', '.join(lit(x, ct) for x in flat.tolist()) or '0'}}};",
+            f"for (long q = 0; q < {len(flat)}; q++) if ({load} != p{b}[q]) return 1;"]
+
+
 class UntiledRead(Exception):
     """An anchor's output was read at an index outside its current tile (e.g. through a channel
     shuffle): the schedule materialises that anchor instead of recomputing it per element."""
@@ -46,6 +63,27 @@ class UntiledRead(Exception):
 _RECOMPUTE_EXPENSIVE = ("Conv", "MatMul", "Gemm")
 
 
+def gathered_reads(graph: Graph, nodes: Sequence[str]) -> dict[str, str]:
+    """Tensors a group reads only as the data operand of a Gather -> that Gather node: the cost
+    model charges them the bytes gathered (capped at their size), not their size.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"e": {"shape": [9, 4]}, "i": {"shape": [3], "dtype": "int64"}},
+    ...     "inputs": ["e", "i"], "outputs": ["y"],
+    ...     "nodes": [{"name": "g", "op": "Gather", "inputs": ["e", "i"], "outputs": ["y"]}]})
+    >>> gathered_reads(g, ["g"])
+    {'e': 'g'}
+    """
+    members = set(nodes)
+    out = {}
+    for t in cost.group_reads(graph, nodes):
+        users = [graph.index.node[c] for c in dict.fromkeys(graph.index.consumers.get(t, [])) if c in members]
+        if len(users) == 1 and users[0].op == "Gather" and users[0].inputs[0] == t \
+                and t not in users[0].inputs[1:]:
+            out[t] = users[0].name
+    return out
+
+
 class Kernel:
     """The C function of one group: buffers, loops, scalar temporaries with CSE, scratch.
 
@@ -54,14 +92,18 @@ class Kernel:
     :mod:`~solverfuse.emit.schedule`) are slots each owned by that one module."""
 
     def __init__(self, graph: Graph, nodes: Sequence[str], gid: int, buffers: dict[str, int], *,
-                 counters: bool, threads: int, lower: Lowering):
+                 counters: bool, threads: int, lower: Lowering, first_slot: int = 0,
+                 padded: frozenset = frozenset()):
         self.graph, self.gid, self.buffers = graph, gid, buffers
         self.nodes = sorted(nodes, key=graph.index.position.__getitem__)
         self.members = set(nodes)
         self.reads = cost.group_reads(graph, nodes)
         self.writes = cost.group_writes(graph, nodes)
         self.counters, self.threads = counters, threads
+        self.gathered = gathered_reads(graph, nodes)
         self.lower = lower
+        self.first_slot = first_slot   # arena slots of this kernel: B[first_slot], B[first_slot + 1], ...
+        self.padded = padded           # global tensors followed by readable slack (arena.SLACK bytes)
         self.reset()
 
     def reset(self) -> None:
@@ -73,7 +115,9 @@ class Kernel:
         self.n = 0
         self.used: dict[int, str] = {}           # buffer index -> "r"/"w"
         self.scratch: dict[str, str] = {}         # tensor -> C array
-        self.scratch_decl: list[tuple[str, str, int]] = []
+        self.slot_decls: list[tuple[str, str, str, int]] = []  # (kind, C type, name, elements)
+        self.prepare_lines: list[str] = []        # C run once per set of constants (packs)
+        self.packed_sources: list[str] = []       # the constants those packs read
         self.stats: dict[str, dict[str, str]] = {}  # node -> statistic -> C array
         self.materialised: set[str] = set()       # nodes computed by a pass of their own
         self.tiles: dict[str, tuple] = {}         # anchor tensor -> (row index prefix, tile array, rank)
@@ -129,19 +173,51 @@ class Kernel:
                 v = self.fresh("i")
                 idx.append(v)
                 dims.append((v, d))
-        if parallel and self.threads > 1 and dims:
-            self.line(f"#pragma omp parallel for collapse({min(len(dims), 3)}) schedule(static) "
-                      f"num_threads({self.threads})")
+        outer = self._parallel_dims(dims) if parallel and self.threads > 1 else 0
         mark = None
         with contextlib.ExitStack() as stack:
-            for n, (v, d) in enumerate(dims):
-                if simd is not None and n == len(dims) - 1:
+            if outer and len(dims) == 1:
+                # one dim: threads take contiguous chunks; the loop inside a chunk stays a plain
+                # unit-stride loop with a hoisted bound, which the compiler vectorises
+                (v, d), = dims
+                step = -(-d // self.threads)
+                step = -(-step // 64) * 64 if d > 64 * self.threads else step  # whole cache lines
+                c, hi = self.fresh("c"), self.fresh("hi")
+                self.line(f"#pragma omp parallel for schedule(static) num_threads({self.threads})")
+                stack.enter_context(self.block(f"for (long {c} = 0; {c} < {d}; {c} += {step})"))
+                self.line(f"const long {hi} = sf_min({c} + {step}, {d});")
+                if simd is not None:
                     mark = len(self.lines)
                     self.line(f"#pragma omp simd {simd}")
-                stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
+                stack.enter_context(self.block(f"for (long {v} = {c}; {v} < {hi}; {v}++)"))
+            else:
+                if outer:
+                    # the leading dims only, never the innermost: it stays a simple vector loop
+                    self.line("#pragma omp parallel for " + (f"collapse({outer}) " if outer > 1 else "")
+                              + f"schedule(static) num_threads({self.threads})")
+                for n, (v, d) in enumerate(dims):
+                    if simd is not None and n == len(dims) - 1:
+                        mark = len(self.lines)
+                        self.line(f"#pragma omp simd {simd}")
+                    stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
             yield tuple(idx)
         if mark is not None and any("#pragma omp" in ln for ln in self.lines[mark + 1:]):
             del self.lines[mark]  # no OpenMP construct may be nested in a simd loop
+
+    def _parallel_dims(self, dims: list) -> int:
+        """How many leading loops of a parallel nest the threads share: the outermost alone when
+        its trip count gives every thread work, else as many leading loops as it takes -- never
+        the innermost of several (collapsing it into the parallel index stops vectorisation);
+        a single loop is split into per-thread chunks. 0: too few iterations to share."""
+        if not dims:
+            return 0
+        if len(dims) == 1:
+            return 1 if dims[0][1] >= 2 * self.threads else 0
+        n, trips = 0, 1
+        while n < len(dims) - 1 and trips < 2 * self.threads:
+            trips *= dims[n][1]
+            n += 1
+        return n if trips >= self.threads else 0
 
     def tmp(self, ct: str, expr: str, prefix: str = "v") -> str:
         """``expr`` as a const temporary of type ``ct`` (itself when already simple)."""
@@ -171,7 +247,9 @@ class Kernel:
         """C expression of a global element (counted in instrumented builds)."""
         p = self.ptr(tensor, "r")
         off = linear(self.graph.tensors[tensor].shape, idx)
-        return f"SFR({p}, {self.buffers[tensor]}, {off})" if self.counters else f"{p}[{off}]"
+        if self.counters and tensor not in self.gathered:  # a gathered read is counted by its Gather
+            return f"SFR({p}, {self.buffers[tensor]}, {off})"
+        return f"{p}[{off}]"
 
     def store(self, tensor: str, idx: Sequence[str], value: str) -> None:
         """Store ``value`` to a global element (counted in instrumented builds)."""
@@ -181,11 +259,30 @@ class Kernel:
         self.line(f"{target} = {value};")
 
     def alloc(self, ct: str, n: int, why: str) -> str:
-        """A kernel-local scratch array of ``n`` elements (allocated on entry, freed on exit)."""
+        """A kernel-local scratch array of ``n`` elements: an arena slot live during this kernel."""
         name = self.fresh("s")
-        self.scratch_decl.append((ct, name, n))
+        self.slot_decls.append(("scratch", ct, name, n))
         self.line(f"/* {name}: kernel-local scratch, {why} */")
         return name
+
+    def packed(self, ct: str, n: int, why: str, call: str, sources: dict[str, str]) -> str:
+        """A read-only array of ``n`` elements derived from graph constants once per set of
+        constants (weights packed into the layout a tile reads), not at every run: ``call`` is the
+        C statement that fills it, with ``{dst}`` for the array and ``{name}`` for each constant
+        tensor of ``sources`` (name -> tensor). Returns the array's C name in this kernel."""
+        name = self.fresh("w")
+        slot = self.first_slot + len(self.slot_decls)
+        self.slot_decls.append(("packed", ct, name, n))
+        args = {key: f"(const {self.ct(t)} *)X[{self.buffers[t]}]" for key, t in sources.items()}
+        self.packed_sources += [t for t in sources.values() if t not in self.packed_sources]
+        self.prepare_lines.append(call.format(dst=f"({ct} *)X[{slot}]", **args))
+        self.line(f"/* {name}: {why}, packed once per set of constants */")
+        return name
+
+    def is_constant(self, tensor: str) -> bool:
+        """Whether ``tensor`` is a graph constant held in a global buffer (fixed across runs)."""
+        return bool(self.graph.tensors[tensor].constant) and tensor in self.buffers \
+            and self.graph.index.producer.get(tensor) is None
 
     def use_helper(self, name: str) -> None:
         """The kernel calls the shared C helper ``name`` (:func:`solverfuse.emit.ctext.helper_text`)."""
@@ -262,7 +359,7 @@ class Kernel:
 
     # ---- the function
     def assemble(self) -> str:
-        """The C function ``k<gid>``: buffer pointers, parameter checks, scratch, the body."""
+        """The C function ``k<gid>``: buffer pointers, parameter checks, arena slots, the body."""
         g = self.graph
         head = [f"SF_NOINLINE static int k{self.gid}(void *const *B)", "{", "    (void)B;"]
         for b, mode in sorted(self.used.items()):
@@ -274,23 +371,13 @@ class Kernel:
                 head.append(f"    {ct} *restrict b{b} = ({ct} *)B[{b}];")
         for t in self.checked:
             b = self.buffers[t]
-            value = g.constant_value(t)
             if b not in self.used:
                 ct = ctype(g, t)
                 head.append(f"    const {ct} *restrict b{b} = (const {ct} *)B[{b}];")
                 self.used[b] = "r"
-            flat = value.reshape(-1)
-            ct = ctype(g, t)
-            head.append(f"    static const {ct} p{b}[{max(len(flat), 1)}] = "
-                        f"{{{', '.join(lit(x, ct) for x in flat.tolist()) or '0'}}};")
             ld = f"SFR(b{b}, {b}, q)" if self.counters else f"b{b}[q]"
-            head.append(f"    for (long q = 0; q < {len(flat)}; q++) if ({ld} != p{b}[q]) return 1;")
-        for ct, name, n in self.scratch_decl:
-            head.append(f"    {ct} *{name} = ({ct} *)malloc(sizeof({ct}) * {max(n, 1)});")
-        tail = []
-        if self.scratch_decl:
-            names = [name for _, name, _ in self.scratch_decl]
-            head.append(f"    if ({' || '.join('!' + n for n in names)}) {{ "
-                        + " ".join(f"free({n});" for n in names) + " return 2; }")
-            tail = [f"    free({n});" for n in names]
-        return "\n".join(head + self.lines + tail + ["    return 0;", "}"])
+            head += ["    " + ln for ln in param_check(g, t, b, ld)]
+        for j, (kind, ct, name, n) in enumerate(self.slot_decls):
+            const = "const " if kind == "packed" else ""
+            head.append(f"    {const}{ct} *restrict {name} = ({const}{ct} *)B[{self.first_slot + j}]; (void){name};")
+        return "\n".join(head + self.lines + ["    return 0;", "}"])

@@ -49,9 +49,10 @@ from ..errors import EmitError
 from ..graph import Graph
 from ..ops import DTYPE_SIZES, numel
 from ..plans import validate, write_atomic
-from .cexpr import ctype
-from .ctext import COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
-from .kernel import Kernel
+from .arena import Slot, layout
+from .cexpr import CSIZES, ctype
+from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
+from .kernel import Kernel, param_check
 from .lowering import code_for_op
 from .schedule import render_kernel
 
@@ -65,8 +66,46 @@ class BufferInfo:
     shape: tuple[int, ...]
 
 
+#: Ops that only reinterpret their input's bytes under another shape (row-major order kept).
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def view_aliases(plan, graph: Graph) -> dict[str, str]:
+    """Tensor -> the tensor whose buffer it is, for every tensor written by a *view group*: a group
+    made only of view ops (:data:`VIEW_OPS`) that writes no graph output. Such a group moves no
+    bytes and launches no kernel; its readers read the source buffer under the new shape. (A view
+    group that writes a graph output stays a kernel: a copy into the caller's output array.)
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.plans import build_plan
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 6]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "f", "op": "Flatten", "inputs": ["x"], "outputs": ["h"], "attributes": {"axis": 0}},
+    ...               {"name": "e", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> view_aliases(build_plan(g, "nvidia-h100", [["f"], ["e"]], strategy="m"), g)
+    {'h': 'x'}
+    """
+    alias: dict[str, str] = {}
+    outputs = graph.index.outputs
+    for grp in plan.groups:
+        nodes = [graph.index.node[v] for v in grp.nodes]
+        writes = cost.group_writes(graph, grp.nodes)
+        if not writes or any(n.op not in VIEW_OPS for n in nodes) or any(t in outputs for t in writes):
+            continue
+        members = set(grp.nodes)
+        for t in writes:
+            src = t
+            while graph.index.producer.get(src) in members:
+                src = graph.index.node[graph.index.producer[src]].inputs[0]
+            a, b = graph.tensors[t], graph.tensors[src]
+            if a.dtype != b.dtype or numel(a.shape) != numel(b.shape):
+                raise EmitError(f"tensor {t!r}: internal error, a view of {src!r} with another size or dtype")
+            alias[t] = alias.get(src, src)
+    return alias
+
+
 def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
-    """Global buffers in index order: graph inputs, constants, then each group's writes.
+    """Global buffers in index order: graph inputs, constants, then each group's writes (a view
+    group's writes share their source's buffer: :func:`view_aliases`).
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.plans import build_plan
@@ -76,10 +115,11 @@ def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
     >>> [(b.tensor, b.role) for b in buffer_table(build_plan(g, "nvidia-h100", [["r"], ["e"]], strategy="m"), g)]
     [('x', 'input'), ('h', 'boundary'), ('y', 'output')]
     """
+    alias = view_aliases(plan, graph)
     used: dict[str, None] = {}
     for grp in plan.groups:
         for t in cost.group_reads(graph, grp.nodes):
-            used[t] = None
+            used[alias.get(t, t)] = None
     out, seen = [], set()
 
     def add(t, role):
@@ -96,7 +136,8 @@ def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
     outputs = set(graph.outputs)
     for grp in plan.groups:
         for t in cost.group_writes(graph, grp.nodes):
-            add(t, "output" if t in outputs else "boundary")
+            if t not in alias:
+                add(t, "output" if t in outputs else "boundary")
     return out
 
 
@@ -117,19 +158,57 @@ def _shared_kernel(text: str, gi: int, seen: dict, funcs: list, about: str) -> t
     return seen[canon], [g for g, _ in sorted(local.items(), key=lambda kv: kv[1])]
 
 
-def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False) -> dict[str, str]:
+def _view_group(graph: Graph, nodes, gi: int, buffers: dict) -> str:
+    """The driver's lines for a view group: no kernel; only the run-time check of its shape
+    parameters (not counted: the group moves no data)."""
+    ops = sorted({graph.index.node[v].op for v in nodes})
+    lines = [f"    /* group {gi}: {len(nodes)} view op(s) ({', '.join(ops)}): no kernel, its output "
+             "shares its input's buffer */"]
+    checked = []
+    for v in nodes:
+        for t in graph.index.node[v].inputs[1:]:
+            if t and t in buffers and graph.index.producer.get(t) not in set(nodes) and t not in checked:
+                checked.append(t)
+    for t in checked:
+        b = buffers[t]
+        ct = ctype(graph, t)
+        body = param_check(graph, t, b, f"((const {ct} *)B[{b}])[q]")
+        lines.append("    {\n" + "\n".join("        " + ln for ln in body) + "\n    }")
+    return "\n".join(lines)
+
+
+def _lifetimes(plan, graph: Graph, alias: dict) -> dict[str, tuple[int, int]]:
+    """(first, last) group index of every tensor written or read by a group; a view's readers
+    extend the life of the buffer it aliases."""
+    life: dict[str, tuple[int, int]] = {}
+
+    def touch(t, gi):
+        a, b = life.get(t, (gi, gi))
+        life[t] = (min(a, gi), max(b, gi))
+    for gi, grp in enumerate(plan.groups):
+        for t in cost.group_writes(graph, grp.nodes):
+            touch(alias.get(t, t), gi)
+        for t in cost.group_reads(graph, grp.nodes):
+            touch(alias.get(t, t), gi)
+    return life
+
+
+def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False,
+           units: int = 1) -> dict[str, str]:
     """Render a plan as C: ``model.c``, ``model.h`` and ``buffers.json`` (file name -> text).
 
     The plan is validated first; raises EmitError naming the node (or tensor) for an op (or
     dtype) the emitter does not support. ``threads > 1`` adds OpenMP pragmas on outer loops;
-    ``counters`` renders the instrumented variant (serial).
+    ``counters`` renders the instrumented variant (serial). ``units > 1`` spreads the kernels
+    over that many more translation units ``kernels<j>.c`` (compiled in parallel; not with
+    ``counters``); ``model.c`` then keeps the driver, the arena and the weight packing.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.plans import build_plan
     >>> g = load_graph({"tensors": {"x": {"shape": [8, 16]}}, "inputs": ["x"], "outputs": ["y"],
     ...     "nodes": [{"name": "s", "op": "Softmax", "inputs": ["x"], "outputs": ["y"]}]})
     >>> src = render(build_plan(g, "nvidia-h100", [["s"]], strategy="m"), g, threads=4)["model.c"]
-    >>> "one row loop over [8]" in src, "num_threads(4)" in src, "malloc" in src
+    >>> "one row loop over [8]" in src, "num_threads(4)" in src, "malloc(" in src
     (True, True, False)
     """
     graph = graph or plan.graph
@@ -139,43 +218,105 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     threads = 1 if counters else max(1, int(threads))
     table = buffer_table(plan, graph)
     buffers = {b.tensor: i for i, b in enumerate(table)}
+    alias = view_aliases(plan, graph)
+    buffers.update({t: buffers[src] for t, src in alias.items() if src in buffers})
     for b in table:
         ctype(graph, b.tensor)
     funcs, driver = [], []
+    func_helpers: list[frozenset] = []
     helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
+    nb = len(table)
+    slots: list[Slot] = []    # arena slots: boundary buffers, then every kernel's scratch and packs
+    slot_index: list[int] = []  # B/X index of each slot
+    life = _lifetimes(plan, graph, alias)
+    for i, b in enumerate(table):
+        if b.role == "boundary":
+            first, last = life[b.tensor]
+            slots.append(Slot(i, numel(b.shape) * DTYPE_SIZES[b.dtype], first, last))
+            slot_index.append(i)
+    padded = frozenset(t for t, i in buffers.items() if table[i].role == "boundary")
+    prepare: list[str] = []
+    pack_sources: set[int] = set()
+    nslots = nb
     for gi, grp in enumerate(plan.groups):
-        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op)
+        if any(t in alias for t in cost.group_writes(graph, grp.nodes)):
+            driver.append(_view_group(graph, grp.nodes, gi, buffers))
+            continue
+        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
+                   first_slot=nslots, padded=padded)
         text = render_kernel(k)
         helpers |= k.helpers
+        for kind, ct, _, n in k.slot_decls:
+            span = (gi, gi) if kind == "scratch" else (0, len(plan.groups))
+            slots.append(Slot(nslots, max(n, 1) * CSIZES[ct], *span))
+            slot_index.append(nslots)
+            nslots += 1
+        prepare += ["    " + ln for ln in k.prepare_lines]
+        pack_sources |= {buffers[t] for t in k.packed_sources}
         about = f"/* group {gi}: {len(grp.nodes)} op(s): {', '.join(sorted({graph.index.node[v].op for v in grp.nodes}))} */"
         if counters:
             funcs.append(about + "\n" + text)
-            rd = [buffers[t] for t in k.reads]
+            rd = list(dict.fromkeys(buffers[t] for t in k.reads if t not in k.gathered))
             wr = [buffers[t] for t in k.writes]
             arr = lambda xs: "(const int[]){" + (", ".join(map(str, xs)) or "0") + "}"
-            call = f"sf_counted({gi}, k{gi}, B, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)})"
+            gd, gn = -1, 0
+            for t, v in k.gathered.items():  # at most one Gather per group (cost.group_violation)
+                gd, gn = buffers[t], numel(graph.tensors[graph.index.node[v].outputs[0]].shape)
+            call = f"sf_counted({gi}, k{gi}, X, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {gd}, {gn})"
         else:
+            before = len(funcs)
             name, args = _shared_kernel(text, gi, seen, funcs, about)
-            call = f"{name}((void *const[]){{{', '.join(f'B[{a}]' for a in args)}}})" if args else f"{name}(B)"
+            if len(funcs) > before:
+                func_helpers.append(frozenset(k.helpers))
+            call = f"{name}((void *const[]){{{', '.join(f'X[{a}]' for a in args)}}})" if args else f"{name}(X)"
             if name != f"k{gi}":
                 driver.append(f"    /* group {gi}: the same code as {name} */")
         driver.append(f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;")
-    nb = len(table)
+    arena_bytes, offsets = layout(slots)
+    offset = [-1] * nslots
+    for i, off in zip(slot_index, offsets):
+        offset[i] = off
     consts = [
         "const long long sf_numel[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(numel(b.shape)) for b in table] + ["0"]) + "};",
         "const long long sf_isize[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(DTYPE_SIZES[b.dtype]) for b in table] + ["0"]) + "};",
         "const int sf_is_input[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(int(b.role in ("input", "constant"))) for b in table] + ["0"]) + "};",
     ]
-    run = "int sf_run(void *const *B)\n{\n    int rc = 0;\n    sf_error = 0;\n" + "\n".join(driver) + "\n    return rc;\n}\n"
+    arena = ARENA.format(nslots=nslots, nbytes=max(arena_bytes, 64), offsets=", ".join(map(str, offset + [-1])),
+                         sources=", ".join(map(str, sorted(pack_sources) + [-1])), npack=len(pack_sources),
+                         prepare="\n".join(prepare) or "    (void)X;")
+    run = ("int sf_run(void *const *B)\n{\n    int rc = 0;\n    void *X[SF_NUM_SLOTS + 1];\n"
+           "    if ((rc = sf_enter(B, X))) return rc;\n    sf_error = 0;\n" + "\n".join(driver) + "\n    return rc;\n}\n")
     no_counters = "" if counters else "int sf_counters(long long *out)\n{\n    (void)out;\n    return -1;\n}\n"
-    source = "\n".join([PRELUDE] + consts + ([COUNTER_PRELUDE] if counters else [])
-                       + [helper_text(h) for h in sorted(helpers)] + funcs
-                       + [run, TIMING, no_counters])
+    files: dict[str, str] = {}
+    units = 1 if counters else max(1, min(int(units), len(funcs)))
+    if units == 1:
+        files["model.c"] = "\n".join([PRELUDE, "static int sf_error;"] + consts + ([COUNTER_PRELUDE] if counters else [])
+                                     + [helper_text(h) for h in sorted(helpers)] + [arena] + funcs
+                                     + [run, TIMING, no_counters])
+    else:
+        bins: list[list[int]] = [[] for _ in range(units)]
+        load = [0] * units
+        for i in sorted(range(len(funcs)), key=lambda i: -len(funcs[i])):  # largest first, to the lightest unit
+            j = load.index(min(load))
+            bins[j].append(i)
+            load[j] += len(funcs[i])
+        protos = []
+        for j, members in enumerate(bins):
+            members.sort()
+            texts = [re.sub(r"SF_NOINLINE static int (k\d+)\(", r"SF_KERNEL int \1(", funcs[i], count=1) for i in members]
+            protos += [re.search(r"SF_KERNEL int (k\d+)\(", t).group(1) for t in texts]
+            used = sorted(set().union(*(func_helpers[i] for i in members)))
+            files[f"kernels{j}.c"] = "\n".join([PRELUDE, "extern int sf_error;"] + [helper_text(h) for h in used] + texts)
+        main_helpers = sorted(h for h in helpers if h in ("sf_conv_pack", "sf_pad_cols"))  # the packing
+        files["model.c"] = "\n".join([PRELUDE, "SF_HIDDEN int sf_error;"] + consts + [helper_text(h) for h in main_helpers]
+                                     + [arena] + [f"SF_KERNEL int {f}(void *const *B);" for f in sorted(protos)]
+                                     + [run, TIMING, no_counters])
     names = [{"index": i, "tensor": b.tensor, "role": b.role, "dtype": b.dtype, "shape": list(b.shape)}
              for i, b in enumerate(table)]
-    return {"model.c": source, "model.h": header(nb, len(plan.groups), counters),
-            "buffers.json": json.dumps({"buffers": names, "groups": [g.name for g in plan.groups]},
+    return {**files, "model.h": header(nb, len(plan.groups), counters),
+            "buffers.json": json.dumps({"buffers": names, "groups": [g.name for g in plan.groups],
+                                        "views": {t: buffers[t] for t in alias if t in buffers}},
                                        indent=1, ensure_ascii=False) + "\n"}
 
 

@@ -276,16 +276,17 @@ def _row_fusable(k: Kernel) -> Optional[tuple]:
 
 def _emit_rows(k: Kernel, shape: tuple) -> None:
     """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
-    inner loop over the row), then one inner loop storing every written tensor."""
+    inner loop over the row), then one inner loop storing every written tensor. A MatMul anchor
+    that takes the register-blocked tile runs over blocks of rows (the tile of a block, then the
+    rows of the block), so fusing a row reduction into it keeps the fast tile."""
     g = k.graph
     memo: dict = {}
     deps = frozenset().union(*(_deps(k, t, memo) for t in k.writes))
     tiled = _anchors_for(k, shape, deps)
     k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
     before = set(k.tiles)
-    with k.loops(shape[:-1], parallel=True) as outer:
-        for t in tiled:
-            anchors.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
+
+    def row(outer):
         for v in k.nodes:
             node = g.index.node[v]
             if node.op in STATS_OPS:
@@ -296,6 +297,26 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
             idx = tuple(outer) + tuple(inner)
             for t in k.writes:
                 k.store(t, idx, k.value(t, idx))
+    anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
+    mb = anchors.matmul_blocking(k, anchor) if anchor is not None and anchor.op == "MatMul" else None
+    if mb is not None:
+        (t,) = tiled
+        bsrc = anchors.matmul_b_view(k, anchor)
+        with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as blk:
+            batch, mi = tuple(blk[:-1]), blk[-1]
+            i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
+            arr = anchors.tile_matmul_blocked(k, anchor, batch, i0, bsrc, mb)
+            with k.loops((mb,)) as (a,):
+                i = a if i0 == "0" else k.index(f"{i0} + {a}")
+                outer = batch + (i,)
+                k.set_tile(t, tuple("0" if d == 1 else k.index(x) for x, d in zip(outer, shape[:-1])),
+                           f"{arr}[{a}]", 1)
+                row(outer)
+    else:
+        with k.loops(shape[:-1], parallel=True) as outer:
+            for t in tiled:
+                anchors.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
+            row(outer)
     for t in set(k.tiles) - before:
         k.drop_tile(t)  # the row's tiles and row copies end with the row loop
 
