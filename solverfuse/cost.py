@@ -1,12 +1,20 @@
 """The one cost model: traffic, legality (fusion rules + capacity), roofline time, Q_min.
 
 Everything that scores or checks a plan -- the CP-SAT objective, the greedy baselines, reports,
-benchmarks and the emitter's byte counters -- calls these functions.
+benchmarks and the emitter's byte counters -- calls these functions. Costs are charged *as
+compilers execute* (``formulations/reality.md``):
 
 * ``group_traffic(G)`` = bytes of every tensor ``G`` reads from outside (each tensor counted once
   per group, so horizontal fusion de-duplicates a shared input) + bytes of every tensor produced in
-  ``G`` that a node outside ``G`` reads or that is a graph output.
-* ``q_min`` = every graph input / constant that some node reads, once + every graph output, once.
+  ``G`` that a node outside ``G`` reads or that is a graph output; except that
+* a tensor ``G`` reads only as the data operand of gathers (op table ``gather_data_input``) costs
+  the gathered bytes -- the sum of those gathers' output bytes -- capped at its size
+  (:func:`read_bytes`);
+* a group of view ops only (op table ``view``: Reshape, Flatten, Squeeze, Unsqueeze, Identity)
+  that writes no graph output is metadata: it moves 0 bytes and launches no kernel
+  (:func:`free_view_group`); one that writes a graph output is a copy, charged normally.
+* ``q_min`` = every source tensor some node reads, once (gather-aware, see :func:`q_min`) + every
+  graph output, once.
 
 >>> from solverfuse.graph import load_graph
 >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
@@ -22,13 +30,12 @@ from typing import Iterable, Sequence
 from .graph import Graph
 from .hardware import Hardware
 from .mapping import capacity_violation
-from .ops import MATERIALISED_INPUT_ROLES, OPS
+from .rules import facts, gather_data_reader, rule_violation
 
 
 def role(graph: Graph, node: str) -> str:
     """Fusion role of a node (``opaque`` for ops the table does not know)."""
-    info = OPS.get(graph.index.node[node].op)
-    return info.role if info else "opaque"
+    return facts(graph, node).role
 
 
 def group_reads(graph: Graph, nodes: Iterable[str]) -> list[str]:
@@ -54,9 +61,59 @@ def group_writes(graph: Graph, nodes: Iterable[str]) -> list[str]:
     return out
 
 
+def free_view_group(graph: Graph, nodes: Iterable[str]) -> bool:
+    """Whether a group is metadata only: every op a view, no graph output written (0 bytes, no
+    kernel)."""
+    outputs = graph.index.outputs
+    return all(facts(graph, v).view and not any(t in outputs for t in graph.index.node[v].outputs)
+               for v in nodes)
+
+
+def read_bytes(graph: Graph, members: set[str] | frozenset[str], tensor: str) -> int:
+    """Bytes a group of ``members`` pays to read ``tensor`` from outside (ignoring the view rule):
+    its size, or -- when every member reading it reads it only as gather data -- the gathered bytes
+    (sum of those gathers' output bytes) capped at its size."""
+    size = graph.nbytes(tensor)
+    if tensor not in _gather_data(graph):
+        return size
+    gathered = 0
+    for c in graph.index.consumers.get(tensor, []):
+        if c in members:
+            if not gather_data_reader(graph, c, tensor):
+                return size
+            gathered += graph.nbytes(graph.index.node[c].outputs[0])
+    return min(size, gathered)
+
+
+def _gather_data(graph: Graph) -> frozenset[str]:
+    """Tensors some gather reads as its data operand (cached on the graph: planners ask often)."""
+    hit = graph.__dict__.get("_gather_data")
+    if hit is None or hit[0] is not graph.nodes:
+        ts = frozenset(n.inputs[0] for n in graph.nodes if n.inputs and facts(graph, n.name).gather_data_input)
+        hit = graph.__dict__["_gather_data"] = (graph.nodes, ts)
+    return hit[1]
+
+
+def group_read_bytes(graph: Graph, nodes: Sequence[str]) -> dict[str, int]:
+    """What a group pays per tensor it reads from outside (the emitter's read counters)."""
+    if free_view_group(graph, nodes):
+        return {t: 0 for t in group_reads(graph, nodes)}
+    members = set(nodes)
+    return {t: read_bytes(graph, members, t) for t in group_reads(graph, nodes)}
+
+
+def group_write_bytes(graph: Graph, nodes: Sequence[str]) -> dict[str, int]:
+    """What a group pays per tensor it writes (the emitter's write counters)."""
+    free = free_view_group(graph, nodes)
+    return {t: 0 if free else graph.nbytes(t) for t in group_writes(graph, nodes)}
+
+
 def group_traffic(graph: Graph, nodes: Sequence[str]) -> int:
-    """Global-memory bytes of one group's kernel (reads + writes)."""
-    return sum(graph.nbytes(t) for t in group_reads(graph, nodes)) + \
+    """Global-memory bytes of one group's kernel (reads + writes), as compilers execute it."""
+    if free_view_group(graph, nodes):
+        return 0
+    members = set(nodes)
+    return sum(read_bytes(graph, members, t) for t in group_reads(graph, nodes)) + \
         sum(graph.nbytes(t) for t in group_writes(graph, nodes))
 
 
@@ -70,44 +127,88 @@ def unfused_traffic(graph: Graph) -> int:
     return plan_traffic(graph, [[n] for n in graph.index.order])
 
 
+def plan_floor(graph: Graph, nodes: Sequence[str]) -> int:
+    """A lower bound on the traffic of every plan of the ops ``nodes`` (all of them, in any legal
+    groups): what one kernel of all of them would pay, except that reads and writes only view ops
+    make are dropped (a free view group pays neither). Equals ``group_traffic(nodes)`` when no view
+    op is among them.
+
+    Why it is a bound: a tensor from outside read by a non-view op ``c`` is read by ``c``'s group,
+    which is not free and pays at least the gather-aware cost restricted to its own readers; summed
+    over groups that is at least the cost restricted to all non-view readers (``min`` is
+    subadditive). A tensor produced by a non-view op (or a graph output) and needed outside ``nodes``
+    is written by its producer's group, which is not free.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 8]}, "s": {"shape": [2], "dtype": "int64",
+    ...     "constant": True, "value": [8, 4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["h"]},
+    ...               {"name": "e", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> plan_floor(g, ["r", "e"]), group_traffic(g, ["r", "e"]), plan_traffic(g, [["r"], ["e"]])
+    (128, 272, 256)
+    """
+    members = set(nodes)
+    nonview = {v for v in nodes if not facts(graph, v).view}
+    outputs = graph.index.outputs
+    total = 0
+    for t in group_reads(graph, nodes):
+        if any(c in nonview for c in graph.index.consumers.get(t, [])):
+            total += read_bytes(graph, nonview, t)
+    for t in group_writes(graph, nodes):
+        if graph.index.producer[t] in nonview or t in outputs:
+            if t in outputs or any(c not in members for c in graph.index.consumers.get(t, [])):
+                total += graph.nbytes(t)
+    return total
+
+
 def q_min(graph: Graph) -> int:
-    """Lower bound: every source tensor some node reads, once, plus every graph output, once."""
+    """Lower bound: every source tensor some node reads, once, plus every graph output, once.
+
+    A source's read is its *data floor*: its size, or less when no plan has to read all of it --
+    when every consumer reads it only as gather data (then the sum of all those gathers' output
+    bytes, capped at its size), as a view's shape operand (0: a free view group reads nothing), or
+    as a view's data (then, unless that view writes a graph output, what its output's readers must
+    pay, recursively: the view itself may be free).
+    """
+    memo: dict[str, int] = {}
+    outputs = graph.index.outputs
+
+    def floor(t: str) -> int:
+        hit = memo.get(t)
+        if hit is not None:
+            return hit
+        size = graph.nbytes(t)
+        total = 0
+        for c in graph.index.consumers.get(t, []):
+            node = graph.index.node[c]
+            f = facts(graph, c)
+            if f.view and t not in node.inputs[:1]:
+                continue
+            if f.view and not any(o in outputs for o in node.outputs):
+                total += sum(floor(o) for o in node.outputs if o)
+            elif gather_data_reader(graph, c, t):
+                total += graph.nbytes(node.outputs[0])
+            else:
+                total = size
+            if total >= size:
+                break
+        memo[t] = min(size, total)
+        return memo[t]
+
     read = {t for n in graph.nodes for t in n.inputs if t and graph.is_source(t)}
-    return sum(graph.nbytes(t) for t in read) + \
+    return sum(floor(t) for t in read) + \
         sum(graph.nbytes(t) for t in dict.fromkeys(graph.outputs) if not graph.is_source(t))
 
 
-def edge_fusable(graph: Graph, producer: str, consumer: str) -> bool:
-    """Whether the op table's rules allow producer -> consumer inside one group at all."""
-    rp, rc = role(graph, producer), role(graph, consumer)
-    return rc not in MATERIALISED_INPUT_ROLES and rp != "opaque"
-
-
 def group_violation(graph: Graph, nodes: Sequence[str], hw: Hardware) -> str | None:
-    """Why a group breaks a fusion rule or a capacity limit; None when it is legal.
+    """Why a group breaks a fusion rule (:func:`solverfuse.rules.rule_violation`) or a capacity
+    limit (:func:`solverfuse.mapping.capacity_violation`); None when it is legal.
 
     Convexity needs the rest of the plan and is checked by :func:`solverfuse.plans.validate`.
     """
     if len(nodes) < 2:
         return None
-    members = set(nodes)
-    roles = {v: role(graph, v) for v in nodes}
-    for v in nodes:
-        if roles[v] == "opaque":
-            return f"node {v!r} is opaque to fusion and must run alone"
-        if roles[v] in MATERIALISED_INPUT_ROLES:
-            for t in graph.index.node[v].inputs:
-                p = graph.index.producer.get(t)
-                if p in members:
-                    return f"node {v!r} ({roles[v]}) must read {t!r} from global memory, but {p!r} is in its group"
-    anchors = [v for v in nodes if roles[v] == "anchor"]
-    gathers = [v for v in nodes if roles[v] == "gather"]
-    if len(anchors) > 1:
-        return f"more than one compute-intensive anchor ({anchors[0]!r}, {anchors[1]!r})"
-    if len(gathers) > 1 or (gathers and anchors):
-        other = gathers[1] if len(gathers) > 1 else anchors[0]
-        return f"data-dependent node {gathers[0]!r} cannot share a kernel with {other!r}"
-    return capacity_violation(graph, list(nodes), hw)
+    return rule_violation(graph, nodes) or capacity_violation(graph, list(nodes), hw)
 
 
 def group_flops(graph: Graph, nodes: Iterable[str]) -> int:
@@ -115,7 +216,10 @@ def group_flops(graph: Graph, nodes: Iterable[str]) -> int:
 
 
 def group_time(graph: Graph, nodes: Sequence[str], hw: Hardware) -> float:
-    """Roofline time of a group: max(bytes / bandwidth, flops / peak) + launch overhead."""
+    """Roofline time of a group: max(bytes / bandwidth, flops / peak) + launch overhead (0 for a
+    free view group: no kernel)."""
+    if free_view_group(graph, nodes):
+        return 0.0
     dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
     return max(group_traffic(graph, nodes) / hw.dram_bandwidth,
                group_flops(graph, nodes) / hw.peak(dtype)) + hw.launch_overhead_s

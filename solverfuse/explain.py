@@ -2,7 +2,8 @@
 cut edge, what fusing across it would save or why it is illegal.
 
 Everything comes from the one cost model: :func:`mapping.group_footprint` for registers and L1,
-:func:`cost.group_violation` for the fusion rules and capacity,
+:func:`cost.group_violation` for the fusion rules and capacity, :func:`rules.rule_note` for the rule
+a group sits against (in words, from the same op-table rule data),
 :meth:`greedy.Partition.cycle_through` for convexity, :func:`cost.group_traffic` for savings.
 
 For every pair of groups joined by a tensor (a *cut edge*), :func:`explain` tries the merged group
@@ -29,6 +30,7 @@ from .greedy import Partition
 from .hardware import Hardware, load_hardware
 from .mapping import capacity_violation, group_footprint
 from .plans import Plan
+from .rules import rule_note
 from .summary import human_bytes
 
 
@@ -90,25 +92,11 @@ def explain(plan: Plan, graph: Optional[Graph] = None, hardware=None) -> dict:
         groups.append({"group": grp.name, "nodes": grp.nodes, "traffic_bytes": grp.traffic_bytes,
                        "registers": grp.registers, "register_budget": hw.register_budget,
                        "l1_bytes": grp.l1_bytes, "l1_limit": hw.l1_bytes,
-                       "rule": _rule_note(graph, grp.nodes), "tight": tight[gid]})
+                       "rule": rule_note(graph, grp.nodes), "tight": tight[gid]})
     return {"graph": graph.name, "strategy": plan.strategy, "status": plan.status, "hardware": hw.name,
             "traffic_bytes": plan.traffic_bytes, "q_min_bytes": plan.lower_bound_bytes,
             "groups": groups, "cuts": cuts,
-            "legal_savings_bytes": sum(c["saves_bytes"] or 0 for c in cuts)}
-
-
-def _rule_note(graph: Graph, nodes: list[str]) -> Optional[str]:
-    """The op-table rule a group already sits against (an anchor, a gather, an opaque op)."""
-    roles = [cost.role(graph, v) for v in nodes]
-    if "opaque" in roles:
-        return "opaque op: runs alone"
-    if "anchor" in roles:
-        return "holds its one compute anchor; reads its inputs from memory"
-    if "gather" in roles:
-        return "holds its one gather; reads its inputs from memory"
-    if "window" in roles:
-        return "window op reads its input from memory"
-    return None
+            "legal_savings_bytes": sum(max(c["saves_bytes"] or 0, 0) for c in cuts)}
 
 
 def _pct(used: int, limit: int) -> str:
@@ -136,8 +124,10 @@ def format_explain(e: dict) -> str:
         what = f"{c['from']} -> {c['to']} ({', '.join(repr(t) for t in c['tensors'][:3])}"
         what += f"{', ...' if len(c['tensors']) > 3 else ''}; {human_bytes(c['bytes'])})"
         if c["legal"]:
-            verdict = f"fusing saves {human_bytes(c['saves_bytes'])}" if c["saves_bytes"] else \
-                "legal, saves nothing"
+            saves = c["saves_bytes"] or 0
+            verdict = f"fusing saves {human_bytes(saves)}" if saves > 0 else \
+                f"legal, costs {human_bytes(-saves)} more (a free view group would become a copy)" if saves < 0 \
+                else "legal, saves nothing"
         else:
             verdict = f"illegal ({c['obstacle']}): {c['reason']}"
         lines.append(f"  {what}: {verdict}")

@@ -1,10 +1,17 @@
 """Hardware mapping: what one fused kernel needs in registers and L1/shared memory.
 
-The model is *additive* so the integer program can state it exactly (a linear sum over the ops
-assigned to a group; see ``formulations/hardware-mapping.md``)::
+The model is *additive* but for one rule, so the integer program can state it exactly (a linear
+sum over the ops assigned to a group, plus one indicator per streaming reduction; see
+``formulations/hardware-mapping.md``)::
 
     registers(G) = hw.kernel_base_registers + sum(op_registers(v) for v in G)
-    l1_bytes(G)  = sum(op_l1_bytes(v) for v in G)
+    l1_bytes(G)  = sum(op_l1_bytes(v) for v in G if rules.needs_row(graph, v, G))
+
+``rules.needs_row`` is true for every op except a *streaming* reduction (ReduceSum/Mean/Max/...,
+GlobalAverage/MaxPool: it reads its row once) that no other op of ``G`` is downstream of: such a
+reduction ends its group's row loop, so its row streams through and is never kept (this is how
+torch.compile's ``[Sub, Exp, ReduceSum]`` softmax kernel runs over rows far larger than L1).
+Softmax, LogSoftmax and LayerNormalization read their row several times and always keep it.
 
 * ``op_registers`` -- the live values the op adds to the kernel's schedule: its output value plus
   the temporaries of its scalar code (op table ``registers``); an anchor (MatMul/Conv/Gemm) adds
@@ -35,6 +42,7 @@ from typing import Iterable, NamedTuple
 from .graph import Graph
 from .hardware import Hardware
 from .ops import DTYPE_SIZES, OPS, numel, reduce_axes
+from .rules import needs_row
 
 
 class Footprint(NamedTuple):
@@ -73,7 +81,8 @@ def gemm_dims(graph: Graph, node: str) -> tuple[int, int, int]:
 
 
 def op_footprint(graph: Graph, node: str, hw: Hardware) -> Footprint:
-    """Registers and L1 bytes that ``node`` adds to any group containing it."""
+    """Registers and L1 bytes that ``node`` adds to a group containing it (a streaming reduction's
+    L1 only where :func:`solverfuse.rules.needs_row` says it keeps its row)."""
     n = graph.index.node[node]
     info = OPS.get(n.op)
     if info is None:
@@ -97,6 +106,8 @@ def op_footprint(graph: Graph, node: str, hw: Hardware) -> Footprint:
 
 def group_footprint(graph: Graph, nodes: Iterable[str], hw: Hardware) -> Footprint:
     """Registers (including the kernel's base registers) and L1 bytes of a group's kernel."""
+    nodes = list(nodes)
+    members = None
     regs, l1 = hw.kernel_base_registers, 0
     # Per-op footprints are cached on the graph for the last profile used (the entry holds
     # the profile itself, so `is` identifies it): planners ask for many overlapping groups.
@@ -109,7 +120,10 @@ def group_footprint(graph: Graph, nodes: Iterable[str], hw: Hardware) -> Footpri
         if fp is None:
             fp = known[v] = op_footprint(graph, v, hw)
         regs += fp.registers
-        l1 += fp.l1_bytes
+        if fp.l1_bytes:
+            members = members if members is not None else set(nodes)
+            if needs_row(graph, v, members):
+                l1 += fp.l1_bytes
     return Footprint(regs, l1)
 
 

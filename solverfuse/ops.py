@@ -10,15 +10,21 @@ Each :class:`OpInfo` records the facts every other stage uses and nobody re-deri
 * ``registers`` -- live values the op adds to a fused kernel's schedule (see ``mapping.py``);
 * ``l1`` -- what the op keeps resident in L1/shared memory: ``none``, ``row`` (the reduced extent of
   its input), ``gemm`` (operand tiles), ``window`` (a pooling window);
-* ``shape`` -- the shape/dtype rule; ``flops`` -- floating-point operations.
-
-Fusion rules derived from roles (enforced in :func:`solverfuse.cost.group_violation`):
-an op whose role is in :data:`MATERIALISED_INPUT_ROLES` reads every input from global memory (its
-in-edges are never fused); ``opaque`` ops are alone in their group; a group holds at most one
-``anchor`` and at most one ``gather``, never both.
+* ``shape`` -- the shape/dtype rule; ``flops`` -- floating-point operations;
+* the fusion-rule data (read only by :mod:`solverfuse.rules`, which derives the legality predicate,
+  the presolve masks, the assignment constraints and the explanations from it):
+  ``materialised_inputs`` (reads every input from global memory: its in-edges are never fused),
+  ``exclusive`` (a group holds at most one exclusive op), ``opaque`` (alone in its group) -- these
+  three default from the role (:data:`ROLE_RULES`); ``streaming`` (a reduction that reads its row
+  once: it needs a resident row only when an op of its group is downstream of it), ``view``
+  (metadata only: a group of views alone moves no bytes and launches no kernel) and
+  ``gather_data_input`` (input 0 is read only where the indices point: a group reading a tensor
+  only there pays the gathered bytes) -- these are per row.
 
 >>> OPS["Relu"].role, OPS["Conv"].category, OPS["Softmax"].l1
 ('elementwise', 'compute', 'row')
+>>> OPS["MatMul"].exclusive, OPS["ReduceSum"].streaming, OPS["Softmax"].streaming, OPS["Reshape"].view
+(True, True, False, True)
 >>> infer_node("MatMul", {}, [((64, 512), "float32"), ((512, 256), "float32")], [None, None])
 [((64, 256), 'float32')]
 """
@@ -34,7 +40,12 @@ Shape = tuple[int, ...]
 TypedShape = tuple[Shape, str]
 
 ROLES = ("elementwise", "broadcast", "injective", "reduction", "anchor", "window", "gather", "opaque")
-MATERIALISED_INPUT_ROLES = frozenset({"anchor", "window", "gather", "opaque"})
+#: Rule data each role implies unless a row says otherwise: (materialised_inputs, exclusive, opaque).
+ROLE_RULES = {"elementwise": (False, False, False), "broadcast": (False, False, False),
+              "injective": (False, False, False), "reduction": (False, False, False),
+              "anchor": (True, True, False), "window": (True, False, False),
+              "gather": (True, True, False), "opaque": (True, False, True)}
+MATERIALISED_INPUT_ROLES = frozenset(r for r, (m, _, _) in ROLE_RULES.items() if m)
 CATEGORIES = ("compute", "memory", "data")
 
 DTYPE_SIZES = {
@@ -74,6 +85,17 @@ class OpInfo:
     registers: int = 1
     l1: str = "none"
     flops: Callable[..., int] | None = None
+    materialised_inputs: bool | None = None   # None: from ROLE_RULES
+    exclusive: bool | None = None
+    opaque: bool | None = None
+    streaming: bool = False
+    view: bool = False
+    gather_data_input: bool = False
+
+    def __post_init__(self):
+        for name, value in zip(("materialised_inputs", "exclusive", "opaque"), ROLE_RULES[self.role]):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
 
 def numel(shape: Sequence[int]) -> int:
@@ -525,8 +547,8 @@ def _elementwise_flops(per):
 _TABLE: list[OpInfo] = []
 
 
-def _op(name, category, role, shape, fpe=1.0, registers=1, l1="none", flops=None):
-    _TABLE.append(OpInfo(name, category, role, shape, fpe, registers, l1, flops))
+def _op(name, category, role, shape, fpe=1.0, registers=1, l1="none", flops=None, **rules):
+    _TABLE.append(OpInfo(name, category, role, shape, fpe, registers, l1, flops, **rules))
 
 
 # Elementwise (one input, same shape). registers: temporaries of the scalar code (polynomials).
@@ -535,7 +557,7 @@ for _n, _f, _r in [("Relu", 1, 1), ("Neg", 1, 1), ("Abs", 1, 1), ("Sqrt", 4, 1),
                    ("Identity", 0, 1), ("Floor", 1, 1), ("Ceil", 1, 1), ("Not", 1, 1),
                    ("LeakyRelu", 2, 1), ("Elu", 8, 2), ("HardSigmoid", 3, 1), ("Softplus", 10, 2),
                    ("Gelu", 16, 3), ("Clip", 2, 1), ("Sin", 10, 2), ("Cos", 10, 2), ("Sign", 1, 1)]:
-    _op(_n, "memory", "elementwise", _same, _f, _r)
+    _op(_n, "memory", "elementwise", _same, _f, _r, view=_n == "Identity")
 _op("Cast", "memory", "elementwise", _cast, 0, 1)
 _op("Dropout", "memory", "elementwise", _dropout, 0, 1)
 # Broadcasting binary / n-ary ops.
@@ -551,18 +573,20 @@ _op("BatchNormalization", "memory", "broadcast", _batchnorm, 2, 1)
 for _n, _s in [("Transpose", _transpose), ("Reshape", _reshape), ("Flatten", _flatten),
                ("Squeeze", _squeeze), ("Unsqueeze", _unsqueeze), ("Expand", _expand),
                ("Concat", _concat), ("Slice", _slice), ("Split", _split)]:
-    _op(_n, "memory", "injective", _s, 0, 1)
+    _op(_n, "memory", "injective", _s, 0, 1, view=_n in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
 _op("Shape", "memory", "injective", _shape_op, 0, 1)
 _op("ConstantOfShape", "memory", "injective", _constant_of_shape, 0, 1)
-# Reductions: rows stay resident in L1 while the reduction and its consumers run.
+# Reductions: a row stays resident in L1 while the reduction and its group's later ops run; a
+# streaming reduction reads its row once, so it needs the row only if an op of its group is
+# downstream of it (Softmax, LogSoftmax, LayerNormalization read their row several times).
 for _n in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
            "ReduceSumSquare"):
-    _op(_n, "memory", "reduction", _reduce, 1, 1, "row")
+    _op(_n, "memory", "reduction", _reduce, 1, 1, "row", streaming=True)
 _op("Softmax", "memory", "reduction", _softmax, 12, 2, "row")
 _op("LogSoftmax", "memory", "reduction", _softmax, 12, 2, "row")
 _op("LayerNormalization", "memory", "reduction", _layernorm, 8, 3, "row")
-_op("GlobalAveragePool", "memory", "reduction", _global_pool, 1, 1, "row")
-_op("GlobalMaxPool", "memory", "reduction", _global_pool, 1, 1, "row")
+_op("GlobalAveragePool", "memory", "reduction", _global_pool, 1, 1, "row", streaming=True)
+_op("GlobalMaxPool", "memory", "reduction", _global_pool, 1, 1, "row", streaming=True)
 # Windowed ops: read their input with a halo, so it must be materialised.
 _op("MaxPool", "memory", "window", _pool, flops=_pool_flops, registers=2, l1="window")
 _op("AveragePool", "memory", "window", _pool, flops=_pool_flops, registers=2, l1="window")
@@ -572,9 +596,9 @@ _op("Conv", "compute", "anchor", _conv, flops=_conv_flops, l1="gemm")
 _op("MatMul", "compute", "anchor", _matmul, flops=_matmul_flops, l1="gemm")
 _op("Gemm", "compute", "anchor", _gemm, flops=_gemm_flops, l1="gemm")
 # Data-dependent.
-_op("Gather", "data", "gather", _gather, 0, 2)
-_op("GatherElements", "data", "gather", _gather_elements, 0, 2)
-_op("GatherND", "data", "gather", _gather_nd, 0, 2)
+_op("Gather", "data", "gather", _gather, 0, 2, gather_data_input=True)
+_op("GatherElements", "data", "gather", _gather_elements, 0, 2, gather_data_input=True)
+_op("GatherND", "data", "gather", _gather_nd, 0, 2, gather_data_input=True)
 # Scatters write data-dependent places: executed alone.
 _op("ScatterND", "data", "opaque", _scatter, 0, 2)
 _op("ScatterElements", "data", "opaque", _scatter, 0, 2)

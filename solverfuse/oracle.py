@@ -2,8 +2,8 @@
 
 Independent of the CP-SAT formulations and their presolve: it walks every set partition of the
 ops (ops in graph order; each op joins an existing group or opens a new one), prunes a branch as
-soon as a group breaks ``cost.group_violation`` (fusion rules and additive capacity only get worse
-when a group grows), and keeps a complete partition only if ``plans.order_groups`` finds an
+soon as a group breaks ``cost.group_violation`` (fusion rules and capacity only get worse when a
+group grows: ``formulations/reality.md``), and keeps a complete partition only if ``plans.order_groups`` finds an
 execution order (an acyclic quotient, which also implies every group is convex). Exponential:
 meant for graphs of up to about 10 ops, to check the solver.
 

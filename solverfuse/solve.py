@@ -115,7 +115,7 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     regions: list[list] = []
 
     def add_windows(nodes: Sequence[str], floor: Optional[int] = None) -> None:
-        regions.append([cost.group_traffic(graph, list(nodes)) if floor is None else floor, False])
+        regions.append([cost.plan_floor(graph, list(nodes)) if floor is None else floor, False])
         for k in range(0, len(nodes), window):
             pre_w = presolve(graph, hw, nodes=nodes[k:k + window])
             units.extend(_Unit(pre_w, part, len(regions) - 1) for part in pre_w.parts)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from solverfuse import cost
+from solverfuse import cost, rules
 from solverfuse.graph import parse_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.mapping import group_footprint, op_footprint
@@ -86,7 +86,7 @@ def test_legality_rules():
     g = graph([op("a", "Relu", ["x"], ["h"]), op("mm", "MatMul", ["h", "w"], ["m"]),
                op("mm2", "MatMul", ["m", "w2"], ["y"])],
               extra={"w": {"shape": [N, N], "constant": True}, "w2": {"shape": [N, N], "constant": True}})
-    assert not cost.edge_fusable(g, "a", "mm")            # anchor reads its operands from memory
+    assert not rules.edge_fusable(g, "a", "mm")            # anchor reads its operands from memory
     assert "must read 'h' from global memory" in cost.group_violation(g, ["a", "mm"], hw)
     assert cost.group_violation(g, ["mm", "mm2"], hw).startswith("node 'mm2' (anchor) must read")
     g2 = graph([op("mm", "MatMul", ["x2", "w"], ["m"]), op("r", "Relu", ["m"], ["y"])], inputs=("x2",),

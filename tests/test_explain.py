@@ -101,3 +101,17 @@ def test_cli_bad_plan_is_one_line(tmp_path):
     bad.write_text("{ not json")
     r = CliRunner().invoke(app, ["explain", str(bad)])
     assert r.exit_code == 2 and "malformed JSON" in r.output and "Traceback" not in r.output
+
+
+def test_view_group_and_streaming_reduction_are_explained():
+    # x -> Flatten (free: metadata) -> Exp -> ReduceSum that ends its group (streams its row)
+    g = graph([("f", "Flatten", ["x"], ["h"]), ("e", "Exp", ["h"], ["i"]), ("s", "ReduceSum", ["i"], ["y"])])
+    tiny = H100.model_copy(update={"l1_bytes": 1024})     # a 1024-float row (4096 B) does not fit
+    e = explain(build_plan(g, tiny, [["f"], ["e", "s"]], strategy="manual"))
+    assert e["groups"][0]["traffic_bytes"] == 0 and "no kernel" in e["groups"][0]["rule"]
+    assert e["groups"][1]["l1_bytes"] == 0 and "no resident row" in e["groups"][1]["rule"]
+    c = cut(e, "k0", "k1")
+    # merging the view in makes the kernel read x instead of h: same bytes, so nothing saved
+    assert c["legal"] and c["saves_bytes"] == 0
+    text = format_explain(e)
+    assert "streaming reduction" in text and "view ops only" in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from solverfuse import cost
 from solverfuse.graph import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.formulations.presolve import presolve, traffic_floor
@@ -20,19 +21,24 @@ H100 = load_hardware("nvidia-h100")
 UNARY = ["Relu", "Exp", "Neg", "Sigmoid"]
 BINARY = ["Add", "Mul"]
 KINDS = ["unary", "unary", "binary", "binary", "reduce", "softmax", "matmul", "gather", "transpose",
-         "opaque", "split"]
+         "opaque", "split", "view", "view", "gather_rows"]
+VIEWS = ["Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"]
 
 
 @st.composite
 def small_case(draw):
-    """A random DAG of 1..9 ops on [s, s] / [s, 1] / [s, s/2] tensors + a hardware with random
-    small register and L1 limits."""
+    """A random DAG of 1..9 ops on [s, s] / [s, 1] / [s] / [s, s/2] tensors + a hardware with random
+    small register and L1 limits. Views (Identity, Reshape with a constant shape, Flatten,
+    Squeeze/Unsqueeze between [s, 1] and [s]), gathers that pick all rows or one column, and
+    streaming (ReduceSum/ReduceMax) and non-streaming (Softmax) reductions are all drawn."""
     s = draw(st.sampled_from([2, 4, 8]))
     n = 9 - draw(st.integers(0, 8))  # hypothesis favours small draws: favour big graphs
     tensors = {"x": {"shape": [s, s]}, "z": {"shape": [s, s]}, "r": {"shape": [s, 1]},
                "w": {"shape": [s, s], "constant": True},
-               "idx": {"shape": [s], "dtype": "int64", "constant": True, "value": list(range(s))[::-1]}}
-    pool = {"sq": ["x", "z"], "row": ["r"], "half": []}
+               "idx": {"shape": [s], "dtype": "int64", "constant": True, "value": list(range(s))[::-1]},
+               "col": {"shape": [1], "dtype": "int64", "constant": True, "value": [s - 1]},
+               "shp": {"shape": [2], "dtype": "int64", "constant": True, "value": [s, s]}}
+    pool = {"sq": ["x", "z"], "row": ["r"], "half": [], "vec": []}
     nodes, read = [], set()
 
     def take(kind):
@@ -53,7 +59,31 @@ def small_case(draw):
             shape = a
             node = {"op": draw(st.sampled_from(BINARY)), "inputs": [take(a), take(b)]}
         elif kind == "reduce":
-            node = {"op": "ReduceSum", "inputs": [take("sq")], "attributes": {"axes": [1], "keepdims": 1}}
+            node = {"op": draw(st.sampled_from(["ReduceSum", "ReduceMax"])), "inputs": [take("sq")],
+                    "attributes": {"axes": [1], "keepdims": 1}}
+            shape = "row"
+        elif kind == "view":
+            op = draw(st.sampled_from(VIEWS))
+            if op == "Identity":
+                shape = draw(st.sampled_from([k for k in pool if pool[k] and k != "half"]))
+                node = {"op": op, "inputs": [take(shape)]}
+            elif op == "Reshape":
+                node = {"op": op, "inputs": [take("sq"), "shp"]}
+            elif op == "Flatten":
+                node = {"op": op, "inputs": [take("sq")], "attributes": {"axis": 1}}
+            elif op == "Squeeze":
+                node = {"op": op, "inputs": [take("row")], "attributes": {"axes": [1]}}
+                shape = "vec"
+            else:
+                src = "vec" if pool["vec"] and draw(st.booleans()) else None
+                if src is None:
+                    node = {"op": "Identity", "inputs": [take("row")]}
+                    shape = "row"
+                else:
+                    node = {"op": op, "inputs": [take("vec")], "attributes": {"axes": [1]}}
+                    shape = "row"
+        elif kind == "gather_rows":
+            node = {"op": "Gather", "inputs": [take("sq"), "col"], "attributes": {"axis": 1}}
             shape = "row"
         elif kind == "softmax":
             node = {"op": "Softmax", "inputs": [take("sq")], "attributes": {"axis": -1}}
@@ -88,7 +118,7 @@ def small_case(draw):
     return g, hw
 
 
-@settings(max_examples=220, derandomize=True, deadline=None,
+@settings(max_examples=300, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(small_case())
 def test_solver_matches_brute_force(case):
@@ -111,6 +141,7 @@ def test_solver_matches_brute_force(case):
         plan = solve_report(g, hw, workers=1, time_limit=30, hints=[groups], window=3, **mode).plan
         validate(plan, g, hw)
         assert plan.traffic_bytes == best and plan.bound_bytes <= best
-    # the presolve's traffic floor is a valid bound
+    # the presolve's traffic floor, the whole-graph floor and Q_min are valid bounds
     pre = presolve(g, hw)
     assert sum(traffic_floor(g, pre, part) for part in pre.parts) <= best
+    assert cost.plan_floor(g, list(g.index.order)) <= best and cost.q_min(g) <= best

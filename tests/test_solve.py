@@ -166,14 +166,15 @@ def test_progress_reports_improving_incumbents():
 
 
 @pytest.mark.parametrize("name", ["resnet50", "squeezenet"])
-def test_light_models_are_proven_optimal_and_beat_every_hint(name):
+def test_light_models_are_proven_optimal_and_beat_every_greedy_plan(name):
+    """Solved with no hints, so the comparison with the greedy plans is not the solver handing a
+    hint back: the proven optimum must be at most every baseline on its own."""
     from .conftest import light_model_path
     g = load_graph(light_model_path(name))
     from solverfuse.api import greedy_hints
-    hints = greedy_hints(g, H100)
-    plan = solve(g, H100, workers=1, time_limit=60, hints=hints)
+    plan = solve(g, H100, workers=1, time_limit=60)
     assert plan.status == "optimal" and plan.bound_bytes == plan.traffic_bytes
-    assert plan.traffic_bytes <= min(cost.plan_traffic(g, h) for h in hints)
+    assert plan.traffic_bytes <= min(cost.plan_traffic(g, h) for h in greedy_hints(g, H100))
     assert plan.traffic_bytes < plan.unfused_traffic_bytes
 
 
@@ -242,7 +243,8 @@ def test_windowed_planning_is_legal_feasible_and_bounded_honestly(mode):
 
 def test_plan_stopped_by_its_limit_is_never_worse_than_a_baseline():
     """When the limit stops the search, the planner still returns at most every baseline's
-    traffic (every baseline is a hint; the solver keeps the best legal one)."""
+    traffic (every baseline is a hint; the solver keeps the best legal one). This tests that hints
+    get through, not optimality (optimality is tested against the oracle and hint-free solves)."""
     import solverfuse
     from solverfuse import greedy
     from solverfuse.zoo import synthetic_graph

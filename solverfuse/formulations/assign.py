@@ -8,9 +8,16 @@ The math, with these variable names, is in ``formulations/representative-assignm
 * ``level[v]`` -- an integer ordering potential: equal inside a group, non-decreasing along every
   edge, strictly increasing along every edge that leaves a group. This makes every group convex and
   the quotient acyclic, and sorting groups by level gives an execution order.
-* ``reads[t, r]`` -- group ``r`` reads tensor ``t`` from global memory; ``writes[t]`` -- ``t`` is
-  written because a consumer is in another group (graph outputs / tensors read by other parts are
-  written whatever the plan does).
+* ``reads[t, r]`` -- group ``r`` reads tensor ``t`` from global memory (at its full size: some
+  reader in ``r`` is not a gather-data reader); ``gathered[t, r]`` -- what ``r`` pays for ``t`` when
+  every reader of ``t`` in ``r`` reads it as gather data: ``min(size, sum of their output bytes)``;
+  ``writes[t]`` -- ``t`` is written because a consumer is in another group (graph outputs / tensors
+  read by other parts are written whatever the plan does).
+* ``free[r]`` -- ``r``'s group is a free view group (only view ops, no graph output: 0 bytes);
+  ``in_free[r, u]`` -- view op ``u`` is in ``r``'s free group; a read or write of a group that may be
+  free is charged through ``paid`` indicators (``charged and not free``).
+* ``resident[r, s]`` -- streaming reduction ``s`` keeps its row in ``r``'s group: forced by any
+  successor of ``s`` in the same group (``rules.needs_row``), so the L1 row is exact, not additive.
 
 The objective is ``cost.plan_traffic`` exactly, for every solution (the read/write indicators are
 pinned from both sides, not just pushed down by the minimisation), so an incumbent's objective is
@@ -41,6 +48,7 @@ from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import op_footprint
+from ..rules import assign_data, facts, gather_data_reader
 from .presolve import Presolve
 
 NAME = "representative-assignment"
@@ -58,6 +66,7 @@ class Formulation:
     same: dict[tuple[str, str], cp_model.IntVar]
     reads: dict[tuple[str, str], tuple[cp_model.IntVar, list[str], str | None]]
     writes: dict[str, tuple[cp_model.IntVar, str, list[str]]]
+    free: dict[str, tuple[cp_model.IntVar, list[str]]]
 
     def decode(self, value: Callable[[cp_model.IntVar], int]) -> list[list[str]]:
         """Groups (lists of op names, graph order) of a solution; ``value`` reads a variable."""
@@ -92,6 +101,11 @@ class Formulation:
             self.model.AddHint(x, int(any(rep[c] == r for c in cons) and rep.get(prod) != r))
         for t, (x, u, cons) in self.writes.items():
             self.model.AddHint(x, int(any(rep[c] != rep[u] for c in cons)))
+        members: dict[str, list[str]] = {}
+        for v, r in rep.items():
+            members.setdefault(r, []).append(v)
+        for r, (x, freeable) in self.free.items():
+            self.model.AddHint(x, int(rep[r] == r and all(v in freeable for v in members[r])))
 
 
 def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> Formulation:
@@ -115,13 +129,15 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
             if r != v:
                 model.AddImplication(assign[r, v], assign[r, r])
 
-    # fusion rules: at most one anchor/gather per group (opaque ops have no candidates; in-edges of
-    # materialised-input roles are never fusable, see the level constraints below)
-    exclusive = {v for v in nodes if cost.role(graph, v) in ("anchor", "gather")}
+    # fusion rules (rules.assign_data): at most one exclusive op per group; opaque ops have no
+    # candidates (presolve); non-fusable edges get no `same` variable, so the levels cut them
+    rules = assign_data(graph, nodes)
     for r, vs in by_rep.items():
-        ex = [assign[r, v] for v in vs if v in exclusive]
+        ex = [assign[r, v] for v in vs if v in rules.exclusive]
         if len(ex) > 1:
             model.AddAtMostOne(ex)
+        if r in rules.alone and len(vs) > 1:
+            raise ValueError(f"bug: opaque op {r!r} has candidates")
 
     # capacity, exactly mapping.group_footprint: base + sum(registers) <= budget, sum(l1) <= L1,
     # for every group of >= 2 ops (every op of a multi-op part fits alone: presolve)
@@ -133,7 +149,21 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
         regs = [(fp[v].registers, assign[r, v]) for v in vs]
         if sum(c for c, _ in regs) > reg_cap:
             model.Add(sum(c * x for c, x in regs) <= reg_cap)
-        l1 = [(fp[v].l1_bytes, assign[r, v]) for v in vs if fp[v].l1_bytes]
+        # a streaming reduction counts its row only when a successor shares its group
+        # (rules.needs_row; on a convex group "downstream in the group" = "a successor in it")
+        l1 = []
+        for v in vs:
+            if not fp[v].l1_bytes:
+                continue
+            if not facts(graph, v).streaming:
+                l1.append((fp[v].l1_bytes, assign[r, v]))
+                continue
+            nxt = [w for w in idx.succs[v] if (r, w) in assign]
+            if nxt:
+                res = model.NewBoolVar(f"resident[{r},{v}]")
+                for w in nxt:
+                    model.Add(res >= assign[r, v] + assign[r, w] - 1)
+                l1.append((fp[v].l1_bytes, res))
         if sum(c for c, _ in l1) > hw.l1_bytes:
             model.Add(sum(c * x for c, x in l1) <= hw.l1_bytes)
 
@@ -141,7 +171,7 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
     same: dict[tuple[str, str], cp_model.IntVar] = {}
     for u in nodes:
         for v in idx.succs[u]:
-            if v not in members or not edge_may_fuse(graph, u, v, cand):
+            if v not in members or (u, v) not in rules.fusable or not set(cand[u]) & set(cand[v]):
                 continue
             s = model.NewBoolVar(f"same[{u},{v}]")
             same[u, v] = s
@@ -174,12 +204,47 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
                 s = same.get((u, v))
                 model.Add(level[v] >= level[u] + (1 if s is None else 1 - s))
 
+    # free view groups: free[r] <=> r represents a group of free-able views (views writing no
+    # graph output) only; in_free[r, u] <=> u is in r's free group
+    outputs = set(graph.outputs)
+    freeable = {v for v in nodes if facts(graph, v).view and not any(t in outputs for t in idx.node[v].outputs)}
+    free: dict[str, tuple[cp_model.IntVar, list[str]]] = {}
+    for r in nodes:
+        if r not in freeable:
+            continue
+        fr = model.NewBoolVar(f"free[{r}]")
+        others = [assign[r, v] for v in by_rep[r] if v not in freeable]
+        model.AddImplication(fr, assign[r, r])
+        for x in others:
+            model.AddImplication(x, fr.Not())
+        model.Add(fr >= assign[r, r] - sum(others))
+        free[r] = (fr, sorted(freeable))
+    in_free: dict[str, list[cp_model.IntVar]] = {}
+    for u in freeable:
+        for r in cand[u]:
+            if r in free:
+                z = model.NewBoolVar(f"in_free[{r},{u}]")
+                model.AddImplication(z, assign[r, u])
+                model.AddImplication(z, free[r][0])
+                model.Add(z >= assign[r, u] + free[r][0] - 1)
+                in_free.setdefault(u, []).append(z)
+
+    def paid(x, waived: list, name: str):
+        """x and not (one of ``waived``, at most one of which is true) -- exactly."""
+        if not waived:
+            return x
+        p = model.NewBoolVar(f"paid[{name}]")
+        model.Add(p >= x - sum(waived))
+        model.Add(p <= x)
+        for w in waived:
+            model.AddImplication(w, p.Not())
+        return p
+
     # objective: exact traffic of this part's groups
     terms: list[tuple[int, cp_model.IntVar]] = []
     constant = 0
     reads: dict = {}
     writes: dict = {}
-    outputs = set(graph.outputs)
     tensors_read: dict[str, None] = {}
     for v in nodes:
         for t in idx.node[v].inputs:
@@ -193,21 +258,48 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
         for c in inside:
             for r in cand[c]:
                 reps.setdefault(r, []).append(c)
-        for r, cs in reps.items():
-            xs = [assign[r, c] for c in cs]
+        for r, readers in reps.items():
+            readers = list(dict.fromkeys(readers))
+            cs = [c for c in readers if not gather_data_reader(graph, c, t)]
+            gs = [c for c in readers if c not in cs]
             xp = assign.get((r, prod)) if prod in members else None
-            if xp is None and len(xs) == 1:
-                terms.append((nb, xs[0]))  # read iff that consumer is in r's group
+            waive = [free[r][0]] if r in free else []
+            rd = None
+            if cs:
+                xs = [assign[r, c] for c in cs]
+                if xp is None and len(xs) == 1:
+                    rd = xs[0]  # read iff that consumer is in r's group
+                else:
+                    rd = model.NewBoolVar(f"reads[{t},{r}]")
+                    for x in xs:
+                        model.Add(rd >= x - (xp if xp is not None else 0))
+                    model.Add(rd <= sum(xs))
+                    if xp is not None:
+                        model.AddImplication(xp, rd.Not())
+                    reads[t, r] = (rd, cs, prod)
+                terms.append((nb, paid(rd, waive, f"{t},{r}")))
+            if not gs:
                 continue
-            rd = model.NewBoolVar(f"reads[{t},{r}]")
-            for x in xs:
-                model.Add(rd >= x - (xp if xp is not None else 0))
-            model.Add(rd <= sum(xs))
-            if xp is not None:
-                model.AddImplication(xp, rd.Not())
-            terms.append((nb, rd))
-            reads[t, r] = (rd, cs, prod)
+            # gather-data readers only (a free group holds no gather: no waiver needed)
+            share = [(graph.nbytes(idx.node[c].outputs[0]), assign[r, c]) for c in gs]
+            if len(gs) == 1 and xp is None and rd is None:
+                terms.append((min(nb, share[0][0]), share[0][1]))
+                continue
+            total = model.NewIntVar(0, sum(b for b, _ in share), f"gsum[{t},{r}]")
+            model.Add(total == sum(b * x for b, x in share))
+            capped = model.NewIntVar(0, nb, f"gmin[{t},{r}]")
+            model.AddMinEquality(capped, [total, nb])
+            off = [x for x in (rd, xp) if x is not None]
+            active = model.NewBoolVar(f"gactive[{t},{r}]")
+            for x in off:
+                model.AddImplication(x, active.Not())
+            model.Add(active + sum(off) >= 1)
+            gp = model.NewIntVar(0, nb, f"gathered[{t},{r}]")
+            model.Add(gp == capped).OnlyEnforceIf(active)
+            model.Add(gp == 0).OnlyEnforceIf(active.Not())
+            terms.append((1, gp))
     for u in nodes:
+        waive = in_free.get(u, [])
         for t in idx.node[u].outputs:
             if not t:
                 continue
@@ -215,12 +307,13 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
             cons = idx.consumers.get(t, [])
             if t in outputs or any((u, c) not in same for c in cons):
                 if t in outputs or cons:
-                    constant += nb
+                    constant += nb  # written, unless u's group is free: then refunded
+                    terms.extend((-nb, z) for z in waive)
                 continue
             if not cons:
                 continue
             cut = [same[u, c] for c in cons]
-            if len(cut) == 1:
+            if len(cut) == 1 and not waive:
                 # written iff the single consumer is in another group
                 constant += nb
                 terms.append((-nb, cut[0]))
@@ -229,22 +322,12 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str]) -> For
             for s in cut:
                 model.AddImplication(s.Not(), wr)
             model.Add(wr <= sum(1 - s for s in cut))
-            terms.append((nb, wr))
+            terms.append((nb, paid(wr, waive, t)))
             writes[t] = (wr, u, cons)
     objective = sum(c * x for c, x in terms) + constant
-    # redundant bound: no partition of the part beats fusing it whole (reads/writes only shrink
-    # under union), which gives the LP relaxation a floor it cannot see through the big-M rows
-    model.Add(objective >= cost.group_traffic(graph, nodes))
+    # redundant bound: no plan of the part beats cost.plan_floor (its one-kernel traffic without
+    # the views' reads and writes), a floor the LP relaxation cannot see through the big-M rows
+    model.Add(objective >= cost.plan_floor(graph, nodes))
     model.Minimize(objective)
     return Formulation(model=model, nodes=nodes, assign=assign, level=level, terms=terms,
-                       constant=constant, same=same, reads=reads, writes=writes)
-
-
-def edge_may_fuse(graph: Graph, u: str, v: str, cand: dict[str, list[str]]) -> bool:
-    """A DAG edge can be inside a group only if the op table allows it and u is a candidate
-    representative of v or both share one."""
-    if not cost.edge_fusable(graph, u, v):
-        return False
-    return bool(set(cand[u]) & set(cand[v]))
-
-
+                       constant=constant, same=same, reads=reads, writes=writes, free=free)

@@ -7,9 +7,11 @@ in ``formulations/representative-assignment.md`` (section "Presolve"):
 * **connected groups suffice.** Call two ops *affine* when one reads a tensor the other produces
   (a DAG edge) or both read the same tensor (siblings). If a legal group is not connected under
   affinity, splitting it into its affine components keeps every part legal (the rules and the
-  additive capacity are monotone under taking subsets; a component of a convex group is convex)
-  and does not change the traffic (no tensor is shared between the components). So some optimal
-  plan has only affine-connected groups, and we search only those.
+  capacity -- additive but for a streaming reduction's row, which only shrinks with the group --
+  are monotone under taking subsets; a component of a convex group is convex) and does not raise
+  the traffic (no tensor is shared between the components, so each gather-aware read is decided
+  in one of them; a component of views only may become free). So some optimal plan has only
+  affine-connected groups, and we search only those (``formulations/reality.md``).
 * **pair legality.** Two ops ``u`` (earlier) and ``v`` can be in one convex group only if the group
   holds their *hull* -- every op on a path ``u -> v`` -- so the pair is *compatible* only if
   ``cost.group_violation(hull)`` is None. Affinity edges between incompatible pairs are dropped.
@@ -42,7 +44,7 @@ from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import op_footprint
-from ..ops import MATERIALISED_INPUT_ROLES
+from ..rules import facts, gather_data_reader, hull_violation, masks
 
 
 @dataclass
@@ -94,10 +96,7 @@ class _Reach:
                 if j is not None:
                     m |= (1 << j) | self.anc[j]
             self.anc[i] = m
-        roles = [cost.role(graph, v) for v in order]
-        self.materialised = sum(1 << i for i, r in enumerate(roles) if r in MATERIALISED_INPUT_ROLES)
-        self.exclusive = sum(1 << i for i, r in enumerate(roles) if r in ("anchor", "gather"))
-        self.opaque = sum(1 << i for i, r in enumerate(roles) if r == "opaque")
+        self.masks = masks(graph, order)
         fps = [op_footprint(graph, v, hw) for v in order]
         self.regs = [f.registers for f in fps]
         self.l1 = [f.l1_bytes for f in fps]
@@ -111,13 +110,8 @@ class _Reach:
             return hit
         ends = (1 << i) | (1 << j)
         hull = (self.desc[i] & self.anc[j]) | ends
-        ok = not (hull & self.opaque)
-        # any materialised op in a path hull other than its first op reads from inside the hull;
-        # siblings (no path i -> j) form a hull of two that read nothing from each other
-        if self.desc[i] >> j & 1:
-            ok = ok and not (hull & self.materialised & ~(1 << i))
-        ok = ok and bin(hull & self.exclusive).count("1") <= 1
-        if ok:
+        ok = not hull_violation(self.masks, hull, i, bool(self.desc[i] >> j & 1))
+        if ok:  # capacity (and the rules once more: the masks are only a fast path)
             nodes = [self.order[k] for k in _bits(hull)]
             ok = cost.group_violation(self.graph, nodes, self.hw) is None
         self.cache[key] = ok
@@ -254,13 +248,16 @@ def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
     """A lower bound on the traffic of every legal plan of the part ``nodes`` (of ``pre``),
     from pairs that can never share a group (incompatible hulls):
 
-    * a tensor read by ops of which ``k`` are pairwise incompatible is read by at least ``k``
-      groups, less one if the producer is in the part and may join one of them;
-    * a produced tensor is written if it is an output, is read outside the part, or is read by
-      an op that can never share a group with its producer.
+    * a tensor read by non-view ops of which ``k`` are pairwise incompatible is read by at least
+      ``k`` groups, each paying at least its own reader's share (the size, or for a gather-data
+      reader ``min(size, its output bytes)``), less the largest share the producer may absorb
+      (it is in the part and may join one of them); view readers count nothing (their group may
+      be free);
+    * a tensor produced by a non-view op (or any graph output) is written if it is an output, is
+      read outside the part, or is read by an op that can never share a group with its producer.
 
-    At least the part's own traffic as one kernel (``cost.group_traffic``), and much tighter when
-    anchors (which never fuse their inputs) abound.
+    At least :func:`cost.plan_floor` of the part (its one-kernel traffic when it has no view op),
+    and much tighter when anchors (which never fuse their inputs) abound.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -287,17 +284,23 @@ def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
             if t:
                 read[t] = None
     for t in read:
+        size = graph.nbytes(t)
         indep: list[str] = []
         for c in idx.consumers[t]:
-            if c in members and all(never(c, d) for d in indep):
+            if c in members and not facts(graph, c).view and all(never(c, d) for d in indep):
                 indep.append(c)
+        share = {c: min(size, graph.nbytes(idx.node[c].outputs[0])) if gather_data_reader(graph, c, t)
+                 else size for c in indep}
         prod = idx.producer.get(t)
-        k = len(indep) - (1 if prod in members and any(not never(prod, c) for c in indep) else 0)
-        total += graph.nbytes(t) * max(k, 0)
+        absorbed = max((share[c] for c in indep if prod in members and not never(prod, c)), default=0)
+        total += sum(share.values()) - absorbed
     outputs = set(graph.outputs)
     for u in nodes:
+        view = facts(graph, u).view
         for t in idx.node[u].outputs:
-            cons = idx.consumers.get(t, []) if t else []
-            if t and (t in outputs or any(c not in members or never(u, c) for c in cons)):
+            if not t or (view and t not in outputs):
+                continue  # a free view group writes nothing
+            cons = idx.consumers.get(t, [])
+            if t in outputs or any(c not in members or never(u, c) for c in cons):
                 total += graph.nbytes(t)
-    return max(total, cost.group_traffic(graph, list(nodes)))
+    return max(total, cost.plan_floor(graph, list(nodes)))
