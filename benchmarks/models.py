@@ -38,7 +38,7 @@ def measure(name: str, hw) -> dict:
     g = import_onnx(path, stats=stats)
     t_import = time.perf_counter() - t
     t = time.perf_counter()
-    plans = plan_all(g, hw, time_limit=60.0, workers=1)
+    plans = plan_all(g, hw, time_limit=300.0, workers=2)
     rows = {r.strategy: r for r in rows_for(g, hw, plans)}
     return {"name": name, "onnx_nodes": stats["onnx_nodes"], "ops": len(g.nodes),
             "folded": stats["folded_nodes"] - markers, "import_s": t_import,

@@ -39,8 +39,11 @@ def test_model_runs_like_onnxruntime_on_its_own_file(name, tmp_path):
     feeds = load_inputs(name)
     np.savez(tmp_path / "x.npz", **feeds)
     y = tmp_path / "y.npz"
-    r = runner.invoke(app, ["run", str(full), "--inputs", str(tmp_path / "x.npz"), "-o", str(y),
-                            "--time-limit", "120", "--json"])
+    plan = tmp_path / "plan.json"
+    r = runner.invoke(app, ["plan", str(full), "--workers", "2", "--time-limit", "300", "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["run", str(full), "--plan", str(plan), "--inputs", str(tmp_path / "x.npz"),
+                            "-o", str(y), "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.output[r.output.index("{"):])
     assert res["status"] == "optimal" and res["random_constants"] == 0
