@@ -150,8 +150,12 @@ def inspect_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model
 def import_cmd(model: Path = typer.Argument(..., help="ONNX model"),
                output: Optional[Path] = typer.Option(None, "-o", "--output", help="graph JSON to write (default: stdout)"),
                dim: list[str] = typer.Option([], "--dim", help="NAME=VALUE for a symbolic input dimension (repeatable)")):
-    """Convert an ONNX model to solverfuse-graph/1 JSON."""
-    from .files import write_atomic
+    """Convert an ONNX model to solverfuse-graph/1 JSON.
+
+    With -o, every constant's data goes with it: small ones inline, the rest into one weights file
+    beside the JSON (<stem>.safetensors, referenced with sha256). On stdout, large constants refer
+    to the model file itself."""
+    from .graph import save_graph
     from .onnx_import import import_onnx
     dims = {}
     for d in dim:
@@ -159,12 +163,14 @@ def import_cmd(model: Path = typer.Argument(..., help="ONNX model"),
         if not name or not value.strip().isdigit():
             fail(f"--dim {d!r}: expected NAME=VALUE with an integer VALUE")
         dims[name] = int(value)
-    text = import_onnx(model, dims=dims).to_json()
+    stats: dict = {}
+    graph = import_onnx(model, dims=dims, stats=stats)
     if output:
-        write_atomic(output, text + "\n")
-        typer.echo(f"wrote {output}", err=True)
+        weights = save_graph(graph, output)
+        typer.echo(f"wrote {output}" + (f" and {weights}" if weights else "") +
+                   f" ({stats['folded_nodes']} constant nodes folded)", err=True)
     else:
-        typer.echo(text)
+        typer.echo(graph.to_json())
 
 
 @app.command("run")
@@ -278,12 +284,18 @@ def emit_cmd(plan: Path = typer.Argument(..., help="plan JSON"),
              output: Path = typer.Option(..., "-o", "--output", help="directory for model.c, model.h, buffers.json"),
              threads: int = typer.Option(1, "--threads", help="OpenMP threads (1: plain C, no OpenMP)"),
              counters: bool = typer.Option(False, "--counters", help="instrumented build counting global bytes")):
-    """Write a plan's C: one function per group, a driver running them in plan order."""
+    """Write a plan's C: one function per group, a driver running them in plan order, and the
+    constants' data in weights.safetensors (layout in solverfuse.emit.data.write_program_weights)."""
+    from .emit.data import write_program_weights
     from .emit.program import render, write_source
     from .plans import load_plan
-    files = render(load_plan(plan), threads=threads, counters=counters)
+    p = load_plan(plan)
+    files = render(p, threads=threads, counters=counters)
+    output.mkdir(parents=True, exist_ok=True)
+    weights = write_program_weights(p.graph, output / "weights.safetensors")
     for path in write_source(files, output):
         typer.echo(f"wrote {path}", err=True)
+    typer.echo(f"wrote {weights}", err=True)
 
 
 @app.command("plan")

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      ValidationError)
 
 from . import dag
 from .dtypes import np_dtype
@@ -37,14 +38,27 @@ FORMAT = "solverfuse-graph/1"
 MAX_TENSOR_BYTES = 1 << 46
 
 
+class WeightRef(BaseModel):
+    """Where a constant's data lives: an array ``key`` in a weights file (see :mod:`.weights`).
+
+    ``file`` is relative to the graph JSON's folder (or absolute); a ``.onnx`` file means the
+    model the graph was imported from. ``sha256`` (of the array's bytes) refuses a stale file."""
+    model_config = ConfigDict(extra="forbid")
+    file: str
+    key: str
+    sha256: Optional[str] = None
+
+
 class Tensor(BaseModel):
-    """A tensor: static shape, ONNX dtype name; constants may carry a small value or a fill."""
+    """A tensor: static shape, ONNX dtype name; a constant carries its data: a small ``value``,
+    a ``fill``, or ``data`` (a reference into a weights file beside the graph)."""
     model_config = ConfigDict(extra="forbid")
     shape: Optional[list[StrictInt]] = None
     dtype: StrictStr = "float32"
     constant: StrictBool = False
     value: Optional[Any] = Field(default=None, description="nested list, for small constants")
     fill: Optional[StrictFloat] = Field(default=None, description="every element equals this")
+    data: Optional[WeightRef] = Field(default=None, description="reference into a weights file")
 
 
 class Node(BaseModel):
@@ -110,6 +124,10 @@ class Graph(BaseModel):
     inputs: list[StrictStr]
     outputs: list[StrictStr]
     nodes: list[Node]
+    #: tensor name -> array or zero-argument loader: constant data held in memory (an import).
+    _arrays: dict = PrivateAttr(default_factory=dict)
+    #: folder that relative weights-file references resolve against (the graph JSON's).
+    _base_dir: Optional[str] = PrivateAttr(default=None)
 
     @cached_property
     def index(self) -> GraphIndex:
@@ -164,8 +182,45 @@ class Graph(BaseModel):
             return np.full(t.shape, t.fill, dtype=np_dtype(t.dtype))
         return None
 
+    def constant_data(self, tensor: str) -> Optional[np.ndarray]:
+        """The real data of a constant: ``value``, ``fill``, held in memory, or read from its
+        weights file (lazily, sha256 checked); None when the constant has no data at all.
+
+        Raises GraphError naming the weights file when it is missing, corrupt or stale."""
+        t = self.tensors.get(tensor)
+        if t is None or not t.constant:
+            return None
+        if t.value is not None or t.fill is not None:
+            if t.value is not None:
+                return np.asarray(t.value, dtype=np_dtype(t.dtype)).reshape(t.shape)
+            return np.full(t.shape, t.fill, dtype=np_dtype(t.dtype))
+        held = self._arrays.get(tensor)
+        if held is not None:
+            return np.asarray(held() if callable(held) else held)
+        if t.data is None:
+            return None
+        from .weights import open_weights
+        path = self.weights_path(t.data)
+        if path.suffix.lower() == ".onnx":
+            from .onnx_import import onnx_constant
+            return onnx_constant(path, t.data.key)
+        return open_weights(path).array(t.data.key, t.data.sha256, t.shape, t.dtype)
+
+    def has_data(self, tensor: str) -> bool:
+        """True when a constant carries data (value, fill, weights reference or imported array)."""
+        t = self.tensors[tensor]
+        return t.value is not None or t.fill is not None or t.data is not None or tensor in self._arrays
+
+    def weights_path(self, ref: WeightRef) -> Path:
+        """The path a weights reference points at (relative ones resolve beside the graph)."""
+        p = Path(ref.file)
+        return p if p.is_absolute() else Path(self._base_dir or ".") / p
+
     def digest(self) -> str:
         """sha256 of the canonical JSON of the graph (what a plan refers to).
+
+        Weight references are left out: a plan made on ``model.onnx`` holds for the
+        ``graph.json`` + weights file imported from it (the weights are checked by their own sha256).
 
         Cached like :attr:`index` (a checked graph is not mutated): every plan build and
         validation asks for it, and serialising a large model takes most of a second. The cache
@@ -173,7 +228,9 @@ class Graph(BaseModel):
         key = (id(self.tensors), id(self.nodes), id(self.inputs), id(self.outputs), self.name)
         hit = self.__dict__.get("_digest_cache")
         if hit is None or hit[0] != key:
-            hit = (key, hashlib.sha256(self.to_json(indent=None).encode()).hexdigest())
+            text = json.dumps(self.model_dump(mode="json", exclude={"tensors": {"__all__": {"data"}}}),
+                              ensure_ascii=False)
+            hit = (key, hashlib.sha256(text.encode()).hexdigest())
             self.__dict__["_digest_cache"] = hit
         return hit[1]
 
@@ -216,8 +273,10 @@ def _fmt_loc(loc) -> str:
     return ".".join(str(x) for x in loc)
 
 
-def parse_graph(data: Union[dict, str, bytes]) -> Graph:
-    """Parse JSON text or a dict into a :class:`Graph` and check it (see :func:`check_graph`)."""
+def parse_graph(data: Union[dict, str, bytes], base_dir: Union[None, str, os.PathLike] = None) -> Graph:
+    """Parse JSON text or a dict into a :class:`Graph` and check it (see :func:`check_graph`).
+
+    ``base_dir`` is where relative weights-file references resolve (default: the working folder)."""
     if isinstance(data, (str, bytes)):
         try:
             data = json.loads(data)
@@ -238,7 +297,24 @@ def parse_graph(data: Union[dict, str, bytes]) -> Graph:
         raise GraphError(f"{_fmt_loc(err['loc'])}: {err['msg']}") from None
     except RecursionError:
         raise GraphError("graph nested too deeply") from None
-    return check_graph(g)
+    g._base_dir = None if base_dir is None else str(base_dir)
+    return check_weights(check_graph(g))
+
+
+def check_weights(g: Graph) -> Graph:
+    """Check every weights file the graph refers to exists and lists each array with the
+    graph's shape and dtype -- headers only, no data is read (planning stays lazy)."""
+    from .weights import open_weights
+    for name, t in g.tensors.items():
+        if t.data is None or name in g._arrays:
+            continue
+        path = g.weights_path(t.data)
+        if path.suffix.lower() == ".onnx":
+            if not path.is_file():
+                raise GraphError(f"{path}: no such file (weights of constant {name!r})")
+            continue
+        open_weights(path).entry(t.data.key, t.shape, t.dtype)
+    return g
 
 
 def check_graph(g: Graph) -> Graph:
@@ -326,7 +402,9 @@ def check_graph(g: Graph) -> Graph:
     for k in unused:
         if not any(k in n.inputs for n in nodes) and k not in g.outputs:
             del tensors[k]
-    return Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=out_nodes)
+    out = Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=out_nodes)
+    out._arrays, out._base_dir = dict(g._arrays), g._base_dir
+    return out
 
 
 #: Attribute types the op table's shape rules and the emitter rely on (ONNX semantics): a flag is
@@ -489,9 +567,45 @@ def load_graph(source: Union[str, os.PathLike, dict, Graph, Any]) -> Graph:
         return import_onnx(path)
     text = read_text(path, GraphError)
     try:
-        return parse_graph(text)
+        return parse_graph(text, base_dir=path.parent)
     except GraphError as e:
-        raise GraphError(f"{path}: {e}") from None
+        msg = str(e)
+        raise GraphError(msg if msg.startswith("weights file") else f"{path}: {msg}") from None
+
+
+def save_graph(graph: Graph, path: Union[str, os.PathLike]) -> Optional[Path]:
+    """Write the graph JSON and, when constants carry data beyond ``value``/``fill``, one weights
+    file beside it (``<stem>.safetensors``, each array referenced with its sha256).
+
+    Both files appear or neither does (the data is read and checked before anything is written).
+    Returns the weights file's path, or None when there is nothing to store.
+
+    >>> import tempfile, os
+    >>> g = load_graph({"tensors": {"x": {"shape": [2]}, "w": {"shape": [2], "constant": True,
+    ...     "value": [1.0, 2.0]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "m", "op": "Mul", "inputs": ["x", "w"], "outputs": ["y"]}]})
+    >>> save_graph(g, os.path.join(tempfile.mkdtemp(), "g.json")) is None
+    True
+    """
+    from .weights import SUFFIX, write_file_atomic, write_weights
+    path = Path(path)
+    stored = [n for n, t in graph.tensors.items()
+              if t.constant and t.value is None and t.fill is None and graph.has_data(n)]
+    tensors = dict(graph.tensors)
+    wpath = None
+    if stored:
+        arrays = {n: graph.constant_data(n) for n in stored}
+        wpath = path.with_name(path.stem + SUFFIX)
+        shas = write_weights(wpath, arrays)
+        for n in stored:
+            tensors[n] = tensors[n].model_copy(update={"data": WeightRef(file=wpath.name, key=n, sha256=shas[n])})
+    try:
+        write_file_atomic(path, graph.model_copy(update={"tensors": tensors}).to_json() + "\n")
+    except BaseException:
+        if wpath is not None and wpath.exists():
+            wpath.unlink()
+        raise
+    return wpath
 
 
 def graph_schema() -> dict:

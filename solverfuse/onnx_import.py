@@ -1,4 +1,4 @@
-"""ONNX -> :class:`~solverfuse.graph.Graph`: shape inference, constant folding, Dropout/Identity elision.
+"""ONNX -> :class:`~solverfuse.graph.Graph`: shape inference, lazy weights, constant folding, elision.
 
 :func:`import_onnx` reads a model (path, bytes or ``ModelProto``) and returns a checked graph in
 which every tensor is shaped. The steps, in order:
@@ -8,21 +8,27 @@ which every tensor is shaped. The steps, in order:
    shape that cannot be inferred is still reported by name). Symbolic input dimensions must be
    given a value (``dims={"N": 1}``).
 2. **Constants.** Initializers and ``Constant`` nodes become constant tensors (an initializer
-   listed among the graph inputs, as IR < 4 does, is a constant too: its data is the default). A small one (<= :data:`VALUE_MAX_ELEMENTS` elements)
-   gets its exact ``value``; a larger uniform one gets ``fill``; a large non-uniform one gets neither,
-   so it is executed with seeded random data (its *bytes* are what planning needs; its values
-   only matter for numerics, which are then checked against a reference on the same data).
-3. **Constant folding** of shape-only subgraphs: ``ConstantOfShape``, ``Shape``/``Size`` of a
-   shaped tensor, and layout/index/arithmetic ops (Unsqueeze, Concat, Reshape, Gather, Cast,
-   Slice, ...) whose inputs are all constant become constant tensors, when the result can be
-   represented (uniform, or small). Uniform data is folded without materialising it, so the
-   light models' ``ConstantOfShape`` weights (up to 400 MB) cost nothing.
+   listed among the graph inputs, as IR < 4 does, is a constant too: its data is the default). A
+   small one (<= :data:`VALUE_MAX_ELEMENTS` elements) gets its exact ``value``; a larger one is not
+   read at all: it gets a ``data`` reference to the model file (``WeightRef(file=<model path>,
+   key=<name>)``) and the graph holds a lazy loader, so planning never touches weight data and
+   ``run``/``emit`` read it when they execute. External-data files must exist (checked at import,
+   read when executed). A large uniform constant made by ``ConstantOfShape`` (the light models'
+   weights) gets a ``fill``.
+3. **Constant folding** of every all-constant node (as ONNX Runtime and TVM's FoldConstant do):
+   ``Shape``/``Size`` of a shaped tensor, layout ops on uniform data by shape alone (no array is
+   built, so the light models' 400 MB ``ConstantOfShape`` weights cost nothing), common ops in
+   NumPy, and any other deterministic op with ONNX's reference evaluator -- when no input exceeds
+   :data:`FOLD_INPUT_MAX` elements and the result has at most :data:`FOLD_MAX` (position buckets,
+   RoPE tables, masks). Folded values are constants with data; ``stats`` counts them.
 4. **Elision**: ``Dropout`` (inference mode) and ``Identity`` are removed and their consumers
    rewired; when the elided output is a graph output, the producer is renamed so graph outputs
    keep their names.
 
-Node and tensor names are kept exactly (empty or duplicate node names get a unique
-``<op>_<index>`` name). Ops keep the attributes of the model's opset; the only rewrite is
+An op outside the op table is kept as an opaque node (``category`` declared) with ONNX's inferred
+output shapes: it plans, and ``emit``/``run`` name it in one line. Node and tensor names are kept
+exactly (empty or duplicate node names get a unique ``<op>_<index>`` name). Ops keep the
+attributes of the model's opset; the only rewrite is
 ``Softmax``/``LogSoftmax`` below opset 13, whose 2-D coercion is made explicit (an explicit
 ``axis`` when it is the last one, otherwise Flatten -> Softmax -> Reshape). Every failure raises
 :class:`GraphError` with one line naming the node or tensor.
@@ -42,7 +48,6 @@ Node and tensor names are kept exactly (empty or duplicate node names get a uniq
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -50,25 +55,12 @@ import numpy as np
 
 from .errors import GraphError
 from .dtypes import np_dtype
-from .graph import Graph, Node, Tensor, check_graph
-from .ops import DTYPE_SIZES, ONNX_DTYPE_CODES, OPS, ShapeError, infer_node, numel
-
-#: Constants with at most this many elements carry their ``value`` in the graph JSON.
-VALUE_MAX_ELEMENTS = 4096
-#: Uniform constants are materialised for general (numpy) folding only up to this size.
-_MATERIALISE_MAX = 1 << 16
+from .graph import Graph, Node, Tensor, WeightRef, check_graph
+from .onnx_fold import VALUE_MAX_ELEMENTS, Const, fold_node, from_array, onnx_dtype
+from .ops import OPS, numel
+from .weights import onnx_initializer, tensor_array
 
 ELIDED_OPS = ("Dropout", "Identity")
-# Ops whose output is uniform when their data input (input 0) is: folded without materialising.
-_UNIFORM_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Expand", "Slice",
-                "Gather", "Split", "Cast"}
-# Ops folded by evaluating them in numpy when every input is a known constant.
-_FOLDABLE = {"ConstantOfShape", "Shape", "Size", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
-             "Transpose", "Concat", "Gather", "Cast", "Slice", "Expand", "Split", "Range",
-             "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Equal", "Less", "Greater",
-             "Where", "Not", "ReduceProd", "Sqrt", "Floor", "Ceil"}
-
-
 def _training_mode(op: str, attrs: dict, ins: list, consts: dict) -> Optional[str]:
     """Why a Dropout/BatchNormalization node runs in training mode (None in inference mode).
 
@@ -93,39 +85,6 @@ def _scalar(consts: dict, tensor: str):
     return None if value is None else np.asarray(value).reshape(-1)[0].item()
 
 
-@dataclass
-class _Const:
-    """A constant during import: shape/dtype plus either a uniform ``fill`` or an ``array``."""
-    shape: tuple
-    dtype: str
-    fill: Any = None
-    array: Optional[np.ndarray] = None
-
-    def materialise(self) -> Optional[np.ndarray]:
-        if self.array is not None:
-            return self.array
-        if self.fill is not None and numel(self.shape) <= _MATERIALISE_MAX:
-            return np.full(self.shape, self.fill, dtype=np_dtype(self.dtype))
-        return None
-
-
-def _from_array(arr: np.ndarray, dtype: str) -> _Const:
-    """Wrap an array, recording a fill when every element is equal (checked once)."""
-    arr = np.asarray(arr)
-    fill = None
-    if arr.size and (arr.size == 1 or bool(np.all(arr == arr.flat[0]))):
-        fill = arr.flat[0].item()
-    return _Const(tuple(int(d) for d in arr.shape), dtype, fill, arr)
-
-
-def _dtype(code: int, where: str) -> str:
-    if code not in ONNX_DTYPE_CODES:
-        import onnx
-        name = onnx.TensorProto.DataType.Name(code) if code in onnx.TensorProto.DataType.values() else code
-        raise GraphError(f"{where}: unsupported ONNX element type {name}")
-    return ONNX_DTYPE_CODES[code]
-
-
 def _load(source) -> "onnx.ModelProto":
     import onnx
     if isinstance(source, onnx.ModelProto):
@@ -136,7 +95,7 @@ def _load(source) -> "onnx.ModelProto":
         path = Path(source)
         if not path.exists():
             raise GraphError(f"{path}: no such file")
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except GraphError:
         raise
     except Exception as e:  # protobuf DecodeError, OSError, external-data errors ...
@@ -154,9 +113,36 @@ def _set_dims(model, dims: dict[str, int]) -> None:
                 d.dim_value = int(dims[d.dim_param])
 
 
+def _inference_view(model):
+    """The model with its large initializers replaced by typed graph inputs: all that shape
+    inference needs, without serialising the weights through ONNX's C++ checker (seconds on a
+    large model)."""
+    import onnx
+    from onnx import helper
+    g = model.graph
+    big = [t for t in g.initializer if numel(t.dims) > VALUE_MAX_ELEMENTS]
+    if not big:
+        return model
+    view = onnx.ModelProto()
+    view.ir_version, view.producer_name = model.ir_version, model.producer_name
+    view.opset_import.extend(model.opset_import)
+    view.functions.extend(model.functions)
+    vg = view.graph
+    vg.name = g.name
+    vg.node.extend(g.node)
+    vg.output.extend(g.output)
+    vg.value_info.extend(g.value_info)
+    names = {t.name for t in big}
+    vg.initializer.extend(t for t in g.initializer if t.name not in names)
+    vg.input.extend(i for i in g.input if i.name not in names)
+    vg.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)
+    return view
+
+
 def _infer_shapes(model):
     """ONNX shape inference: strict if the model allows it, else best effort."""
     from onnx import shape_inference
+    model = _inference_view(model)
     try:
         return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except Exception:
@@ -202,152 +188,18 @@ def _attributes(node) -> dict[str, Any]:
     return out
 
 
-def _constant_node(node, attrs: dict) -> _Const:
+def _constant_node(node, attrs: dict) -> Const:
     """The value of a ``Constant`` node (any of its value_* attributes)."""
     from onnx import numpy_helper
     for a in node.attribute:
         if a.name == "value":
             arr = numpy_helper.to_array(a.t)
-            return _from_array(arr, _dtype(a.t.data_type, f"node {node.name!r}"))
+            return from_array(arr, onnx_dtype(a.t.data_type, f"node {node.name!r}"))
     for key, dtype in (("value_float", "float32"), ("value_floats", "float32"),
                        ("value_int", "int64"), ("value_ints", "int64")):
         if key in attrs:
-            return _from_array(np.asarray(attrs[key], dtype=np_dtype(dtype)), dtype)
+            return from_array(np.asarray(attrs[key], dtype=np_dtype(dtype)), dtype)
     raise GraphError(f"node {node.name!r}: Constant without a supported value attribute")
-
-
-# ---- folding -------------------------------------------------------------------------------
-
-def _fold_uniform(op: str, attrs: dict, ins: list, consts: list, n_out: int) -> Optional[list[_Const]]:
-    """Fold a layout op on large uniform data by shape alone (no array is built)."""
-    data = consts[0]
-    if op not in _UNIFORM_OPS or data is None or data.fill is None or numel(data.shape) <= VALUE_MAX_ELEMENTS:
-        return None
-    values = [c.materialise() if c is not None and i > 0 else None for i, c in enumerate(consts)]
-    if op == "Split":
-        attrs = {**attrs, "_num_outputs": n_out}
-    outs = infer_node(op, attrs, ins, values)
-    fill = data.fill
-    if op == "Cast":
-        fill = np.asarray(fill).astype(np_dtype(outs[0][1])).item()
-    return [_Const(tuple(s), dt, fill) for s, dt in outs]
-
-
-def _np_eval(op: str, attrs: dict, ins: list, arrays: list, out_shapes: list) -> list[np.ndarray]:
-    """Evaluate one foldable op in numpy (ONNX semantics, any opset form the op table accepts).
-
-    ``arrays`` lines up with the inputs (None for an omitted one); ``out_shapes`` comes from the
-    op table's shape rule (empty for Shape/Size/Range, whose shapes are data)."""
-    a = arrays[0] if arrays else None
-    if op == "Shape":
-        dims = list(ins[0][0])
-        start, end = attrs.get("start", 0), attrs.get("end", len(dims))
-        return [np.asarray(dims[slice(start, end)], dtype=np.int64)]
-    if op == "Size":
-        return [np.asarray(numel(ins[0][0]), dtype=np.int64)]
-    if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand"):
-        return [np.broadcast_to(a, out_shapes[0]).copy() if op == "Expand" else a.reshape(out_shapes[0])]
-    if op == "Transpose":
-        perm = attrs.get("perm", list(range(a.ndim))[::-1])
-        return [np.transpose(a, perm)]
-    if op == "Concat":
-        return [np.concatenate(arrays, axis=attrs.get("axis", 0))]
-    if op == "Gather":
-        return [np.take(a, arrays[1].astype(np.int64), axis=attrs.get("axis", 0))]
-    if op == "Cast":
-        return [a.astype(np_dtype(ONNX_DTYPE_CODES[attrs.get("to", 1)]))]
-    if op == "Slice":
-        from .ops import slice_params
-        idx = [slice(None)] * a.ndim
-        for axis, s, e, st in slice_params(attrs, ins, arrays):
-            idx[axis] = slice(s, e if e >= 0 else None, st)
-        return [a[tuple(idx)]]
-    if op == "Split":
-        sizes = [s[attrs.get("axis", 0) % a.ndim] for s in out_shapes]
-        return np.split(a, np.cumsum(sizes)[:-1], axis=attrs.get("axis", 0))
-    if op == "Range":
-        return [np.arange(a.item(), arrays[1].item(), arrays[2].item(), dtype=a.dtype)]
-    if op == "ReduceProd":
-        from .ops import reduce_axes
-        axes = tuple(reduce_axes(attrs, ins, [a] + list(arrays[1:])))
-        return [np.prod(a, axis=axes, keepdims=True).astype(a.dtype).reshape(out_shapes[0])]
-    if op == "Div" and a.dtype.kind in "iu":
-        b = arrays[1]
-        return [(np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))).astype(a.dtype)]
-    unary = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Sqrt": np.sqrt,
-             "Floor": np.floor, "Ceil": np.ceil}
-    if op in unary:
-        return [unary[op](a).astype(a.dtype)]
-    binary = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-              "Min": np.minimum, "Max": np.maximum, "Equal": np.equal, "Less": np.less,
-              "Greater": np.greater}
-    if op in binary:
-        out = arrays[0]
-        for b in arrays[1:]:
-            out = binary[op](out, b)
-        return [out if op in ("Equal", "Less", "Greater") else out.astype(a.dtype)]
-    if op == "Where":
-        return [np.where(arrays[0], arrays[1], arrays[2])]
-    raise KeyError(op)
-
-
-def _fold(node, name: str, attrs: dict, inputs: list[str], consts: dict[str, _Const],
-          known: dict[str, tuple]) -> Optional[list[_Const]]:
-    """Fold one node into constants, or return None to keep it as an op."""
-    op = node.op_type
-    if op not in _FOLDABLE:
-        return None
-    real = [t for t in inputs if t]
-    if op in ("Shape", "Size"):  # only the input's (inferred) shape matters
-        if not real or known.get(real[0], (None,))[0] is None:
-            return None
-    elif not real or any(t not in consts for t in real):
-        return None
-    ins = [(tuple(known[t][0]), known[t][1]) if t else (None, None) for t in inputs]
-    cs = [consts.get(t) if t else None for t in inputs]
-    try:
-        if op == "ConstantOfShape":
-            return [_constant_of_shape(node, name, attrs, cs[0])]
-        folded = _fold_uniform(op, attrs, ins, cs, len(node.output))
-        return folded if folded is not None else _fold_arrays(op, attrs, ins, cs, len(node.output))
-    except (ShapeError, KeyError, IndexError, ValueError, TypeError) as e:
-        raise GraphError(f"node {name!r} ({op}): cannot fold its constant inputs ({e})") from None
-
-
-def _constant_of_shape(node, name: str, attrs: dict, shape_const: _Const) -> _Const:
-    """ConstantOfShape: always uniform, so it is recorded as a fill (small ones also as values)."""
-    shape = tuple(int(d) for d in shape_const.materialise().reshape(-1))
-    value = np.asarray(attrs.get("value", [0.0])).reshape(-1)[0]
-    dtype = _dtype(node.attribute[0].t.data_type, f"node {name!r}") if "value" in attrs else "float32"
-    if numel(shape) > VALUE_MAX_ELEMENTS:
-        return _Const(shape, dtype, value.item())
-    return _from_array(np.full(shape, value, dtype=np_dtype(dtype)), dtype)
-
-
-def _fold_arrays(op: str, attrs: dict, ins: list, cs: list, n_out: int) -> Optional[list[_Const]]:
-    """Fold by evaluating in numpy; None when an input is too large to materialise or the
-    result could not be represented (large and non-uniform)."""
-    arrays = [c.materialise() if c is not None else None for c in cs]
-    if op not in ("Shape", "Size") and any(a is None for a, (s, _) in zip(arrays, ins) if s is not None):
-        return None
-    outs = [] if op in ("Shape", "Size", "Range") else \
-        infer_node(op, {**attrs, "_num_outputs": n_out} if op == "Split" else attrs, ins, arrays)
-    folded = []
-    for i, r in enumerate(_np_eval(op, attrs, ins, arrays, [s for s, _ in outs])):
-        r = np.asarray(r)
-        dt = outs[i][1] if outs else _dtype_of_array(r)
-        c = _from_array(r.astype(np_dtype(dt)), dt)
-        if c.fill is None and r.size > VALUE_MAX_ELEMENTS:
-            return None
-        folded.append(c)
-    return folded
-
-
-def _dtype_of_array(arr: np.ndarray) -> str:
-    name = "bool" if arr.dtype == np.bool_ else str(arr.dtype)
-    if name not in DTYPE_SIZES:
-        raise GraphError(f"unsupported constant dtype {name}")
-    return name
 
 
 # ---- the importer --------------------------------------------------------------------------
@@ -368,11 +220,15 @@ class _Names:
 
 
 def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[dict[str, int]] = None,
-                name: Optional[str] = None) -> Graph:
+                name: Optional[str] = None, stats: Optional[dict] = None) -> Graph:
     """Import an ONNX model (path, serialized bytes or ``onnx.ModelProto``) as a checked Graph.
 
     ``dims`` gives values to symbolic input dimensions (e.g. ``{"batch": 1}``); ``name`` overrides
-    the graph name (default: the ONNX graph name, else the file stem). Raises GraphError.
+    the graph name (default: the ONNX graph name, else the file stem). ``stats``, when given, is
+    filled with ``folded_nodes`` (all-constant nodes folded into constants), ``onnx_nodes`` and
+    ``opaque_nodes`` (ops the table does not know, kept with ONNX's inferred shapes).
+    Large initializers are not read: they become constants referring to the model file
+    (``data``), read when the graph is executed. Raises GraphError.
     """
     import onnx
     model = _load(source)
@@ -386,20 +242,16 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
     g = inferred.graph
     graph_name = name or g.name or (Path(source).stem if isinstance(source, (str, os.PathLike)) else "onnx")
 
-    from onnx import numpy_helper
-    consts: dict[str, _Const] = {}
-    for init in g.initializer:
-        try:
-            arr = numpy_helper.to_array(init)
-        except Exception as e:
-            raise GraphError(f"initializer {init.name!r}: cannot read its data ({e})") from None
-        consts[init.name] = _from_array(arr, _dtype(init.data_type, f"initializer {init.name!r}"))
+    base_dir = str(Path(source).parent) if isinstance(source, (str, os.PathLike)) else "."
+    consts: dict[str, Const] = {}
+    for init in model.graph.initializer:
+        consts[init.name] = _initializer(init, base_dir)
     # known: tensor -> (shape|None, dtype) from ONNX inference (refined by folding below).
     known: dict[str, tuple] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         shape, code = _value_type(vi)
         if code is not None:
-            known[vi.name] = (shape, _dtype(code, f"tensor {vi.name!r}"))
+            known[vi.name] = (shape, onnx_dtype(code, f"tensor {vi.name!r}"))
     for t, c in consts.items():
         known[t] = (c.shape, c.dtype)
 
@@ -421,6 +273,7 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
     elided_by: dict[str, str] = {}  # elided tensor -> name of the node that produced it
     names = _Names()
     nodes: list[Node] = []
+    folded_count = opaque = 0
     for i, onode in enumerate(g.node):
         label = onode.name or f"{onode.op_type}_{i}"
         if onode.domain not in ("", "ai.onnx"):
@@ -441,19 +294,28 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
             elided_by[onode.output[0]] = label
             for extra in onode.output[1:]:  # Dropout's mask: all true in inference
                 if extra and ins[0] in known and known[ins[0]][0] is not None:
-                    consts[extra] = _Const(tuple(known[ins[0]][0]), "bool", True)
+                    consts[extra] = Const(tuple(known[ins[0]][0]), "bool", True)
                     known[extra] = (consts[extra].shape, "bool")
             continue
-        folded = _fold(onode, label, attrs, ins, consts, known)
+        folded = fold_node(onode, label, attrs, ins, consts, known, opset)
         if folded is not None:
+            folded_count += 1
             for t, c in zip(onode.output, folded):
                 if t:
                     consts[t] = c
                     known[t] = (c.shape, c.dtype)
             continue
-        if op not in OPS:
-            raise GraphError(f"node {label!r}: unsupported op {op!r} (not in the op table)")
         node_name = names.take(onode.name, op, i)
+        if op not in OPS:
+            missing = [t for t in onode.output if t and known.get(t, (None,))[0] is None]
+            if missing:
+                raise GraphError(f"node {label!r}: op {op!r} is not in the op table and ONNX could not "
+                                 f"infer the shape of its output {missing[0]!r}")
+            opaque += 1
+            nodes.append(Node(name=node_name, op=op, inputs=ins, outputs=list(onode.output),
+                              attributes=attrs, category="data" if "Gather" in op or "Scatter" in op
+                              else "memory"))
+            continue
         outs = list(onode.output)
         if op in ("Softmax", "LogSoftmax") and opset < 13:
             nodes.extend(_old_softmax(node_name, op, attrs, ins[0], outs[0], known, consts, names))
@@ -464,29 +326,67 @@ def import_onnx(source: Union[str, os.PathLike, bytes, Any], *, dims: Optional[d
     nodes = _rename_elided_outputs(nodes, outputs, alias, elided_by, names)
 
     used = {t for n in nodes for t in n.inputs if t} | set(outputs) | set(inputs)
+    model_file = str(Path(source).resolve()) if isinstance(source, (str, os.PathLike)) else None
     tensors: dict[str, Tensor] = {}
+    arrays: dict = {}
     for t in inputs:
         tensors[t] = Tensor(shape=list(known[t][0]), dtype=known[t][1])
     for t, c in consts.items():
         if t in used:
-            tensors[t] = _tensor_of(c)
+            tensors[t] = _tensor_of(t, c, model_file)
+            if tensors[t].data is not None or (tensors[t].value is None and tensors[t].fill is None):
+                arrays[t] = c.load
     for n in nodes:
         for t in n.outputs:
             if t and t in known and known[t][0] is not None and t not in consts:
                 tensors[t] = Tensor(shape=list(known[t][0]), dtype=known[t][1])
     graph = Graph.model_construct(name=graph_name, tensors=tensors, inputs=inputs, outputs=outputs,
                                   nodes=nodes, format="solverfuse-graph/1")
+    graph._arrays = arrays
+    if stats is not None:
+        stats.update(folded_nodes=folded_count, onnx_nodes=len(g.node), opaque_nodes=opaque)
     return check_graph(graph)
 
 
-def _tensor_of(c: _Const) -> Tensor:
-    """The graph tensor of a constant: value if small (exact, also for int64), fill if uniform."""
+def _initializer(init, base_dir: str) -> Const:
+    """An initializer as a constant: small ones read now (exact values), large ones lazily."""
+    dtype = onnx_dtype(init.data_type, f"initializer {init.name!r}")
+    shape = tuple(int(d) for d in init.dims)
+    from onnx.external_data_helper import uses_external_data
+    if uses_external_data(init):
+        loc = Path(base_dir) / next((e.value for e in init.external_data if e.key == "location"), "")
+        if not loc.is_file():
+            raise GraphError(f"external data file {loc} of initializer {init.name!r}: no such file")
+    if numel(shape) <= VALUE_MAX_ELEMENTS:
+        return from_array(tensor_array(init, base_dir), dtype)
+    return Const(shape, dtype, proto=init, base_dir=base_dir)
+
+
+def _tensor_of(name: str, c: Const, model_file: Optional[str]) -> Tensor:
+    """The graph tensor of a constant: value if small (exact, also for int64), fill if uniform,
+    else a reference to its data in the model file (read only when executed)."""
     small = c.materialise() if numel(c.shape) <= VALUE_MAX_ELEMENTS else None
     if small is not None:
         return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, value=small.tolist())
     if c.fill is not None:
         return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, fill=float(c.fill))
-    return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True)
+    ref = WeightRef(file=model_file, key=name) if model_file else None
+    return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, data=ref)
+
+
+def onnx_constant(path: Union[str, os.PathLike], key: str) -> np.ndarray:
+    """The data of constant ``key`` of the graph imported from the ONNX model at ``path``: an
+    initializer, or a constant folded at import (then the model is imported again to get it)."""
+    try:
+        return onnx_initializer(path, key)
+    except GraphError as e:
+        if "no initializer" not in str(e):
+            raise
+    graph = import_onnx(path)
+    data = graph.constant_data(key)
+    if data is None:
+        raise GraphError(f"{path}: no constant {key!r} (the model changed since the graph was imported?)")
+    return data
 
 
 def _rename_elided_outputs(nodes, outputs, alias, elided_by, names) -> list[Node]:
@@ -528,7 +428,7 @@ def _old_softmax(name, op, attrs, x, y, known, consts, names) -> list[Node]:
     if numel(shape[axis + 1:]) == 1:  # the coerced row is this one axis: opset-13 semantics agree
         return [Node(name=name, op=op, inputs=[x], outputs=[y], attributes={**attrs, "axis": axis})]
     flat, soft, target = f"{y}/flat", f"{y}/{op.lower()}", f"{y}/shape"
-    consts[target] = _from_array(np.asarray(shape, dtype=np.int64), "int64")
+    consts[target] = from_array(np.asarray(shape, dtype=np.int64), "int64")
     known[target] = ((rank,), "int64")
     return [Node(name=names.take(f"{name}/flatten", "Flatten", 0), op="Flatten", inputs=[x],
                  outputs=[flat], attributes={"axis": axis}),

@@ -450,6 +450,64 @@ def _gather(attrs, ins, values):
     return [(x[:axis] + idx + x[axis + 1:], dt)]
 
 
+def _gather_elements(attrs, ins, values):
+    (x, dt), (idx, _) = ins[0], ins[1]
+    if len(idx) != len(x):
+        raise ShapeError(f"GatherElements indices rank {len(idx)} != data rank {len(x)}")
+    _axis(attrs.get("axis", 0), len(x))
+    return [(idx, dt)]
+
+
+def _gather_nd(attrs, ins, values):
+    (x, dt), (idx, _) = ins[0], ins[1]
+    b = attrs.get("batch_dims", 0)
+    if not idx or idx[-1] > len(x) - b:
+        raise ShapeError(f"GatherND indices {list(idx)} do not fit data {list(x)}")
+    return [(tuple(idx[:-1]) + tuple(x[b + idx[-1]:]), dt)]
+
+
+def _scatter(attrs, ins, values):
+    return [ins[0]]
+
+
+def _pad(attrs, ins, values):
+    x, dt = ins[0]
+    if "pads" in attrs:  # opset < 11
+        pads = list(attrs["pads"])
+    else:
+        pads = _need_value(values, 1, "Pad's pads").tolist()
+    axes = list(range(len(x)))
+    if len(ins) > 3 and ins[3][0] is not None:
+        axes = [_axis(a, len(x)) for a in _need_value(values, 3, "Pad's axes").tolist()]
+    if len(pads) != 2 * len(axes):
+        raise ShapeError(f"Pad pads {pads} do not match {len(axes)} axes")
+    out = list(x)
+    for i, a in enumerate(axes):
+        out[a] += pads[i] + pads[i + len(axes)]
+        if out[a] < 0:
+            raise ShapeError(f"Pad makes axis {a} negative")
+    return [(tuple(out), dt)]
+
+
+def _range(attrs, ins, values):
+    start, limit, delta = (_need_value(values, i, "Range's inputs")[0] for i in range(3))
+    if delta == 0:
+        raise ShapeError("Range delta 0")
+    return [((max(int(math.ceil((limit - start) / delta)), 0),), ins[0][1])]
+
+
+def _tile(attrs, ins, values):
+    x, dt = ins[0]
+    reps = _need_value(values, 1, "Tile's repeats").tolist()
+    if len(reps) != len(x):
+        raise ShapeError(f"Tile repeats {reps} do not match rank {len(x)}")
+    return [(tuple(d * r for d, r in zip(x, reps)), dt)]
+
+
+def _bool_same(attrs, ins, values):
+    return [(ins[0][0], "bool")]
+
+
 def _shape_op(attrs, ins, values):
     return [((len(ins[0][0]),), "int64")]
 
@@ -530,6 +588,25 @@ _op("MatMul", "compute", "anchor", _matmul, flops=_matmul_flops, l1="gemm")
 _op("Gemm", "compute", "anchor", _gemm, flops=_gemm_flops, l1="gemm")
 # Data-dependent.
 _op("Gather", "data", "gather", _gather, 0, 2, gather_data_input=True)
+_op("GatherElements", "data", "gather", _gather_elements, 0, 2, gather_data_input=True)
+_op("GatherND", "data", "gather", _gather_nd, 0, 2, gather_data_input=True)
+# Scatters write data-dependent places: executed alone.
+_op("ScatterND", "data", "opaque", _scatter, 0, 2)
+_op("ScatterElements", "data", "opaque", _scatter, 0, 2)
+# What exporters add around attention, masks and padding.
+for _n in ("IsNaN", "IsInf"):
+    _op(_n, "memory", "elementwise", _bool_same, 1, 1)
+for _n, _f, _r in [("Round", 1, 1), ("HardSwish", 4, 1), ("Softsign", 2, 1), ("Selu", 8, 2),
+                   ("Mish", 20, 3)]:
+    _op(_n, "memory", "elementwise", _same, _f, _r)
+_op("Xor", "memory", "broadcast", _bcast, 1, 1)
+_op("Trilu", "memory", "injective", _same, 0, 1)  # an index test on each element
+_op("Pad", "memory", "injective", _pad, 0, 1)
+_op("Tile", "memory", "injective", _tile, 0, 1)
+_op("Range", "memory", "injective", _range, 1, 1)
+# A prefix scan keeps a running row: like a reduction it streams its axis, but its output is
+# as large as its input, so it is kept alone (opaque) rather than fused as a reduction.
+_op("CumSum", "memory", "opaque", _same, 1, 1)
 
 
 # ---- ATen ops with no single ONNX equivalent (rows used by solverfuse.torch's importer) ----------

@@ -233,18 +233,22 @@ def load_plan(path: Union[str, os.PathLike], graph: Optional[Graph] = None) -> P
         raise PlanError(f"{path}: JSON nested too deeply") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlanError(f"{path}: not a {FORMAT} file")
+    embedded = None
     if graph is None and "graph" in data:
         from .errors import GraphError
         from .graph import parse_graph
-        try:
-            data["graph"] = parse_graph(data["graph"]).model_dump(mode="json")
+        try:  # weights files of the embedded graph resolve beside the plan
+            embedded = parse_graph(data["graph"], base_dir=path.parent)
         except GraphError as e:
             raise PlanError(f"{path}: embedded graph: {e}") from None
+        data["graph"] = embedded.model_dump(mode="json")
     try:
         plan = Plan.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         raise PlanError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    if embedded is not None:
+        plan.graph = embedded
     if graph is None and plan.graph is None and plan.graph_path:
         from .graph import load_graph
         graph = load_graph((path.parent / plan.graph_path) if not os.path.isabs(plan.graph_path) else plan.graph_path)

@@ -6,13 +6,17 @@ which names the offending tensor on any mismatch) or are seeded random
 (:func:`solverfuse.emit.data.random_inputs`); outputs go to an ``.npz`` keyed by tensor name,
 written atomically (:func:`save_outputs`).
 
-``check`` compares every graph output with ONNX's reference evaluator (small graphs) or ONNX
-Runtime: an output passes when ``|got - want| <= atol + rtol * |want|`` elementwise (NumPy's
+Constants run with their real data (values, fills, the weights file or the ONNX model's
+initializers); only constants without any data get seeded random data, and the result counts them
+(``random_constants``). ``check`` compares every graph output with ONNX Runtime run on the ONNX
+model file itself when the graph was given as one (``engine="auto"``), else with ONNX's reference
+evaluator (small graphs) or ONNX Runtime on the graph converted back to ONNX: an output passes
+when ``|got - want| <= atol + rtol * |want|`` elementwise (NumPy's
 ``isclose``; integer and bool outputs must be equal). Reported errors: ``max_abs_error`` and
 ``max_rel_error`` = the largest ``|got - want| / max(|want|, atol)``.
 
 >>> import numpy as np
->>> compare({"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 2.001])}, rtol=1e-3, atol=1e-6)["ok"]
+>>> compare_outputs({"y": np.array([1.0, 2.0])}, {"y": np.array([1.0, 2.001])}, rtol=1e-3, atol=1e-6)["ok"]
 True
 """
 from __future__ import annotations
@@ -109,11 +113,11 @@ def check_memory(graph: Graph, available: Optional[int] = None) -> int:
     return need
 
 
-def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
+def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *,
             rtol: float = RTOL, atol: float = ATOL) -> dict[str, Any]:
     """Max abs/rel error per output and overall, and whether every output is within tolerance.
 
-    >>> r = compare({"y": np.array([0.0, 10.0])}, {"y": np.array([0.0, 10.5])}, rtol=1e-3, atol=1e-6)
+    >>> r = compare_outputs({"y": np.array([0.0, 10.0])}, {"y": np.array([0.0, 10.5])}, rtol=1e-3, atol=1e-6)
     >>> r["ok"], r["max_abs_error"], round(r["max_rel_error"], 4)
     (False, 0.5, 0.0476)
     >>> compare({"y": np.array([np.inf, 1.0])}, {"y": np.array([np.inf, 1.0])})["outputs"]["y"]["why"]
@@ -185,7 +189,9 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     (dropped by the CLI before printing).
     """
     from .emit.build import compile_plan
-    from .emit.data import constants, random_inputs
+    from .emit.data import constants, random_inputs, without_data
+    model_file = Path(graph) if isinstance(graph, (str, os.PathLike)) and \
+        str(graph).lower().endswith(".onnx") else None
     g = load_graph(graph)
     hw = load_hardware(hardware)
     plan = get_plan(g, hw, plan_path=plan_path, strategy=strategy, time_limit=time_limit,
@@ -199,25 +205,28 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
         from .emit.reference import check_inputs
         feeds = check_inputs(g, inputs)
     consts = constants(g, seed)
+    random_consts = len(without_data(g))
     program = compile_plan(plan, g, threads=threads, cache_dir=cache_dir)
     outs = program.run(feeds, consts)
     arrays = {name: np.asarray(outs[name]) for name in g.outputs}
     result: dict[str, Any] = {
         "graph": g.name, "strategy": plan.strategy, "status": plan.status, "hardware": plan.hardware,
         "groups": len(plan.groups), "traffic_bytes": plan.traffic_bytes, "threads": threads,
-        "outputs": {k: list(v.shape) for k, v in arrays.items()}}
+        "outputs": {k: list(v.shape) for k, v in arrays.items()}, "random_constants": random_consts}
     if check:
         from .emit.reference import reference_outputs
-        eng = choose_engine(g, engine)
+        eng = "onnxruntime-model" if model_file is not None and engine in ("auto", "onnxruntime") \
+            else choose_engine(g, engine)
         try:
-            want = reference_outputs(g, feeds, consts, eng)
+            want = model_outputs(model_file, feeds, g.outputs) if eng == "onnxruntime-model" else \
+                reference_outputs(g, feeds, consts, eng)
         except SolverfuseError:
             raise
         except Exception as e:  # noqa: BLE001 -- the reference engine itself failed (ORT, evaluator)
             raise EmitError(f"the {eng} reference could not run this graph: "
                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         result["engine"] = eng
-        result["check"] = compare(arrays, want, rtol=rtol, atol=atol)
+        result["check"] = compare_outputs(arrays, want, rtol=rtol, atol=atol)
     if output is not None and (not check or result["check"]["ok"]):  # a failed check writes nothing
         save_outputs(output, arrays)
         result["output_file"] = str(output)
@@ -229,12 +238,30 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     return result
 
 
+def model_outputs(model: Union[str, os.PathLike], feeds: Mapping[str, np.ndarray],
+                  names: list[str]) -> dict[str, np.ndarray]:
+    """Run the ONNX model file itself (its own weights) with ONNX Runtime: the reference for a
+    graph imported from it. Graph optimisations off and one thread, so it is faithful and quiet."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in sess.get_inputs()}
+    outs = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    return dict(zip(names, outs))
+
+
 def format_result(result: Mapping[str, Any]) -> str:
     """A few readable lines for the terminal."""
     lines = [f"{result['graph']}: {result['strategy']} plan ({result['status']}), "
              f"{result['groups']} kernels, {result['traffic_bytes']} bytes planned traffic"]
     for name, shape in result["outputs"].items():
         lines.append(f"  output {name!r} {shape}")
+    if result.get("random_constants"):
+        lines.append(f"note: {result['random_constants']} constants have no data in the graph and ran "
+                     f"with seeded random data")
     if "check" in result:
         c = result["check"]
         lines.append(f"check vs {result['engine']}: {'OK' if c['ok'] else 'MISMATCH'} "

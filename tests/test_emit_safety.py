@@ -133,7 +133,7 @@ def test_emit_cli_writes_source_that_builds_strict(tmp_path):
     r = CliRunner().invoke(app, ["emit", str(plan_path), "-o", str(tmp_path / "out"), "--threads", "2"])
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["buffers.json", "model.c", "model.h"]
+    assert names == ["buffers.json", "model.c", "model.h", "weights.safetensors"]
     c = subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fopenmp", "-c",
                         str(tmp_path / "out" / "model.c"), "-o", str(tmp_path / "model.o")],
                        capture_output=True, text=True)

@@ -1,7 +1,8 @@
 """Data to execute a graph with: constant values and seeded random inputs.
 
-A constant with a ``value`` or a ``fill`` gets exactly that; any other constant (and every graph
-input) gets seeded random data that is deterministic per tensor name and seed, and *numerically
+A constant with data (a ``value``, a ``fill``, a weights-file reference or an imported array) gets
+exactly that; a constant with none (a hand-written graph's weights, see :func:`without_data`) and
+every graph input get seeded random data that is deterministic per tensor name and seed, and *numerically
 sane for the op that consumes it*: a tensor's domain is read off its consumers, because random
 data must not make a correct program look wrong (a negative BatchNormalization variance gives
 NaN, an out-of-range Gather index reads past a buffer, an unscaled weight overflows float32
@@ -120,8 +121,23 @@ def random_tensor(graph: Graph, tensor: str, seed: int = 0, *, scale: float = 1.
     return (scale * rng.standard_normal(shape)).astype(dt)
 
 
+def without_data(graph: Graph) -> list[str]:
+    """Constants that carry no data (no value, fill, weights reference or imported array): the
+    ones :func:`constants` fills with seeded random data (a hand-written graph's weights).
+
+    >>> from solverfuse.graph import load_graph
+    >>> without_data(load_graph({"tensors": {"x": {"shape": [2]}, "w": {"shape": [2], "constant": True},
+    ...     "b": {"shape": [2], "constant": True, "fill": 1.0}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "m", "op": "Mul", "inputs": ["x", "w"], "outputs": ["h"]},
+    ...               {"name": "a", "op": "Add", "inputs": ["h", "b"], "outputs": ["y"]}]}))
+    ['w']
+    """
+    return [name for name, t in graph.tensors.items() if t.constant and not graph.has_data(name)]
+
+
 def constants(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Every constant tensor's data, keyed by name: its ``value`` / ``fill``, else seeded random.
+    """Every constant tensor's data, keyed by name: its ``value`` / ``fill`` / weights-file data
+    (:meth:`~solverfuse.graph.Graph.constant_data`), else seeded random (see :func:`without_data`).
 
     >>> from solverfuse.graph import load_graph
     >>> g = load_graph({"tensors": {"x": {"shape": [4, 3]}, "w": {"shape": [3, 2], "constant": True}},
@@ -134,10 +150,8 @@ def constants(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     for name, t in graph.tensors.items():
         if not t.constant:
             continue
-        value = graph.constant_value(name)
-        if value is None and t.fill is not None:
-            value = np.full(t.shape, t.fill, dtype=np_dtype(t.dtype))
-        out[name] = value.astype(np_dtype(t.dtype)) if value is not None else \
+        value = graph.constant_data(name)
+        out[name] = np.asarray(value, dtype=np_dtype(t.dtype)) if value is not None else \
             random_tensor(graph, name, seed, scale=0.1)
     return out
 
@@ -153,3 +167,31 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """
     return {name: random_tensor(graph, name, seed) for name in graph.inputs
             if not graph.tensors[name].constant}
+
+
+def write_program_weights(graph: Graph, path, seed: int = 0):
+    """Write every constant the emitted program reads into one weights file (``path``), keyed by
+    tensor name, so the C program ships with its data; returns the path.
+
+    Loading convention (what a C host does; the file is in the safetensors layout, see
+    :mod:`solverfuse.weights`): read the 8-byte little-endian header length ``N`` and the JSON
+    header that follows; for each row ``{"index": i, "tensor": name, "role": "constant", ...}`` of
+    ``buffers.json``, ``B[i]`` points at ``file + 8 + N + data_offsets[0]`` of header entry
+    ``name`` (each array 64-byte aligned in the file, so a ``mmap`` of the file can be used in
+    place; ``dtype``/``shape`` as listed, matching the row's). Other rows are inputs, outputs or
+    intermediates the host allocates. Constants without data (a hand-written graph) are stored
+    with the seeded random data ``run`` uses.
+
+    >>> import tempfile, os
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.weights import WeightsFile
+    >>> g = load_graph({"tensors": {"x": {"shape": [2]}, "w": {"shape": [2], "constant": True,
+    ...     "value": [1.0, 2.0]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "m", "op": "Mul", "inputs": ["x", "w"], "outputs": ["y"]}]})
+    >>> p = write_program_weights(g, os.path.join(tempfile.mkdtemp(), "weights.safetensors"))
+    >>> WeightsFile(p).array("w").tolist()
+    [1.0, 2.0]
+    """
+    from ..weights import write_weights
+    write_weights(path, constants(graph, seed))
+    return path

@@ -8,7 +8,7 @@ statistics) and :mod:`~solverfuse.emit.anchors` (anchors, windows, Gather, per e
 and global pooling have no per-element form: the schedule gives them a pass of their own.
 
 >>> sorted(SUPPORTED - set(ELEMENT)), sorted(NOT_EMITTED)
-(['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2', 'ReduceMax', 'ReduceMean', 'ReduceMin', 'ReduceProd', 'ReduceSum', 'ReduceSumSquare'], [])
+(['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2', 'ReduceMax', 'ReduceMean', 'ReduceMin', 'ReduceProd', 'ReduceSum', 'ReduceSumSquare'], ['ScatterElements', 'ScatterND'])
 """
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from ..errors import EmitError
 from .anchors import SPECIAL_ANCHORS
 from .cexpr import bmap
 from .elementwise import INDEX_MAPS, NARY, STRUCTURED, UNARY
+from .indexing import INDEXING, NARY_MORE, UNARY_MORE
 from .reductions import REDUCE_OPS, STATS, STATS_EXPR
 
 #: Ops of the op table the C emitter refuses (with a one-line error naming the node); documented
 #: here so that the guard test can tell "not emitted on purpose" from "forgotten". None today.
-NOT_EMITTED: frozenset = frozenset()
+#: Scatters write data-dependent places (no per-element form); they plan as opaque ops.
+NOT_EMITTED: frozenset = frozenset({"ScatterND", "ScatterElements"})
 
 
 def _unary(template):
@@ -41,9 +43,9 @@ def _nary(template):
 #: op -> ``lower(kernel, node, output position, index) -> C expression`` (may emit statements
 #: first). Where two tables name an op the earlier wins: UNARY, NARY, structured/anchors/index
 #: maps, statistics.
-ELEMENT: dict = {**STATS_EXPR, **SPECIAL_ANCHORS, **INDEX_MAPS, **STRUCTURED}
-ELEMENT.update({op: _nary(f) for op, f in NARY.items()})
-ELEMENT.update({op: _unary(f) for op, f in UNARY.items()})
+ELEMENT: dict = {**STATS_EXPR, **SPECIAL_ANCHORS, **INDEX_MAPS, **STRUCTURED, **INDEXING}
+ELEMENT.update({op: _nary(f) for op, f in {**NARY, **NARY_MORE}.items()})
+ELEMENT.update({op: _unary(f) for op, f in {**UNARY, **UNARY_MORE}.items()})
 
 #: Every op the C emitter can render.
 SUPPORTED = frozenset(ELEMENT) | frozenset(STATS) | REDUCE_OPS

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import EmitError
 from ..graph import Graph
 from ..ops import OPS
-from .data import np_dtype
+from ..dtypes import np_dtype
 
 OPSET = 18
 ENGINES = ("reference", "onnxruntime")
