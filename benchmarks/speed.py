@@ -2,7 +2,10 @@
 greedy baseline (the speed-sensitive users of the shared DAG utilities).
 
     python benchmarks/speed.py [--ops 10000] [--repeat 1] [--baseline OLD_SOURCE_TREE]
-                               [--out benchmarks/results/struct.md]
+                               [--instructions OPS] [--out benchmarks/results/struct.md]
+
+e.g. ``git archive c8183db | tar -x -C /tmp/base && python benchmarks/speed.py --baseline /tmp/base
+--instructions 2000`` (about 15 minutes on 2 busy cores).
 
 Prints one line per measurement and writes them as a Markdown table. With ``--baseline`` the same
 measurements are made on another source tree (e.g. ``git archive`` of an older commit) at the same
