@@ -38,8 +38,8 @@ from . import cost, dag
 from .errors import InternalError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
-from .plans import Plan, build_plan, order_groups
-from .formulations import assign, set_partition
+from .plans import Plan, build_covering_plan, build_plan, order_groups
+from .formulations import assign, covering, set_partition
 from .formulations.protocol import Formulation
 from .formulations.presolve import Presolve, presolve, traffic_floor
 
@@ -70,15 +70,16 @@ class SolveReport:
 
 def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
           seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
-          progress: Optional[Callable[[float, int, int], None]] = None) -> Plan:
+          progress: Optional[Callable[[float, int, int], None]] = None, covering: bool = False) -> Plan:
     """An optimal (or, when time runs out, the best found + its bound) fusion plan.
 
     ``hints`` are partitions (lists of groups of op names), e.g. greedy plans; the best legal one
     seeds the search. ``progress(seconds, traffic_bytes, bound_bytes)`` is called on every new
-    incumbent of the whole plan.
+    incumbent of the whole plan. ``covering``: also allow recomputation and looped reductions
+    (``formulations/covering.md``); the partition optimum is found first and hints the covering.
     """
     return solve_report(graph, hw, time_limit=time_limit, workers=workers, seed=seed, hints=hints,
-                        progress=progress).plan
+                        progress=progress, covering=covering).plan
 
 
 #: Graphs with more ops skip the exact presolve and are planned in windows (no optimality claim).
@@ -107,10 +108,13 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
                  seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
                  progress: Optional[Callable[[float, int, int], None]] = None,
                  max_groups: int = 20000, exact_ops: int = EXACT_OPS, max_pairs: int = MAX_PAIRS,
-                 window: int = WINDOW) -> SolveReport:
+                 window: int = WINDOW, covering: bool = False) -> SolveReport:
     """:func:`solve`, also returning the incumbent log and the size of the decomposition."""
     hw = load_hardware(hw)
     start = time.monotonic()
+    full_limit = time_limit
+    if covering:  # the partition optimum first, with half the time; it hints the covering models
+        time_limit = COVERING_SHARE * time_limit
     start_groups = best_hint(graph, hw, hints)
     units: list[_Unit] = []
     # per region: [bound, exact]; an exact region is one part solved whole (its CP-SAT bound is
@@ -126,7 +130,8 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     if len(graph.nodes) > exact_ops:
         add_windows(list(graph.index.order))
     else:
-        pre = presolve(graph, hw, max_part=MAX_PART_OPS)
+        pre = presolve(graph, hw, max_part=MAX_PART_OPS,
+                       violation=cost.looped_violation if covering else cost.group_violation)
         for part in pre.parts:
             if len(part) > MAX_PART_OPS or (len(part) > 1 and sum(len(pre.cand[v]) - 1 for v in part) > max_pairs):
                 add_windows(part, traffic_floor(graph, pre, part))
@@ -213,12 +218,95 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     traffic = cost.plan_traffic(graph, groups)
     if traffic != expect:
         raise InternalError(f"bug: CP-SAT objective {expect} != cost model traffic {traffic}")
+    if covering:
+        report.plan = _cover(graph, hw, units, regions, groups, start, full_limit, workers, seed, max_groups,
+                             report)
+        return report
     total_bound = min(sum(b for b, _ in regions), traffic)
     if status_all == "optimal" and total_bound != traffic:
         raise InternalError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
     report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,
                              bound_bytes=total_bound, solve_seconds=time.monotonic() - start)
     return report
+
+
+#: Share of the time limit the partition stage gets when recomputation is allowed.
+COVERING_SHARE = 0.5
+
+
+def _cover(graph: Graph, hw: Hardware, units: list, regions: list, partition: list, start: float,
+           time_limit: float, workers: int, seed: int, max_groups: int, report: SolveReport) -> Plan:
+    """The covering stage: every exactly solved part of two or more ops is solved again by the
+    covering formulation, hinted with its partition (optimal or best found); a region planned in
+    windows keeps its partition. The bound of a part is CP-SAT's covering bound, at least
+    ``cost.plan_floor`` of the part (valid for coverings too)."""
+    in_units = {v for u in units for v in u.part}
+    kernels: list[cost.Kernel] = []
+    bound, exact = 0, True
+    region_nodes: dict[int, list[str]] = {}
+    for u in units:
+        region_nodes.setdefault(u.region, []).extend(u.part)
+    todo = [u for u in units if regions[u.region][1] and len(u.part) > 1]
+    left = sum(len(u.part) for u in todo)
+    chosen = {}
+    for u in sorted(todo, key=lambda u: len(u.part)):
+        remaining = max(0.0, time_limit - (time.monotonic() - start))
+        share = remaining * len(u.part) / left if left else remaining
+        left -= len(u.part)
+        best = [cost.Kernel(tuple(g), tuple(cost.group_writes(graph, g))) for g in u.groups]
+        value, bnd, status = u.value, cost.plan_floor(graph, u.part), "feasible"
+        if remaining > 0:
+            f = covering.build(graph, hw, u.pre, u.part, max_groups=max_groups)
+            if f is not None:
+                report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
+                report.variables += len(f.model.Proto().variables)
+                f.hint(u.groups)
+                log = _CoverLog(f)
+                status, cp_bound = _run(f, share, workers, seed, log)
+                if log.best is not None and log.best[0] < value:
+                    value, best = log.best
+                bnd = max(bnd, cp_bound) if status != "optimal" else value
+        chosen[id(u)] = (best, value)
+        bound += min(bnd, value)
+        exact = exact and status == "optimal"
+    for r, (rb, ex) in enumerate(regions):
+        if not ex:
+            exact = False
+            bound += cost.plan_floor(graph, region_nodes[r])
+    for u in units:
+        if regions[u.region][1] and len(u.part) == 1:
+            bound += u.value
+    covered = set()
+    for u in units:
+        if id(u) in chosen:
+            kernels += chosen[id(u)][0]
+            covered.update(u.part)
+    kernels += [cost.Kernel(tuple(g), tuple(cost.group_writes(graph, g))) for g in partition
+                if g[0] not in covered]
+    assert covered <= in_units
+    traffic = cost.covering_traffic(graph, kernels)
+    expect = sum(v for _, v in chosen.values()) + cost.plan_traffic(graph, [g for g in partition if g[0] not in covered])
+    if traffic != expect:
+        raise InternalError(f"bug: covering objective {expect} != cost model traffic {traffic}")
+    bound = min(bound, traffic)
+    status_all = "optimal" if exact and bound == traffic else "feasible"
+    return build_covering_plan(graph, hw, kernels, strategy="covering", status=status_all, bound_bytes=bound,
+                               solve_seconds=time.monotonic() - start)
+
+
+class _CoverLog(cp_model.CpSolverSolutionCallback):
+    """Incumbent log of one covering model: keeps the best kernels (no cycles to check)."""
+
+    def __init__(self, f: "covering.Covering"):
+        super().__init__()
+        self.f = f
+        self.best: Optional[tuple[int, list]] = None
+        self.last = None
+
+    def on_solution_callback(self) -> None:
+        val = self.f.objective_value(self.Value)
+        if self.best is None or val < self.best[0]:
+            self.best = (val, self.f.kernels(self.Value))
 
 
 #: Formulation modules, tried in this order on every part: the first model built is solved.

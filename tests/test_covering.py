@@ -6,15 +6,19 @@ and name the broken rule of each illegal one.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from solverfuse import cost
 from solverfuse.cost import Kernel
 from solverfuse.errors import PlanError
 from solverfuse.graph import load_graph
 from solverfuse.hardware import load_hardware
-from solverfuse.oracle import brute_force_covering
+from solverfuse.oracle import brute_force, brute_force_covering
 from solverfuse.plans import (FORMAT_COVERING, build_covering_plan, build_plan, load_plan, save_plan,
                               validate)
+from solverfuse.solve import solve_report
+from tests.test_oracle import small_case
 
 H100 = load_hardware("nvidia-h100")
 N = 256  # floats: every tensor below is 1,024 B
@@ -136,3 +140,71 @@ def test_covering_oracle_finds_the_fork_recomputation_and_the_looped_softmax():
     assert best == 4096 and sorted(k.nodes for k in kernels) == [("a", "b"), ("a", "c")]
     assert brute_force_covering(FORK, H100)[0] == 3072   # all three fit: one kernel
     assert brute_force_covering(SOFTMAX, H100)[0] == 4 * X
+
+
+# ---- the covering formulation against the covering oracle -----------------------------------------
+
+@st.composite
+def fork_case(draw, max_ops=6):
+    """A random DAG of 2..6 memory-bound ops that favours forks (each op reads one of the three
+    latest tensors) and reductions feeding broadcasts, on a hardware with few registers and an L1
+    that often holds no row: where recomputation and looped kernels pay."""
+    s = draw(st.sampled_from([4, 8]))
+    n = draw(st.integers(2, max_ops))
+    tensors = {"x": {"shape": [s, s]}, "r": {"shape": [s, 1]}}
+    sq, row = ["x"], ["r"]
+    nodes, read = [], set()
+    for i in range(n):
+        kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "reduce", "reduce", "softmax"]))
+        out = f"t{i}"
+        # favour the latest tensors: forks and chains
+        a = draw(st.sampled_from(sq[-3:]))
+        if kind == "unary":
+            node = {"op": draw(st.sampled_from(["Relu", "Exp", "Neg", "Sigmoid"])), "inputs": [a]}
+            sq.append(out)
+        elif kind == "binary":
+            b = draw(st.sampled_from(sq[-3:] + row[-2:]))
+            node = {"op": draw(st.sampled_from(["Add", "Mul", "Sub"])), "inputs": [a, b]}
+            sq.append(out)
+            read.add(b)
+        elif kind == "reduce":
+            node = {"op": draw(st.sampled_from(["ReduceSum", "ReduceMax"])), "inputs": [a],
+                    "attributes": {"axes": [1], "keepdims": 1}}
+            row.append(out)
+        else:
+            node = {"op": "Softmax", "inputs": [a], "attributes": {"axis": -1}}
+            sq.append(out)
+        read.add(a)
+        nodes.append({"name": f"n{i}", "outputs": [out], **node})
+    produced = [nd["outputs"][0] for nd in nodes]
+    outputs = [t for t in produced if t not in read] or [produced[-1]]
+    g = load_graph({"name": "fork", "tensors": tensors, "inputs": ["x", "r"], "outputs": outputs, "nodes": nodes})
+    base = H100.kernel_base_registers
+    hw = H100.model_copy(update={"name": "tight", "register_budget": base + draw(st.integers(2, 8)),
+                                 "l1_bytes": draw(st.sampled_from([8, 8, 4 * s, 4096]))})
+    return g, hw
+
+
+def _check_against_oracle(g, hw):
+    best, kernels = brute_force_covering(g, hw)
+    plan = solve_report(g, hw, workers=1, time_limit=30, seed=0, covering=True).plan
+    validate(plan, g, hw)
+    assert plan.status == "optimal", plan.reason
+    assert plan.traffic_bytes == best, (kernels, [(k.nodes, k.writes, k.passes) for k in plan.groups])
+    assert plan.bound_bytes == best
+    # never worse than the partition optimum (the partition oracle's)
+    assert best <= brute_force(g, hw)[0]
+
+
+@settings(max_examples=200, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(fork_case())
+def test_covering_solver_matches_the_covering_oracle_on_forks(case):
+    _check_against_oracle(*case)
+
+
+@settings(max_examples=100, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(small_case(max_ops=6))
+def test_covering_solver_matches_the_covering_oracle_with_views_gathers_anchors(case):
+    _check_against_oracle(*case)
