@@ -130,8 +130,7 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     if len(graph.nodes) > exact_ops:
         add_windows(list(graph.index.order))
     else:
-        pre = presolve(graph, hw, max_part=MAX_PART_OPS,
-                       violation=cost.looped_violation if covering else cost.group_violation)
+        pre = presolve(graph, hw, max_part=MAX_PART_OPS)
         for part in pre.parts:
             if len(part) > MAX_PART_OPS or (len(part) > 1 and sum(len(pre.cand[v]) - 1 for v in part) > max_pairs):
                 add_windows(part, traffic_floor(graph, pre, part))
@@ -219,8 +218,8 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     if traffic != expect:
         raise InternalError(f"bug: CP-SAT objective {expect} != cost model traffic {traffic}")
     if covering:
-        report.plan = _cover(graph, hw, units, regions, groups, start, full_limit, workers, seed, max_groups,
-                             report)
+        report.plan = _cover(graph, hw, groups, start, full_limit, workers, seed, min(max_groups, COVER_MAX_GROUPS),
+                             max_pairs, report)
         return report
     total_bound = min(sum(b for b, _ in regions), traffic)
     if status_all == "optimal" and total_bound != traffic:
@@ -232,62 +231,58 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
 
 #: Share of the time limit the partition stage gets when recomputation is allowed.
 COVERING_SHARE = 0.5
+#: A part with more candidate groups than this keeps its partition in the covering stage.
+COVER_MAX_GROUPS = 5000
 
 
-def _cover(graph: Graph, hw: Hardware, units: list, regions: list, partition: list, start: float,
-           time_limit: float, workers: int, seed: int, max_groups: int, report: SolveReport) -> Plan:
-    """The covering stage: every exactly solved part of two or more ops is solved again by the
-    covering formulation, hinted with its partition (optimal or best found); a region planned in
-    windows keeps its partition. The bound of a part is CP-SAT's covering bound, at least
-    ``cost.plan_floor`` of the part (valid for coverings too)."""
-    in_units = {v for u in units for v in u.part}
-    kernels: list[cost.Kernel] = []
+def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit: float, workers: int,
+           seed: int, max_groups: int, max_pairs: int, report: SolveReport) -> Plan:
+    """The covering stage: the graph is presolved again with ``cost.looped_violation`` (its parts
+    are unions of the partition's parts), and every part of two or more ops that is small enough is
+    solved by the covering formulation, hinted with the partition's groups inside it; a part left
+    unsolved keeps them. So the result is never worse than ``partition``. The bound of a part is
+    CP-SAT's covering bound, at least the part's covering floor (``traffic_floor(recompute=True)``;
+    ``cost.plan_floor`` for a part too large for candidates)."""
+    pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation)
+    part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
+    inside: dict[int, list[list[str]]] = {}
+    for g in partition:
+        inside.setdefault(part_of[g[0]], []).append(g)
+    result: dict[int, list[cost.Kernel]] = {}
     bound, exact = 0, True
-    region_nodes: dict[int, list[str]] = {}
-    for u in units:
-        region_nodes.setdefault(u.region, []).extend(u.part)
-    todo = [u for u in units if regions[u.region][1] and len(u.part) > 1]
-    left = sum(len(u.part) for u in todo)
-    chosen = {}
-    for u in sorted(todo, key=lambda u: len(u.part)):
-        remaining = max(0.0, time_limit - (time.monotonic() - start))
-        share = remaining * len(u.part) / left if left else remaining
-        left -= len(u.part)
-        best = [cost.Kernel(tuple(g), tuple(cost.group_writes(graph, g))) for g in u.groups]
-        value, bnd, status = u.value, cost.plan_floor(graph, u.part), "feasible"
-        if remaining > 0:
-            f = covering.build(graph, hw, u.pre, u.part, max_groups=max_groups)
-            if f is not None:
+    todo = sorted(range(len(pre.parts)), key=lambda k: (len(pre.parts[k]), k))
+    left = sum(len(pre.parts[k]) for k in todo)
+    for k in todo:
+        part = pre.parts[k]
+        groups = order_groups(graph, inside.get(k, []))
+        best = [cost.Kernel(tuple(g), tuple(cost.group_writes(graph, g))) for g in groups]
+        value = cost.covering_traffic(graph, best)
+        share = max(0.0, time_limit - (time.monotonic() - start)) * len(part) / max(left, 1)
+        left -= len(part)
+        bnd, status = cost.plan_floor(graph, part), "feasible"
+        if len(part) == 1:
+            pass
+        elif len(part) <= MAX_PART_OPS:
+            bnd = traffic_floor(graph, pre, part, recompute=True)
+        if len(part) == 1:
+            bnd, status = value, "optimal"
+        elif len(part) <= MAX_PART_OPS and sum(len(pre.cand[v]) - 1 for v in part) <= max_pairs and share > 0:
+            deadline = time.monotonic() + share
+            f = covering.build(graph, hw, pre, part, max_groups=max_groups)
+            if f is not None and time.monotonic() < deadline:
                 report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
                 report.variables += len(f.model.Proto().variables)
-                f.hint(u.groups)
+                f.hint(groups)
                 log = _CoverLog(f)
-                status, cp_bound = _run(f, share, workers, seed, log)
+                status, cp_bound = _run(f, deadline - time.monotonic(), workers, seed, log)
                 if log.best is not None and log.best[0] < value:
                     value, best = log.best
-                bnd = max(bnd, cp_bound) if status != "optimal" else value
-        chosen[id(u)] = (best, value)
+                bnd = value if status == "optimal" else max(bnd, cp_bound)
+        result[k] = best
         bound += min(bnd, value)
         exact = exact and status == "optimal"
-    for r, (rb, ex) in enumerate(regions):
-        if not ex:
-            exact = False
-            bound += cost.plan_floor(graph, region_nodes[r])
-    for u in units:
-        if regions[u.region][1] and len(u.part) == 1:
-            bound += u.value
-    covered = set()
-    for u in units:
-        if id(u) in chosen:
-            kernels += chosen[id(u)][0]
-            covered.update(u.part)
-    kernels += [cost.Kernel(tuple(g), tuple(cost.group_writes(graph, g))) for g in partition
-                if g[0] not in covered]
-    assert covered <= in_units
+    kernels = [kern for k in range(len(pre.parts)) for kern in result[k]]
     traffic = cost.covering_traffic(graph, kernels)
-    expect = sum(v for _, v in chosen.values()) + cost.plan_traffic(graph, [g for g in partition if g[0] not in covered])
-    if traffic != expect:
-        raise InternalError(f"bug: covering objective {expect} != cost model traffic {traffic}")
     bound = min(bound, traffic)
     status_all = "optimal" if exact and bound == traffic else "feasible"
     return build_covering_plan(graph, hw, kernels, strategy="covering", status=status_all, bound_bytes=bound,

@@ -17,6 +17,7 @@ from solverfuse.hardware import load_hardware
 from solverfuse.oracle import brute_force, brute_force_covering
 from solverfuse.plans import (FORMAT_COVERING, build_covering_plan, build_plan, load_plan, save_plan,
                               validate)
+from solverfuse.formulations.presolve import presolve, traffic_floor
 from solverfuse.solve import solve_report
 from tests.test_oracle import small_case
 
@@ -194,6 +195,10 @@ def _check_against_oracle(g, hw):
     assert plan.bound_bytes == best
     # never worse than the partition optimum (the partition oracle's)
     assert best <= brute_force(g, hw)[0]
+    # the covering floors are valid for every covering
+    pre = presolve(g, hw, violation=cost.looped_violation)
+    assert sum(traffic_floor(g, pre, part, recompute=True) for part in pre.parts) <= best
+    assert cost.plan_floor(g, list(g.index.order)) <= best
 
 
 @settings(max_examples=200, derandomize=True, deadline=None,
@@ -208,3 +213,33 @@ def test_covering_solver_matches_the_covering_oracle_on_forks(case):
 @given(small_case(max_ops=6))
 def test_covering_solver_matches_the_covering_oracle_with_views_gathers_anchors(case):
     _check_against_oracle(*case)
+
+
+# ---- end to end: the solver, the library and the command line ------------------------------------
+
+def test_softmax_covering_optimum_is_one_looped_kernel_of_four_x():
+    plan = solve_report(SOFTMAX, H100, workers=1, covering=True).plan
+    assert plan.status == "optimal" and plan.traffic_bytes == plan.bound_bytes == 4 * X
+    assert [(g.nodes, g.passes) for g in plan.groups] == [(list(SOFTMAX_OPS), 3)]
+    partition = solve_report(SOFTMAX, H100, workers=1).plan
+    assert partition.traffic_bytes == 5 * X + 32   # torch.compile's three kernels
+
+
+def test_library_strategy_covering_returns_a_v2_plan():
+    import solverfuse
+    p = solverfuse.plan(FORK, TIGHT, strategy="covering", workers=1, time_limit=20)
+    assert p.format == FORMAT_COVERING and p.status == "optimal" and p.traffic_bytes == 4096
+    assert solverfuse.plan(FORK, TIGHT, workers=1, time_limit=20).traffic_bytes == 5120
+
+
+def test_cli_plan_recompute_writes_a_loadable_v2_plan(tmp_path):
+    from typer.testing import CliRunner
+    from solverfuse.cli import app
+    src = tmp_path / "softmax.json"
+    src.write_text(SOFTMAX.model_dump_json(exclude_none=True))
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(app, ["plan", str(src), "--recompute", "--workers", "1", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "3 passes" in res.output
+    plan = load_plan(out)
+    assert plan.format == FORMAT_COVERING and plan.traffic_bytes == 4 * X

@@ -11,9 +11,10 @@ The math, with these names, is in ``formulations/covering.md``:
   (which it produces); ``pos[c]`` -- its place in the execution order;
 * cover: every op in at least one picked column;
 * availability: a tensor of the part that some picked column reads from memory, that is a graph
-  output or that a later part reads, is written by exactly one picked column, which runs earlier
-  (``pos[writer] + 1 <= pos[reader]`` enforced by ``write[writer, t]`` and ``pick[reader]``);
-  nothing else is written;
+  output or that a later part reads, is written by exactly one picked column, which runs earlier:
+  ``when[t] >= pos[writer]`` enforced by ``write[writer, t]`` and ``pos[reader] >= when[t] + 1``
+  by ``pick[reader]`` (one constraint per writer and per reader, not per pair); nothing else is
+  written;
 * objective: ``sum(read[c] * pick[c]) + sum(bytes(t) * write[c, t])`` with ``read[c]`` every
   pass's gather-aware reads (0 for a free view column) -- ``cost.kernel_traffic`` of the decoded
   kernel, for every solution.
@@ -153,7 +154,12 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
     outputs = graph.index.outputs
     n = len(cols)
     pick = [model.NewBoolVar(f"pick[{i}]") for i in range(n)]
-    pos = [model.NewIntVar(0, max(n - 1, 0), f"pos[{i}]") for i in range(n)]
+    # a chain of kernels each reading what the previous one wrote writes a distinct tensor per
+    # step, so places 0..(tensors the part produces) order every plan; unpicked columns sit at 0
+    last = len([t for v in nodes for t in graph.index.node[v].outputs if t])
+    pos = [model.NewIntVar(0, last, f"pos[{i}]") for i in range(n)]
+    for i in range(n):
+        model.Add(pos[i] == 0).OnlyEnforceIf(pick[i].Not())
     # tensors of the part that must be written whatever the plan: graph outputs, read by later parts
     must = {t for v in nodes for t in graph.index.node[v].outputs
             if t and (t in outputs or any(c not in members for c in graph.index.consumers.get(t, [])))}
@@ -188,16 +194,17 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
     for t in set(writers) | set(readers) | must:
         ws = writers.get(t, [])
         rs = readers.get(t, [])
-        total = sum(w for _, w in ws)
-        model.Add(total <= 1)
-        if t in must:
-            model.Add(total == 1)
-        else:
+        total = model.NewIntVar(1 if t in must else 0, 1, f"written[{t}]")
+        model.Add(total == sum(w for _, w in ws))
+        if t not in must:
             model.Add(total <= sum(pick[h] for h in rs))
+        # when[t]: the place of t's writer; its readers come later (linear in writers + readers)
+        when = model.NewIntVar(0, last, f"when[{t}]")
+        for i, w in ws:
+            model.Add(when >= pos[i]).OnlyEnforceIf(w)
         for h in rs:
             model.Add(total >= pick[h])
-            for i, w in ws:
-                model.Add(pos[h] >= pos[i] + 1).OnlyEnforceIf([w, pick[h]])
+            model.Add(pos[h] >= when + 1).OnlyEnforceIf(pick[h])
     model.Minimize(sum(r * y for r, y in zip(read, pick) if r) +
                    sum(b * write[k] for k, b in wbytes.items() if b))
     f = Covering(model=model, nodes=nodes, columns=cols, pick=pick, write=write, pos=pos, read=read,

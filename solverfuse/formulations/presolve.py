@@ -223,7 +223,7 @@ def _merge_cycles(graph: Graph, reach: _Reach, comp: list[int]) -> list[list[int
     return [sorted(members[s]) for s in ordered]
 
 
-def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
+def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str], recompute: bool = False) -> int:
     """A lower bound on the traffic of every legal plan of the part ``nodes`` (of ``pre``),
     from pairs that can never share a group (incompatible hulls):
 
@@ -237,6 +237,10 @@ def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
 
     At least :func:`cost.plan_floor` of the part (its one-kernel traffic when it has no view op),
     and much tighter when anchors (which never fuse their inputs) abound.
+
+    ``recompute``: a floor for plans with recomputation (coverings), where the producer may be
+    computed again in *every* group of a reader it is compatible with, so all their shares are
+    absorbed, not only the largest (``formulations/covering.md``).
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -271,7 +275,8 @@ def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
         share = {c: min(size, graph.nbytes(idx.node[c].outputs[0])) if gather_data_reader(graph, c, t)
                  else size for c in indep}
         prod = idx.producer.get(t)
-        absorbed = max((share[c] for c in indep if prod in members and not never(prod, c)), default=0)
+        joins = [share[c] for c in indep if prod in members and not never(prod, c)]
+        absorbed = sum(joins) if recompute else max(joins, default=0)
         total += sum(share.values()) - absorbed
     outputs = set(graph.outputs)
     for u in nodes:
