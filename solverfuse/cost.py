@@ -308,3 +308,46 @@ def looped_violation(graph: Graph, nodes: Sequence[str], hw: Hardware) -> str | 
     if len(nodes) < 2:
         return None
     return rule_violation(graph, nodes) or loop_capacity_violation(graph, list(nodes), hw)
+
+
+# ---- run time in exact integer picoseconds (the ``time`` objective) --------------------------------
+
+PS = 10 ** 12  # picoseconds per second
+
+
+def kernel_time_ps(graph: Graph, nodes: Sequence[str], writes: Sequence[str], hw: Hardware, passes: int = 1) -> int:
+    """Roofline time of one kernel in integer picoseconds: ``max(ceil(bytes / bandwidth),
+    ceil(flops / peak)) + launch overhead``, with every pass's recomputed flops counted; 0 for a
+    free view kernel (no launch). Exact integers, so a solver's objective can equal it.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> hw = load_hardware("nvidia-h100")
+    >>> kernel_time_ps(g, ["a"], ["y"], hw) == -(-2048 * PS // int(hw.dram_bandwidth)) + round(hw.launch_overhead_s * PS)
+    True
+    """
+    if kernel_free(graph, nodes, writes):
+        return 0
+    ops = [v for p in pass_nodes(graph, nodes) for v in p] if passes > 1 else list(nodes)
+    flops = sum(graph.flops(v) for v in ops)
+    dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
+    mem = -(-kernel_traffic(graph, nodes, writes, passes) * PS // max(1, int(hw.dram_bandwidth)))
+    compute = -(-flops * PS // max(1, int(hw.peak(dtype))))
+    return max(mem, compute) + round(hw.launch_overhead_s * PS)
+
+
+def group_time_ps(graph: Graph, nodes: Sequence[str], hw: Hardware) -> int:
+    """:func:`kernel_time_ps` of a partition's group (its writes: :func:`group_writes`)."""
+    return kernel_time_ps(graph, nodes, group_writes(graph, nodes), hw)
+
+
+def plan_time_ps(graph: Graph, groups: Iterable[Sequence[str]], hw: Hardware) -> int:
+    """Predicted time of a partition in picoseconds: its kernels one after another."""
+    return sum(group_time_ps(graph, g, hw) for g in groups)
+
+
+def covering_time_ps(graph: Graph, kernels: Iterable[Kernel], hw: Hardware) -> int:
+    """Predicted time of a covering plan in picoseconds."""
+    return sum(kernel_time_ps(graph, k.nodes, k.writes, hw, k.passes) for k in kernels)

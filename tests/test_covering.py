@@ -243,3 +243,26 @@ def test_cli_plan_recompute_writes_a_loadable_v2_plan(tmp_path):
     assert "3 passes" in res.output
     plan = load_plan(out)
     assert plan.format == FORMAT_COVERING and plan.traffic_bytes == 4 * X
+
+
+# ---- run time in exact integer picoseconds ---------------------------------------------------------
+
+def test_kernel_time_counts_every_pass_and_its_recomputed_flops():
+    hw = H100
+    bw, launch = int(hw.dram_bandwidth), round(hw.launch_overhead_s * 10 ** 12)
+    peak = int(hw.peak("float32"))
+    # by hand: the looped softmax computes max | sub, exp, sum | sub, exp, div
+    f = {v: SOFTMAX.flops(v) for v in SOFTMAX_OPS}
+    flops = f["max"] + (f["sub"] + f["exp"] + f["sum"]) + (f["sub"] + f["exp"] + f["div"])
+    mem = -(-4 * X * 10 ** 12 // bw)
+    want = max(mem, -(-flops * 10 ** 12 // peak)) + launch
+    assert cost.kernel_time_ps(SOFTMAX, SOFTMAX_OPS, ("y",), hw, passes=3) == want
+    # one pass of the same ops (were it legal) moves 2|X| and computes each op once
+    one = sum(f.values())
+    assert cost.kernel_time_ps(SOFTMAX, SOFTMAX_OPS, ("y",), hw) == \
+        max(-(-2 * X * 10 ** 12 // bw), -(-one * 10 ** 12 // peak)) + launch
+    # the covering plan's time is the sum over its kernels; a partition's equals plan_time_ps
+    assert cost.covering_time_ps(FORK, [Kernel(("a", "b"), ("h", "y")), Kernel(("c",), ("z",))], hw) == \
+        cost.plan_time_ps(FORK, [["a", "b"], ["c"]], hw)
+    assert abs(cost.plan_time_ps(FORK, [["a", "b"], ["c"]], hw) / 1e12 -
+               cost.plan_time(FORK, [["a", "b"], ["c"]], hw)) < 1e-11
