@@ -2,7 +2,10 @@
 greedy baseline (the speed-sensitive users of the shared DAG utilities).
 
     python benchmarks/speed.py [--ops 10000] [--repeat 1] [--baseline OLD_SOURCE_TREE]
-                               [--out benchmarks/results/struct.md]
+                               [--instructions OPS] [--out benchmarks/results/struct.md]
+
+e.g. ``git archive c8183db | tar -x -C /tmp/base && python benchmarks/speed.py --baseline /tmp/base
+--instructions 2000`` (about 15 minutes on 2 busy cores).
 
 Prints one line per measurement and writes them as a Markdown table. With ``--baseline`` the same
 measurements are made on another source tree (e.g. ``git archive`` of an older commit) at the same
@@ -72,6 +75,34 @@ def measure_tree(ops: int, repeat: int) -> list[tuple[str, float, float]]:
     return rows
 
 
+_RUN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from solverfuse import greedy, zoo
+from solverfuse.hardware import load_hardware
+g = zoo.synthetic_graph(int(sys.argv[2]))
+for name in sys.argv[3].split(",") if sys.argv[3] else []:
+    greedy.STRATEGIES[name](g, load_hardware("nvidia-h100"))
+"""
+
+
+def instructions(tree: Path, ops: int, strategies: str) -> subprocess.Popen:
+    """Start counting the instructions of building the graph and running ``strategies`` (comma
+    separated; empty: none) under valgrind's cachegrind, with a fixed hash seed: deterministic
+    counts, unlike seconds on a shared machine. Read the result with :func:`refs`."""
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, "-c", _RUN, str(tree), str(ops), strategies]
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def refs(proc: subprocess.Popen) -> int:
+    """The instruction count (``I refs``) a finished :func:`instructions` run reported."""
+    _, err = proc.communicate()
+    line = next(x for x in err.splitlines() if "I   refs:" in x or "I refs:" in x)
+    return int(line.rsplit(":", 1)[1].replace(",", ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=10_000)
@@ -80,6 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tree", type=Path, default=HERE.parent, help="source tree to measure")
     ap.add_argument("--json", type=Path, help="write the rows as JSON here instead of Markdown")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "struct.md")
+    ap.add_argument("--instructions", type=int, metavar="OPS", default=0,
+                    help="with --baseline: also count instructions (valgrind) of the greedy baselines "
+                         "on an OPS-op graph in both trees")
     args = ap.parse_args(argv)
     before = None
     if args.baseline:
@@ -100,6 +134,12 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps(rows))
         return 0
+    counts = {}
+    if args.baseline and args.instructions:
+        names = ",".join(n for n in ("tvm", "xla", "inductor", "guide"))
+        runs = {(tree, s): instructions(tree, args.instructions, s)
+                for tree in (args.baseline, args.tree) for s in ("", names)}
+        counts = {key: refs(proc) for key, proc in runs.items()}
     head = f"Machine: {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPUs " \
            f"(shared; load average {os.getloadavg()[0]:.1f} at the end); best of {args.repeat}."
     lines = [f"# Graph-side speed ({args.ops}-op synthetic graph)", "", head, ""]
@@ -113,6 +153,15 @@ def main(argv=None) -> int:
         for (label, wall, cpu), (label0, wall0, cpu0) in zip(rows, before):
             same = "" if label == label0 else f" (before: {label0})"
             lines.append(f"| {label}{same} | {wall0:.3f} | {cpu0:.3f} | {wall:.3f} | {cpu:.3f} |")
+    if counts:
+        names = next(s for _, s in counts if s)
+        work = {tree: counts[tree, names] - counts[tree, ""] for tree in (args.baseline, args.tree)}
+        lines += ["", f"Instructions of the greedy baselines ({names}) on a {args.instructions}-op synthetic "
+                  "graph, counted by valgrind (cachegrind, PYTHONHASHSEED=0; the run minus a run that only "
+                  "builds the graph): deterministic, unlike the seconds above.", "",
+                  "| tree | instructions | ratio |", "|---|---|---|",
+                  f"| before | {work[args.baseline]:,} | 1.000 |",
+                  f"| after | {work[args.tree]:,} | {work[args.tree] / work[args.baseline]:.3f} |"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

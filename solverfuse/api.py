@@ -27,7 +27,10 @@ from .plans import Plan
 def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "nvidia-h100", *,
          strategy: str = "optimal", time_limit: float = 10.0, workers: int = 2, seed: int = 0,
          progress: Optional[Callable[..., None]] = None) -> Plan:
-    """Plan fusion for ``graph`` on ``hardware`` with ``strategy`` (``optimal`` or a greedy name).
+    """Plan fusion for ``graph`` on ``hardware`` with ``strategy``: ``optimal`` (the best
+    partition), ``covering`` (the best plan with recomputation and looped reductions, a
+    ``solverfuse-plan/2`` plan when it duplicates an op or loops; see ``formulations/covering.md``)
+    or a greedy name.
 
     ``optimal`` solves in a worker process (:mod:`solverfuse.worker`): the call returns within
     ``time_limit`` plus a small overhead, counted from entry, and a solver crash or hang gives the
@@ -41,12 +44,12 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
         raise SolverfuseError(f"strategy must be a string, got {type(strategy).__name__}")
     g = load_graph(graph)
     hw = load_hardware(hardware)
-    if strategy == "optimal":
+    if strategy in ("optimal", "covering"):
         from .worker import solve_in_worker
         return solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                               progress=progress, started=start).plan
+                               progress=progress, started=start, covering=strategy == "covering").plan
     if strategy not in greedy.STRATEGIES:
-        raise SolverfuseError(f"unknown strategy {strategy!r} (optimal, {', '.join(greedy.STRATEGIES)})")
+        raise SolverfuseError(f"unknown strategy {strategy!r} (optimal, covering, {', '.join(greedy.STRATEGIES)})")
     return greedy.greedy_plan(g, hw, strategy)
 
 

@@ -307,6 +307,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
              seed: int = typer.Option(0, "--seed", help="solver seed (fixed seed + workers = same plan)"),
              output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),
              keep_partial: bool = typer.Option(False, "--keep-partial", help="on SIGINT/SIGTERM, write the best plan so far to -o"),
+             recompute: bool = typer.Option(False, "--recompute", help="allow recomputation and looped reductions (solverfuse-plan/2)"),
              as_json: bool = typer.Option(False, "--json", help="print the plan JSON instead of the summary")):
     """Optimal fusion plan (CP-SAT): groups, traffic vs unfused vs Q_min, status, bound, gap.
 
@@ -335,7 +336,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
 
     try:
         report = solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                                 progress=progress if live else None, started=start)
+                                 progress=progress if live else None, started=start, covering=recompute)
     except Interrupted as e:
         groups = getattr(e, "groups", None)
         if groups is None:

@@ -25,11 +25,11 @@ compilers execute* (``formulations/reality.md``):
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from .graph import Graph
 from .hardware import Hardware
-from .mapping import capacity_violation
+from .mapping import capacity_violation, loop_capacity_violation, loop_passes, pass_nodes
 from .rules import facts, gather_data_reader, rule_violation
 
 
@@ -228,3 +228,126 @@ def group_time(graph: Graph, nodes: Sequence[str], hw: Hardware) -> float:
 def plan_time(graph: Graph, groups: Iterable[Sequence[str]], hw: Hardware) -> float:
     """Predicted time of a plan: its groups run one after another."""
     return sum(group_time(graph, g, hw) for g in groups)
+
+
+# ---- plans with recomputation and looped reductions (``formulations/covering.md``) -------------
+
+class Kernel(NamedTuple):
+    """One group of a covering plan: the ops it computes (an op may be in several kernels), the
+    tensors it writes (each needed tensor is written by exactly one kernel) and its passes (1, or
+    :func:`solverfuse.mapping.loop_passes` for a looped reduction kernel)."""
+    nodes: tuple
+    writes: tuple
+    passes: int = 1
+
+
+def produced(graph: Graph, nodes: Iterable[str]) -> list[str]:
+    """Tensors the ops ``nodes`` produce (graph order of their producers)."""
+    return [t for v in nodes for t in graph.index.node[v].outputs if t]
+
+
+def kernel_reads(graph: Graph, nodes: Sequence[str], passes: int = 1) -> list[tuple[str, int]]:
+    """(tensor, bytes) of every read from global memory of a kernel, pass by pass: with one pass
+    :func:`group_reads` at the gather-aware :func:`read_bytes`; a looped kernel reads, in each pass,
+    what that pass's ops (:func:`solverfuse.mapping.pass_nodes`) need from outside the kernel."""
+    members = set(nodes)
+    if passes == 1:
+        return [(t, read_bytes(graph, members, t)) for t in group_reads(graph, nodes)]
+    out = []
+    for ops in pass_nodes(graph, nodes):
+        inside = set(ops)
+        out += [(t, read_bytes(graph, inside, t)) for t in group_reads(graph, ops)
+                if graph.index.producer.get(t) not in members]
+    return out
+
+
+def kernel_free(graph: Graph, nodes: Iterable[str], writes: Iterable[str]) -> bool:
+    """A kernel of views only that writes no graph output is metadata: 0 bytes, no launch."""
+    outputs = graph.index.outputs
+    return all(facts(graph, v).view for v in nodes) and not any(t in outputs for t in writes)
+
+
+def kernel_traffic(graph: Graph, nodes: Sequence[str], writes: Sequence[str], passes: int = 1) -> int:
+    """Bytes of one kernel of a covering plan: every pass's reads + its stated writes, as compilers
+    execute (gather-aware reads, free view kernels). For a partition's group with its
+    :func:`group_writes` and one pass this is :func:`group_traffic`.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["mx"]},
+    ...               {"name": "s", "op": "Sub", "inputs": ["x", "mx"], "outputs": ["y"]}]})
+    >>> kernel_traffic(g, ["m", "s"], ["y"]), kernel_traffic(g, ["m", "s"], ["y"], passes=2)
+    (128, 192)
+    """
+    if kernel_free(graph, nodes, writes):
+        return 0
+    return sum(b for _, b in kernel_reads(graph, nodes, passes)) + sum(graph.nbytes(t) for t in writes)
+
+
+def covering_traffic(graph: Graph, kernels: Iterable[Kernel]) -> int:
+    """Traffic of a covering plan: the sum over its kernels."""
+    return sum(kernel_traffic(graph, k.nodes, k.writes, k.passes) for k in kernels)
+
+
+def kernel_violation(graph: Graph, nodes: Sequence[str], hw: Hardware, passes: int = 1) -> str | None:
+    """Why a kernel of ``passes`` passes breaks a rule or capacity (None when legal): one pass is
+    :func:`group_violation`; a looped kernel makes exactly :func:`solverfuse.mapping.loop_passes`
+    passes (at least 2), keeps the fusion rules, and every pass fits
+    (:func:`solverfuse.mapping.loop_capacity_violation`)."""
+    if passes == 1:
+        return group_violation(graph, nodes, hw)
+    need = loop_passes(graph, nodes)
+    if need < 2 or passes != need:
+        return f"a looped kernel of these ops makes {need} passes, not {passes}"
+    return rule_violation(graph, nodes) or loop_capacity_violation(graph, list(nodes), hw)
+
+
+def looped_violation(graph: Graph, nodes: Sequence[str], hw: Hardware) -> str | None:
+    """Why a group is illegal both as one pass and as a looped kernel (None when either is legal).
+    Monotone under subsets (the covering formulation prunes on it)."""
+    if len(nodes) < 2:
+        return None
+    return rule_violation(graph, nodes) or loop_capacity_violation(graph, list(nodes), hw)
+
+
+# ---- run time in exact integer picoseconds (the ``time`` objective) --------------------------------
+
+PS = 10 ** 12  # picoseconds per second
+
+
+def kernel_time_ps(graph: Graph, nodes: Sequence[str], writes: Sequence[str], hw: Hardware, passes: int = 1) -> int:
+    """Roofline time of one kernel in integer picoseconds: ``max(ceil(bytes / bandwidth),
+    ceil(flops / peak)) + launch overhead``, with every pass's recomputed flops counted; 0 for a
+    free view kernel (no launch). Exact integers, so a solver's objective can equal it.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> hw = load_hardware("nvidia-h100")
+    >>> kernel_time_ps(g, ["a"], ["y"], hw) == -(-2048 * PS // int(hw.dram_bandwidth)) + round(hw.launch_overhead_s * PS)
+    True
+    """
+    if kernel_free(graph, nodes, writes):
+        return 0
+    ops = [v for p in pass_nodes(graph, nodes) for v in p] if passes > 1 else list(nodes)
+    flops = sum(graph.flops(v) for v in ops)
+    dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
+    mem = -(-kernel_traffic(graph, nodes, writes, passes) * PS // max(1, int(hw.dram_bandwidth)))
+    compute = -(-flops * PS // max(1, int(hw.peak(dtype))))
+    return max(mem, compute) + round(hw.launch_overhead_s * PS)
+
+
+def group_time_ps(graph: Graph, nodes: Sequence[str], hw: Hardware) -> int:
+    """:func:`kernel_time_ps` of a partition's group (its writes: :func:`group_writes`)."""
+    return kernel_time_ps(graph, nodes, group_writes(graph, nodes), hw)
+
+
+def plan_time_ps(graph: Graph, groups: Iterable[Sequence[str]], hw: Hardware) -> int:
+    """Predicted time of a partition in picoseconds: its kernels one after another."""
+    return sum(group_time_ps(graph, g, hw) for g in groups)
+
+
+def covering_time_ps(graph: Graph, kernels: Iterable[Kernel], hw: Hardware) -> int:
+    """Predicted time of a covering plan in picoseconds."""
+    return sum(kernel_time_ps(graph, k.nodes, k.writes, hw, k.passes) for k in kernels)

@@ -42,7 +42,7 @@ from typing import Iterable, NamedTuple
 from .graph import Graph
 from .hardware import Hardware
 from .ops import DTYPE_SIZES, OPS, numel, reduce_axes
-from .rules import needs_row
+from .rules import facts, needs_row
 
 
 class Footprint(NamedTuple):
@@ -136,4 +136,81 @@ def capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | No
         return f"needs {fp.registers} registers > budget {hw.register_budget} of {hw.name}"
     if fp.l1_bytes > hw.l1_bytes:
         return f"needs {fp.l1_bytes} bytes of L1/shared > {hw.l1_bytes} of {hw.name}"
+    return None
+
+
+# ---- looped reductions: a group run as several passes over its row inputs ------------------------
+
+def loop_levels(graph: Graph, nodes: Iterable[str]) -> dict[str, int]:
+    """Pass of every op of a group run as a looped kernel: an op runs in the pass after the
+    last streaming reduction of the group it depends on (0 when none), so each reduction's result
+    is complete before any op of the group reads it.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["mx"]},
+    ...               {"name": "s", "op": "Sub", "inputs": ["x", "mx"], "outputs": ["y"]}]})
+    >>> loop_levels(g, ["m", "s"])
+    {'m': 0, 's': 1}
+    """
+    members = list(nodes)
+    inside = set(members)
+    pos = graph.index.position
+    level: dict[str, int] = {}
+    for v in sorted(members, key=pos.__getitem__):
+        level[v] = max((level[u] + (1 if facts(graph, u).streaming else 0)
+                        for u in graph.index.preds[v] if u in inside), default=0)
+    return level
+
+
+def loop_passes(graph: Graph, nodes: Iterable[str]) -> int:
+    """How many passes a looped kernel of this group makes (1: no reduction feeds an op of it)."""
+    return 1 + max(loop_levels(graph, nodes).values(), default=0)
+
+
+def pass_nodes(graph: Graph, nodes: Iterable[str]) -> list[list[str]]:
+    """The ops each pass of a looped kernel computes (graph order): the ops of that pass and the
+    ops of the group they need, recomputed, except earlier reductions, whose per-row results the
+    kernel keeps from their own pass. A reduction of pass ``p`` has no successor in pass ``p``, so
+    every pass streams its rows."""
+    members = list(nodes)
+    level = loop_levels(graph, members)
+    pos = graph.index.position
+    out = []
+    for p in range(1 + max(level.values(), default=0)):
+        keep = {v for v in members if level[v] == p}
+        stack = list(keep)
+        while stack:
+            v = stack.pop()
+            for u in graph.index.preds[v]:
+                if u in level and u not in keep and not (facts(graph, u).streaming and level[u] < p):
+                    keep.add(u)
+                    stack.append(u)
+        out.append(sorted(keep, key=pos.__getitem__))
+    return out
+
+
+def loop_footprint(graph: Graph, nodes: Iterable[str], hw: Hardware) -> Footprint:
+    """A bound on every pass's footprint: the whole group's registers, and the L1 of its ops
+    other than streaming reductions (each pass streams its reductions' rows). Monotone under
+    subsets, like :func:`group_footprint`."""
+    nodes = list(nodes)
+    regs, l1 = hw.kernel_base_registers, 0
+    for v in nodes:
+        fp = op_footprint(graph, v, hw)
+        regs += fp.registers
+        if not facts(graph, v).streaming:
+            l1 += fp.l1_bytes
+    return Footprint(regs, l1)
+
+
+def loop_capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | None:
+    """Why no pass of a looped kernel of this group can fit (None when every pass fits)."""
+    if len(nodes) < 2:
+        return None
+    fp = loop_footprint(graph, nodes, hw)
+    if fp.registers > hw.register_budget:
+        return f"needs {fp.registers} registers > budget {hw.register_budget} of {hw.name}"
+    if fp.l1_bytes > hw.l1_bytes:
+        return f"a pass needs {fp.l1_bytes} bytes of L1/shared > {hw.l1_bytes} of {hw.name}"
     return None

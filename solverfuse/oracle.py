@@ -17,11 +17,15 @@ meant for graphs of up to about 10 ops, to check the solver.
 """
 from __future__ import annotations
 
+import heapq
+from itertools import combinations
+
 from . import cost
 from .errors import PlanError
 from .graph import Graph
 from .hardware import Hardware
-from .plans import order_groups
+from .mapping import loop_passes
+from .plans import convexity_violation, order_groups
 
 
 def brute_force(graph: Graph, hw: Hardware, max_ops: int = 11) -> tuple[int, list[list[str]], int]:
@@ -57,3 +61,82 @@ def brute_force(graph: Graph, hw: Hardware, max_ops: int = 11) -> tuple[int, lis
 
     rec(0)
     return best[0], best[1], legal
+
+
+def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[int, list[cost.Kernel]]:
+    """(least traffic, one optimal covering plan as kernels in execution order) over every plan
+    with recomputation and looped reductions (``formulations/covering.md``).
+
+    A plan is a *sequence* of kernels; this is a shortest path (Dijkstra) over states (ops covered
+    so far, tensors in memory so far). From a state, a kernel may run when every tensor it reads
+    from outside is a source or in memory; it is any convex set of ops legal as one pass or as a
+    looped kernel (``cost.kernel_violation``), not only connected ones, and it writes any subset of
+    the tensors it produces that are not yet in memory, at ``cost.kernel_traffic``. The goal: every
+    op covered and every graph output in memory. Writes nobody reads cost at least 0, so allowing
+    them does not change the optimum. Shares nothing with the CP-SAT covering model but the cost
+    model; exponential in the number of ops.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> brute_force_covering(g, load_hardware("nvidia-h100"))[0]
+    3072
+    """
+    nodes = list(graph.index.order)
+    if len(nodes) > max_ops:
+        raise ValueError(f"brute force is for graphs of at most {max_ops} ops, this one has {len(nodes)}")
+    tensors = [t for v in nodes for t in graph.index.node[v].outputs if t]
+    tbit = {t: 1 << i for i, t in enumerate(tensors)}
+    outputs = graph.index.outputs
+    kernels = []  # (op mask, needed tensor mask, [(write mask, writes, cost)], nodes, passes)
+    for size in range(1, len(nodes) + 1):
+        for combo in combinations(nodes, size):
+            if size > 1 and convexity_violation(graph, list(combo)) is not None:
+                continue
+            for passes in sorted({1, loop_passes(graph, combo)}):
+                if cost.kernel_violation(graph, list(combo), hw, passes) is not None:
+                    continue
+                need = sum(tbit[t] for t in cost.group_reads(graph, combo) if t in tbit)
+                out = [t for v in combo for t in graph.index.node[v].outputs
+                       if t and (t in outputs or graph.index.consumers.get(t))]
+                options = []
+                for k in range(len(out) + 1):
+                    for ws in combinations(out, k):
+                        options.append((sum(tbit[t] for t in ws), ws,
+                                        cost.kernel_traffic(graph, combo, ws, passes)))
+                kernels.append((sum(1 << nodes.index(v) for v in combo), need, options, combo, passes))
+    full = (1 << len(nodes)) - 1
+    goal_t = sum(tbit[t] for t in outputs if t in tbit)
+    start = (0, 0)
+    dist = {start: 0}
+    back: dict = {}
+    heap = [(0, start)]
+    while heap:
+        d, state = heapq.heappop(heap)
+        if d > dist[state]:
+            continue
+        ops, mem = state
+        if ops == full and mem & goal_t == goal_t:
+            plan = []
+            while state in back:
+                state, kern = back[state]
+                plan.append(kern)
+            return d, plan[::-1]
+        for opmask, need, options, combo, passes in kernels:
+            if need & ~mem:
+                continue
+            for wmask, ws, c in options:
+                if wmask & mem:
+                    continue
+                nxt = (ops | opmask, mem | wmask)
+                if nxt == state:
+                    continue
+                nd = d + c
+                if nd < dist.get(nxt, nd + 1):
+                    dist[nxt] = nd
+                    back[nxt] = (state, cost.Kernel(combo, ws, passes))
+                    heapq.heappush(heap, (nd, nxt))
+    raise ValueError("bug: no covering found, but every op alone is one")

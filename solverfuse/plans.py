@@ -1,6 +1,12 @@
-"""Plans (``solverfuse-plan/1``): the Plan/Group models, the independent validator, JSON in/out.
+"""Plans (``solverfuse-plan/1`` and ``/2``): the Plan/Group models, the independent validator, JSON in/out.
 
-A plan partitions the graph's ops into groups listed in an executable order. :func:`build_plan`
+A ``/1`` plan partitions the graph's ops into groups listed in an executable order. A ``/2`` plan
+is a *covering* (``formulations/covering.md``): an op may be computed in several groups
+(recomputation), each group states what it reads and writes, a tensor a group reads from memory is
+written by exactly one earlier group (or is a graph input or constant), every graph output is
+written once, and a group may run as several passes (a looped reduction). A partition is a ``/2``
+plan with no duplicated op and one pass per group; :func:`build_covering_plan` writes it as ``/1``
+so that every reader of ``/1`` keeps working. :func:`build_plan`
 turns any list of groups (from a solver, a greedy baseline or a user) into a filled, ordered and
 validated Plan; :func:`validate` re-checks a plan from scratch using only the graph, the hardware
 profile and the cost model -- it trusts no number written in the plan.
@@ -27,9 +33,12 @@ from .errors import PlanError
 from .files import read_text, write_atomic
 from .graph import Graph
 from .hardware import Hardware, load_hardware
-from .mapping import group_footprint
+from .mapping import group_footprint, loop_footprint
 
 FORMAT = "solverfuse-plan/1"
+#: Plans with recomputation or looped reductions.
+FORMAT_COVERING = "solverfuse-plan/2"
+FORMATS = (FORMAT, FORMAT_COVERING)
 Status = Literal["optimal", "feasible", "heuristic", "infeasible", "unknown"]
 
 
@@ -43,6 +52,7 @@ class Group(BaseModel):
     traffic_bytes: int
     registers: int
     l1_bytes: int
+    passes: int = 1
 
 
 class Plan(BaseModel):
@@ -50,7 +60,7 @@ class Plan(BaseModel):
     ``bound_bytes`` the solver's proven lower bound on the optimum (equal to ``traffic_bytes`` when
     ``status`` is ``optimal``), ``lower_bound_bytes`` is Q_min (:func:`solverfuse.cost.q_min`)."""
     model_config = ConfigDict(extra="forbid")
-    format: Literal["solverfuse-plan/1"] = FORMAT
+    format: Literal["solverfuse-plan/1", "solverfuse-plan/2"] = FORMAT
     strategy: str
     hardware: str
     status: Status
@@ -147,6 +157,13 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
     if plan.graph_sha256 != graph.digest():
         raise PlanError(f"plan was made for another graph (sha256 {plan.graph_sha256[:12]}... "
                         f"!= {graph.digest()[:12]}...)")
+    if plan.format == FORMAT_COVERING:
+        validate_covering(plan, graph, hw)
+        _check_totals(plan, graph)
+        return
+    for g in plan.groups:
+        if g.passes != 1:
+            raise PlanError(f"group {g.name!r} makes {g.passes} passes: looped kernels need {FORMAT_COVERING}")
     where: dict[str, int] = {}
     for i, g in enumerate(plan.groups):
         if not g.nodes:
@@ -181,6 +198,10 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
             have = getattr(g, key)
             if (sorted(have) if isinstance(val, list) else have) != (sorted(val) if isinstance(val, list) else val):
                 raise PlanError(f"group {g.name!r}: {key} is {have}, the cost model says {val}")
+    _check_totals(plan, graph)
+
+
+def _check_totals(plan: Plan, graph: Graph) -> None:
     total = sum(g.traffic_bytes for g in plan.groups)
     checks = [("traffic_bytes", plan.traffic_bytes, total),
               ("lower_bound_bytes", plan.lower_bound_bytes, cost.q_min(graph)),
@@ -192,6 +213,158 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
         raise PlanError(f"bound_bytes {plan.bound_bytes} exceeds traffic_bytes {plan.traffic_bytes}")
     if plan.status == "optimal" and plan.bound_bytes != plan.traffic_bytes:
         raise PlanError("status is optimal but bound_bytes != traffic_bytes")
+
+
+def order_kernels(graph: Graph, kernels: Sequence[cost.Kernel]) -> list[cost.Kernel]:
+    """Kernels of a covering in an executable order: every kernel after the one writing each
+    tensor it reads from memory (ready kernels by their first op); ops in graph order. Raises
+    PlanError when a tensor read has no writer or the kernels wait on each other.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.cost import Kernel
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> [k.nodes for k in order_kernels(g, [Kernel(("a", "c"), ("z",)), Kernel(("a", "b"), ("y",))])]
+    [('a', 'b'), ('a', 'c')]
+    """
+    pos = graph.index.position
+    ks = []
+    for k in kernels:
+        for v in k.nodes:
+            if v not in pos:
+                raise PlanError(f"group names unknown node {v!r}")
+        ks.append(cost.Kernel(tuple(sorted(set(k.nodes), key=pos.__getitem__)), tuple(k.writes), k.passes))
+    writer: dict[str, int] = {}
+    for i, k in enumerate(ks):
+        for t in k.writes:
+            if t in writer:
+                raise PlanError(f"tensor {t!r} is written by two groups (of {ks[writer[t]].nodes[0]!r} and {k.nodes[0]!r})")
+            writer[t] = i
+    succ: list[list[int]] = [[] for _ in ks]
+    for i, k in enumerate(ks):
+        for t in cost.group_reads(graph, k.nodes):
+            if graph.is_source(t):
+                continue
+            if t not in writer:
+                raise PlanError(f"tensor {t!r} is read by the group of {k.nodes[0]!r} but written by no group")
+            succ[writer[t]].append(i)
+    order = dag.topological_order(succ, key=lambda i: (tuple(pos[v] for v in ks[i].nodes), i))
+    if len(order) != len(ks):
+        stuck = next(ks[i].nodes[0] for i in range(len(ks)) if i not in set(order))
+        raise PlanError(f"groups form a cycle (the group of {stuck!r} waits on itself)")
+    return [ks[i] for i in order]
+
+
+def is_partition(graph: Graph, kernels: Sequence[cost.Kernel]) -> bool:
+    """Whether a covering is a partition: every op in exactly one kernel, one pass each."""
+    seen = [v for k in kernels for v in k.nodes]
+    return len(seen) == len(set(seen)) and all(k.passes == 1 for k in kernels)
+
+
+def build_covering_plan(graph: Graph, hardware: Union[str, Hardware], kernels: Sequence[cost.Kernel], *,
+                        strategy: str, status: Status = "heuristic", bound_bytes: Optional[int] = None,
+                        solve_seconds: float = 0.0, embed_graph: bool = True) -> Plan:
+    """Order, fill in and validate a covering plan; a partition becomes a ``/1`` plan
+    (:func:`build_plan`), anything else a ``/2`` plan.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.cost import Kernel
+    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> p = build_covering_plan(g, "nvidia-h100", [Kernel(("a", "b"), ("y",)), Kernel(("a", "c"), ("z",))],
+    ...                         strategy="manual")
+    >>> p.format, [(k.nodes, k.reads, k.writes) for k in p.groups], p.traffic_bytes
+    ('solverfuse-plan/2', [(['a', 'b'], ['x'], ['y']), (['a', 'c'], ['x'], ['z'])], 4096)
+    """
+    hw = load_hardware(hardware)
+    if is_partition(graph, kernels):
+        return build_plan(graph, hw, [list(k.nodes) for k in kernels], strategy=strategy, status=status,
+                          bound_bytes=bound_bytes, solve_seconds=solve_seconds, embed_graph=embed_graph)
+    out = []
+    for i, k in enumerate(order_kernels(graph, kernels)):
+        fp = group_footprint(graph, k.nodes, hw) if k.passes == 1 else loop_footprint(graph, k.nodes, hw)
+        out.append(Group(name=f"k{i}", nodes=list(k.nodes), reads=cost.group_reads(graph, k.nodes),
+                         writes=list(k.writes), passes=k.passes,
+                         traffic_bytes=cost.kernel_traffic(graph, k.nodes, k.writes, k.passes),
+                         registers=fp.registers, l1_bytes=fp.l1_bytes))
+    traffic = sum(g.traffic_bytes for g in out)
+    if status == "optimal" and bound_bytes is None:
+        bound_bytes = traffic
+    plan = Plan(format=FORMAT_COVERING, strategy=strategy, hardware=hw.name, status=status,
+                traffic_bytes=traffic, bound_bytes=bound_bytes, lower_bound_bytes=cost.q_min(graph),
+                unfused_traffic_bytes=cost.unfused_traffic(graph), solve_seconds=round(solve_seconds, 6),
+                graph_name=graph.name, graph_sha256=graph.digest(), groups=out,
+                graph=graph if embed_graph else None, hardware_profile=hw)
+    validate(plan, graph, hw)
+    return plan
+
+
+def plan_kernels(plan: Plan) -> list[cost.Kernel]:
+    """A plan's groups as kernels (nodes, writes, passes), in its order."""
+    return [cost.Kernel(tuple(g.nodes), tuple(g.writes), g.passes) for g in plan.groups]
+
+
+def validate_covering(plan: Plan, graph: Graph, hw: Hardware) -> None:
+    """The ``/2`` rules (see the module doc), independently of any solver: every op in some group;
+    each group convex, legal for its passes, reading exactly its ops' inputs from outside and
+    writing only tensors it produces; in the listed order every tensor read from memory is written
+    by exactly one earlier group, every graph output once, nothing nobody reads; every recorded
+    number equal to the cost model's."""
+    covered: set[str] = set()
+    writer: dict[str, str] = {}
+    read_later: set[str] = set()
+    for g in plan.groups:
+        if not g.nodes:
+            raise PlanError(f"group {g.name!r} is empty")
+        for v in g.nodes:
+            if v not in graph.index.node:
+                raise PlanError(f"group {g.name!r} names unknown node {v!r}")
+        if len(set(g.nodes)) != len(g.nodes):
+            raise PlanError(f"group {g.name!r} lists a node twice")
+        covered.update(g.nodes)
+        bad = convexity_violation(graph, g.nodes) if len(g.nodes) > 1 else None
+        if bad:
+            raise PlanError(f"group {g.name!r} is not convex: {bad}")
+        if g.passes < 1:
+            raise PlanError(f"group {g.name!r} makes {g.passes} passes")
+        why = cost.kernel_violation(graph, g.nodes, hw, g.passes)
+        if why:
+            raise PlanError(f"group {g.name!r} is illegal: {why}")
+        reads = cost.group_reads(graph, g.nodes)
+        if sorted(g.reads) != sorted(reads):
+            raise PlanError(f"group {g.name!r}: reads is {g.reads}, its ops read {reads} from outside")
+        mine = set(cost.produced(graph, g.nodes))
+        for t in g.writes:
+            if t not in mine:
+                raise PlanError(f"group {g.name!r} writes {t!r}, which none of its ops produces")
+            if t in writer:
+                raise PlanError(f"tensor {t!r} is written by groups {writer[t]!r} and {g.name!r}")
+        for t in reads:
+            if not graph.is_source(t) and t not in writer:
+                raise PlanError(f"group {g.name!r} reads {t!r} from memory, but no earlier group writes it")
+            read_later.add(t)
+        for t in g.writes:
+            writer[t] = g.name
+        fp = group_footprint(graph, g.nodes, hw) if g.passes == 1 else loop_footprint(graph, g.nodes, hw)
+        expect = dict(traffic_bytes=cost.kernel_traffic(graph, g.nodes, g.writes, g.passes),
+                      registers=fp.registers, l1_bytes=fp.l1_bytes)
+        for key, val in expect.items():
+            if getattr(g, key) != val:
+                raise PlanError(f"group {g.name!r}: {key} is {getattr(g, key)}, the cost model says {val}")
+    missing = [v for v in graph.index.order if v not in covered]
+    if missing:
+        raise PlanError(f"node {missing[0]!r} is in no group")
+    for t in dict.fromkeys(graph.outputs):
+        if not graph.is_source(t) and t not in writer:
+            raise PlanError(f"graph output {t!r} is written by no group")
+    outputs = graph.index.outputs
+    for t, name in writer.items():
+        if t not in read_later and t not in outputs:
+            raise PlanError(f"group {name!r} writes {t!r}, which no later group reads and is no graph output")
 
 
 def convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
@@ -231,8 +404,8 @@ def load_plan(path: Union[str, os.PathLike], graph: Optional[Graph] = None) -> P
         raise PlanError(f"{path}: {str(e).splitlines()[0]}") from None
     except RecursionError:
         raise PlanError(f"{path}: JSON nested too deeply") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise PlanError(f"{path}: not a {FORMAT} file")
+    if not isinstance(data, dict) or data.get("format") not in FORMATS:
+        raise PlanError(f"{path}: not a {FORMAT} or {FORMAT_COVERING} file")
     embedded = None
     if graph is None and "graph" in data:
         from .errors import GraphError

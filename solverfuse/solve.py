@@ -38,8 +38,8 @@ from . import cost, dag
 from .errors import InternalError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
-from .plans import Plan, build_plan, order_groups
-from .formulations import assign, set_partition
+from .plans import Plan, build_covering_plan, build_plan, order_groups
+from .formulations import assign, covering, set_partition
 from .formulations.protocol import Formulation
 from .formulations.presolve import Presolve, presolve, traffic_floor
 
@@ -70,15 +70,16 @@ class SolveReport:
 
 def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
           seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
-          progress: Optional[Callable[[float, int, int], None]] = None) -> Plan:
+          progress: Optional[Callable[[float, int, int], None]] = None, covering: bool = False) -> Plan:
     """An optimal (or, when time runs out, the best found + its bound) fusion plan.
 
     ``hints`` are partitions (lists of groups of op names), e.g. greedy plans; the best legal one
     seeds the search. ``progress(seconds, traffic_bytes, bound_bytes)`` is called on every new
-    incumbent of the whole plan.
+    incumbent of the whole plan. ``covering``: also allow recomputation and looped reductions
+    (``formulations/covering.md``); the partition optimum is found first and hints the covering.
     """
     return solve_report(graph, hw, time_limit=time_limit, workers=workers, seed=seed, hints=hints,
-                        progress=progress).plan
+                        progress=progress, covering=covering).plan
 
 
 #: Graphs with more ops skip the exact presolve and are planned in windows (no optimality claim).
@@ -107,10 +108,13 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
                  seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
                  progress: Optional[Callable[[float, int, int], None]] = None,
                  max_groups: int = 20000, exact_ops: int = EXACT_OPS, max_pairs: int = MAX_PAIRS,
-                 window: int = WINDOW) -> SolveReport:
+                 window: int = WINDOW, covering: bool = False) -> SolveReport:
     """:func:`solve`, also returning the incumbent log and the size of the decomposition."""
     hw = load_hardware(hw)
     start = time.monotonic()
+    full_limit = time_limit
+    if covering:  # the partition optimum first, with half the time; it hints the covering models
+        time_limit = COVERING_SHARE * time_limit
     start_groups = best_hint(graph, hw, hints)
     units: list[_Unit] = []
     # per region: [bound, exact]; an exact region is one part solved whole (its CP-SAT bound is
@@ -213,12 +217,91 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     traffic = cost.plan_traffic(graph, groups)
     if traffic != expect:
         raise InternalError(f"bug: CP-SAT objective {expect} != cost model traffic {traffic}")
+    if covering:
+        report.plan = _cover(graph, hw, groups, start, full_limit, workers, seed, min(max_groups, COVER_MAX_GROUPS),
+                             max_pairs, report)
+        return report
     total_bound = min(sum(b for b, _ in regions), traffic)
     if status_all == "optimal" and total_bound != traffic:
         raise InternalError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
     report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,
                              bound_bytes=total_bound, solve_seconds=time.monotonic() - start)
     return report
+
+
+#: Share of the time limit the partition stage gets when recomputation is allowed.
+COVERING_SHARE = 0.5
+#: A part with more candidate groups than this keeps its partition in the covering stage.
+COVER_MAX_GROUPS = 5000
+
+
+def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit: float, workers: int,
+           seed: int, max_groups: int, max_pairs: int, report: SolveReport) -> Plan:
+    """The covering stage: the graph is presolved again with ``cost.looped_violation`` (its parts
+    are unions of the partition's parts), and every part of two or more ops that is small enough is
+    solved by the covering formulation, hinted with the partition's groups inside it; a part left
+    unsolved keeps them. So the result is never worse than ``partition``. The bound of a part is
+    CP-SAT's covering bound, at least the part's covering floor (``traffic_floor(recompute=True)``;
+    ``cost.plan_floor`` for a part too large for candidates)."""
+    pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation)
+    part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
+    inside: dict[int, list[list[str]]] = {}
+    for g in partition:
+        inside.setdefault(part_of[g[0]], []).append(g)
+    result: dict[int, list[cost.Kernel]] = {}
+    bound, exact = 0, True
+    todo = sorted(range(len(pre.parts)), key=lambda k: (len(pre.parts[k]), k))
+    left = sum(len(pre.parts[k]) for k in todo)
+    for k in todo:
+        part = pre.parts[k]
+        groups = order_groups(graph, inside.get(k, []))
+        best = [cost.Kernel(tuple(g), tuple(cost.group_writes(graph, g))) for g in groups]
+        value = cost.covering_traffic(graph, best)
+        share = max(0.0, time_limit - (time.monotonic() - start)) * len(part) / max(left, 1)
+        left -= len(part)
+        bnd, status = cost.plan_floor(graph, part), "feasible"
+        if len(part) == 1:
+            pass
+        elif len(part) <= MAX_PART_OPS:
+            bnd = traffic_floor(graph, pre, part, recompute=True)
+        if len(part) == 1:
+            bnd, status = value, "optimal"
+        elif len(part) <= MAX_PART_OPS and sum(len(pre.cand[v]) - 1 for v in part) <= max_pairs and share > 0:
+            deadline = time.monotonic() + share
+            f = covering.build(graph, hw, pre, part, max_groups=max_groups)
+            if f is not None and time.monotonic() < deadline:
+                report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
+                report.variables += len(f.model.Proto().variables)
+                f.hint(groups)
+                log = _CoverLog(f)
+                status, cp_bound = _run(f, deadline - time.monotonic(), workers, seed, log)
+                if log.best is not None and log.best[0] < value:
+                    value, best = log.best
+                bnd = value if status == "optimal" else max(bnd, cp_bound)
+        result[k] = best
+        bound += min(bnd, value)
+        exact = exact and status == "optimal"
+    kernels = [kern for k in range(len(pre.parts)) for kern in result[k]]
+    traffic = cost.covering_traffic(graph, kernels)
+    bound = min(bound, traffic)
+    status_all = "optimal" if exact and bound == traffic else "feasible"
+    return build_covering_plan(graph, hw, kernels, strategy="covering", status=status_all, bound_bytes=bound,
+                               solve_seconds=time.monotonic() - start)
+
+
+class _CoverLog(cp_model.CpSolverSolutionCallback):
+    """Incumbent log of one covering model: keeps the best kernels (no cycles to check)."""
+
+    def __init__(self, f: "covering.Covering"):
+        super().__init__()
+        self.f = f
+        self.best: Optional[tuple[int, list]] = None
+        self.last = None
+
+    def on_solution_callback(self) -> None:
+        val = self.f.objective_value(self.Value)
+        if self.best is None or val < self.best[0]:
+            self.best = (val, self.f.kernels(self.Value))
 
 
 #: Formulation modules, tried in this order on every part: the first model built is solved.

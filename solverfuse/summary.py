@@ -86,10 +86,19 @@ def format_plan(plan, max_ops: int = 8) -> str:
     """
     lines = [f"plan for {plan.graph_name!r} on {plan.hardware}: {len(plan.groups)} kernel(s), "
              f"strategy {plan.strategy}"]
+    seen: dict[str, int] = {}
     for g in plan.groups:
-        ops = ", ".join(g.nodes[:max_ops]) + (f", ... (+{len(g.nodes) - max_ops})" if len(g.nodes) > max_ops else "")
+        for v in g.nodes:
+            seen[v] = seen.get(v, 0) + 1
+    for g in plan.groups:
+        # an op computed in several kernels (recomputation) is marked with a star
+        names = [v + ("*" if seen[v] > 1 else "") for v in g.nodes]
+        ops = ", ".join(names[:max_ops]) + (f", ... (+{len(g.nodes) - max_ops})" if len(g.nodes) > max_ops else "")
+        loop = f"  {g.passes} passes" if g.passes > 1 else ""
         lines.append(f"  {g.name:>5s} {human_bytes(g.traffic_bytes):>11s}  regs {g.registers:3d}  "
-                     f"L1 {human_bytes(g.l1_bytes):>10s}  [{ops}]")
+                     f"L1 {human_bytes(g.l1_bytes):>10s}  [{ops}]{loop}")
+    if any(n > 1 for n in seen.values()):
+        lines.append("  * computed in several kernels (recomputed)")
     t, u, q = plan.traffic_bytes, plan.unfused_traffic_bytes, plan.lower_bound_bytes
     lines += [f"traffic  {human_bytes(t):>11s} ({t:,} B)",
               f"unfused  {human_bytes(u):>11s} ({u:,} B)  -> {u / t if t else 1:.2f}x less with this plan",

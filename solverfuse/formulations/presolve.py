@@ -68,8 +68,8 @@ class Presolve:
 class _Reach:
     """Descendant / ancestor bitsets over topological positions, and cheap hull legality."""
 
-    def __init__(self, graph: Graph, hw: Hardware, order: list[str]):
-        self.graph, self.hw = graph, hw
+    def __init__(self, graph: Graph, hw: Hardware, order: list[str], violation=cost.group_violation):
+        self.graph, self.hw, self.violation = graph, hw, violation
         self.order = order
         self.pos = {v: i for i, v in enumerate(order)}
         pos = self.pos
@@ -97,25 +97,27 @@ class _Reach:
         ok = not hull_violation(self.masks, hull, i, bool(self.desc[i] >> j & 1))
         if ok:  # capacity (and the rules once more: the masks are only a fast path)
             nodes = [self.order[k] for k in dag.bits(hull)]
-            ok = cost.group_violation(self.graph, nodes, self.hw) is None
+            ok = self.violation(self.graph, nodes, self.hw) is None
         self.cache[key] = ok
         return ok
 
 
 def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
-             max_part: Optional[int] = None) -> Presolve:
+             max_part: Optional[int] = None, violation=cost.group_violation) -> Presolve:
     """Compatible affinities, independent parts and candidate representatives (see module doc).
 
     ``nodes`` restricts everything to a subset of the ops that no path leaves and re-enters (e.g.
     a contiguous window of a topological order); groups then never reach outside it. Parts of
-    more than ``max_part`` ops get no candidates (``cand`` lacks their ops).
+    more than ``max_part`` ops get no candidates (``cand`` lacks their ops). ``violation`` is the
+    legality of a group (any predicate monotone under subsets): the covering formulation passes
+    ``cost.looped_violation``, which also admits looped kernels.
     """
     if nodes is None:
         order = list(graph.index.order)
     else:
         keep = set(nodes)
         order = [v for v in graph.index.order if v in keep]
-    reach = _Reach(graph, hw, order)
+    reach = _Reach(graph, hw, order, violation)
     pos = reach.pos
     n = len(order)
     adj: list[set[int]] = [set() for _ in range(n)]
@@ -221,7 +223,7 @@ def _merge_cycles(graph: Graph, reach: _Reach, comp: list[int]) -> list[list[int
     return [sorted(members[s]) for s in ordered]
 
 
-def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
+def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str], recompute: bool = False) -> int:
     """A lower bound on the traffic of every legal plan of the part ``nodes`` (of ``pre``),
     from pairs that can never share a group (incompatible hulls):
 
@@ -235,6 +237,10 @@ def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
 
     At least :func:`cost.plan_floor` of the part (its one-kernel traffic when it has no view op),
     and much tighter when anchors (which never fuse their inputs) abound.
+
+    ``recompute``: a floor for plans with recomputation (coverings), where the producer may be
+    computed again in *every* group of a reader it is compatible with, so all their shares are
+    absorbed, not only the largest (``formulations/covering.md``).
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -269,7 +275,8 @@ def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str]) -> int:
         share = {c: min(size, graph.nbytes(idx.node[c].outputs[0])) if gather_data_reader(graph, c, t)
                  else size for c in indep}
         prod = idx.producer.get(t)
-        absorbed = max((share[c] for c in indep if prod in members and not never(prod, c)), default=0)
+        joins = [share[c] for c in indep if prod in members and not never(prod, c)]
+        absorbed = sum(joins) if recompute else max(joins, default=0)
         total += sum(share.values()) - absorbed
     outputs = set(graph.outputs)
     for u in nodes:

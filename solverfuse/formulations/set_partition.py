@@ -89,9 +89,10 @@ class SetPartitioning:
 
 
 def enumerate_groups(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str],
-                     limit: int) -> Optional[list[list[str]]]:
+                     limit: int, violation=cost.group_violation) -> Optional[list[list[str]]]:
     """Every affine-connected legal convex group of ``part`` (ops in graph order), or None when
-    there are more than ``limit`` connected legal sets."""
+    there are more than ``limit`` connected legal sets. ``violation`` is the legality pruned on
+    while a group grows (monotone under subsets; the covering formulation's admits looped kernels)."""
     pos = pre.pos
     members = set(part)
     # affinity restricted to candidate pairs: v may join u's group only if one is a candidate
@@ -127,7 +128,7 @@ def enumerate_groups(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[s
             return False
         # branch 2: w joins, if every op of the grown group may share r's group and it is legal
         grown = group + [w]
-        if root in cand[w] and cost.group_violation(graph, grown, hw) is None:
+        if root in cand[w] and violation(graph, grown, hw) is None:
             seen = set(grown) | banned | set(rest)
             new = [x for x in sorted(adj[w], key=pos.__getitem__) if x not in seen and pos[x] > pos[root]]
             if not grow(root, grown, rest + new, banned):
