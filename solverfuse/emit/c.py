@@ -98,7 +98,7 @@ def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
             add(t, "constant")
     outputs = set(graph.outputs)
     for grp in plan.groups:
-        for t in cost.group_writes(graph, grp.nodes):
+        for t in grp.writes:  # as the plan states (a /2 plan's recomputed ops write less)
             add(t, "output" if t in outputs else "boundary")
     return out
 
@@ -201,12 +201,12 @@ class Kernel:
     """The C function of one group: buffers, loops, scalar temporaries with CSE, scratch."""
 
     def __init__(self, graph: Graph, nodes: Sequence[str], gid: int, buffers: dict[str, int], *,
-                 counters: bool, threads: int):
+                 counters: bool, threads: int, writes: Optional[Sequence[str]] = None):
         self.graph, self.gid, self.buffers = graph, gid, buffers
         self.nodes = sorted(nodes, key=graph.index.position.__getitem__)
         self.members = set(nodes)
         self.reads = cost.group_reads(graph, nodes)
-        self.writes = cost.group_writes(graph, nodes)
+        self.writes = cost.group_writes(graph, nodes) if writes is None else list(writes)
         self.counters, self.threads = counters, threads
         self.lines: list[str] = []
         self.depth = 1
@@ -546,7 +546,10 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
     for gi, grp in enumerate(plan.groups):
-        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads)
+        if grp.passes > 1:
+            raise EmitError(f"group {grp.name!r} is a looped kernel of {grp.passes} passes; the C emitter "
+                            "does not emit looped kernels yet")
+        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, writes=grp.writes)
         text = render_kernel(k)
         helpers |= k.helpers
         about = f"/* group {gi}: {len(grp.nodes)} op(s): {', '.join(sorted({graph.index.node[v].op for v in grp.nodes}))} */"
