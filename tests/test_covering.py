@@ -294,3 +294,25 @@ def test_emitter_refuses_a_looped_kernel_in_one_line():
     plan = build_covering_plan(SOFTMAX, H100, [Kernel(SOFTMAX_OPS, ("y",), 3)], strategy="manual")
     with pytest.raises(EmitError, match="looped kernel of 3 passes"):
         render(plan, SOFTMAX)
+
+
+# ---- the time objective ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["attention", "inception", "layernorm_gelu", "mlp", "residual"])
+def test_time_objective_is_never_predicted_slower_than_the_traffic_plan(name, examples_dir):
+    from solverfuse.solve import solve, solve_time
+    g = load_graph(examples_dir / f"{name}.json")
+    fast = solve_time(g, H100, workers=1, time_limit=10)
+    lean = solve(g, H100, workers=1, time_limit=10)
+    validate(fast, g, H100)
+    assert fast.status == "feasible" and fast.bound_bytes is None   # no optimality claimed
+    assert cost.plan_time_ps(g, fast.group_nodes(), H100) <= cost.plan_time_ps(g, lean.group_nodes(), H100)
+    assert fast.traffic_bytes >= lean.traffic_bytes
+
+
+def test_library_objective_time_and_bad_objective():
+    import solverfuse
+    p = solverfuse.plan(FORK, H100, objective="time", workers=1, time_limit=10)
+    assert p.strategy == "optimal-time" and "predicted" in p.reason
+    with pytest.raises(solverfuse.errors.SolverfuseError, match="unknown objective"):
+        solverfuse.plan(FORK, H100, objective="speed")
