@@ -316,3 +316,11 @@ def test_library_objective_time_and_bad_objective():
     assert p.strategy == "optimal-time" and "predicted" in p.reason
     with pytest.raises(solverfuse.errors.SolverfuseError, match="unknown objective"):
         solverfuse.plan(FORK, H100, objective="speed")
+
+
+def test_explain_refuses_a_recomputing_plan_in_one_line():
+    from solverfuse.explain import explain
+    plan = build_covering_plan(FORK, TIGHT, [Kernel(("a", "b"), ("y",)), Kernel(("a", "c"), ("z",))],
+                               strategy="manual")
+    with pytest.raises(PlanError, match="node 'a' is recomputed"):
+        explain(plan, FORK, TIGHT)
