@@ -26,11 +26,12 @@ from .plans import Plan
 
 def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "nvidia-h100", *,
          strategy: str = "optimal", time_limit: float = 10.0, workers: int = 2, seed: int = 0,
-         progress: Optional[Callable[..., None]] = None) -> Plan:
+         progress: Optional[Callable[..., None]] = None, objective: str = "traffic") -> Plan:
     """Plan fusion for ``graph`` on ``hardware`` with ``strategy``: ``optimal`` (the best
     partition), ``covering`` (the best plan with recomputation and looped reductions, a
     ``solverfuse-plan/2`` plan when it duplicates an op or loops; see ``formulations/covering.md``)
-    or a greedy name.
+    or a greedy name. ``objective``: ``traffic`` (default) or ``time`` (least predicted run time,
+    ``cost.plan_time_ps``, for ``optimal``; no optimality claimed, see :func:`solverfuse.solve.solve_time`).
 
     ``optimal`` solves in a worker process (:mod:`solverfuse.worker`): the call returns within
     ``time_limit`` plus a small overhead, counted from entry, and a solver crash or hang gives the
@@ -40,6 +41,10 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
     start = time.monotonic()
     time_limit = check_time_limit(time_limit)
     seed, workers = check_seed(seed), check_workers(workers)
+    if objective not in ("traffic", "time"):
+        raise SolverfuseError(f"unknown objective {objective!r} (traffic or time)")
+    if objective == "time" and strategy != "optimal":
+        raise SolverfuseError("objective 'time' is supported by strategy 'optimal' only")
     if not isinstance(strategy, str):
         raise SolverfuseError(f"strategy must be a string, got {type(strategy).__name__}")
     g = load_graph(graph)
@@ -47,7 +52,8 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
     if strategy in ("optimal", "covering"):
         from .worker import solve_in_worker
         return solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                               progress=progress, started=start, covering=strategy == "covering").plan
+                               progress=progress, started=start, covering=strategy == "covering",
+                               objective=objective).plan
     if strategy not in greedy.STRATEGIES:
         raise SolverfuseError(f"unknown strategy {strategy!r} (optimal, covering, {', '.join(greedy.STRATEGIES)})")
     return greedy.greedy_plan(g, hw, strategy)

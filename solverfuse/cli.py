@@ -308,6 +308,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
              output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),
              keep_partial: bool = typer.Option(False, "--keep-partial", help="on SIGINT/SIGTERM, write the best plan so far to -o"),
              recompute: bool = typer.Option(False, "--recompute", help="allow recomputation and looped reductions (solverfuse-plan/2)"),
+             objective: str = typer.Option("traffic", "--objective", help="traffic or time (predicted run time; no optimality claimed)"),
              as_json: bool = typer.Option(False, "--json", help="print the plan JSON instead of the summary")):
     """Optimal fusion plan (CP-SAT): groups, traffic vs unfused vs Q_min, status, bound, gap.
 
@@ -324,6 +325,10 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     check_time_limit(time_limit)
     check_seed(seed)
     check_workers(workers)
+    if objective not in ("traffic", "time"):
+        fail(f"unknown objective {objective!r} (traffic or time)")
+    if objective == "time" and recompute:
+        fail("--objective time does not support --recompute yet")
     g = load_input_graph(graph)
     hw = load_hardware(hardware)
     live = sys.stderr.isatty()
@@ -336,7 +341,8 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
 
     try:
         report = solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                                 progress=progress if live else None, started=start, covering=recompute)
+                                 progress=progress if live else None, started=start, covering=recompute,
+                                 objective=objective)
     except Interrupted as e:
         groups = getattr(e, "groups", None)
         if groups is None:

@@ -43,9 +43,10 @@ class Row(BaseModel):
     x_unfused: float            # unfused traffic / this traffic (how many times less traffic)
     gap_to_optimal_pct: float   # (traffic - optimal traffic) / optimal traffic, in percent
     x_qmin: float               # this traffic / Q_min (1.0 = the lower bound)
-    predicted_seconds: float    # cost.plan_time: roofline time of the kernels run in sequence
+    predicted_seconds: float    # cost.plan_time_ps / 1e12: roofline time of the kernels run in sequence
     planning_seconds: float     # wall time to make the plan
     bound_bytes: Optional[int] = None
+    predicted_ps: Optional[int] = None  # the same time in exact integer picoseconds (the time objective's unit)
 
 
 #: Real-compiler rows: strategy -> (package it needs, module with ``real_plan(source, graph, hw)``).
@@ -116,7 +117,8 @@ def rows_for(graph: Graph, hw: Union[str, Hardware], plans: dict[str, tuple[Plan
                         x_unfused=round(unfused / t, 4) if t else 1.0,
                         gap_to_optimal_pct=round(100.0 * (t - best) / best, 3) if best else 0.0,
                         x_qmin=round(t / qmin, 4) if qmin else 1.0,
-                        predicted_seconds=cost.plan_time(graph, p.group_nodes(), hw),
+                        predicted_seconds=cost.plan_time_ps(graph, p.group_nodes(), hw) / cost.PS,
+                        predicted_ps=cost.plan_time_ps(graph, p.group_nodes(), hw),
                         planning_seconds=round(seconds, 4), bound_bytes=p.bound_bytes))
     return rows
 

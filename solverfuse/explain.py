@@ -29,6 +29,7 @@ from .graph import Graph
 from .greedy import Partition
 from .hardware import Hardware, load_hardware
 from .mapping import capacity_violation, group_footprint
+from .errors import PlanError
 from .plans import Plan
 from .rules import rule_note
 from .summary import human_bytes
@@ -54,6 +55,13 @@ def explain(plan: Plan, graph: Optional[Graph] = None, hardware=None) -> dict:
     """A JSON-ready explanation of ``plan`` (see the module docstring)."""
     graph = graph or plan.graph
     hw = load_hardware(hardware or plan.hardware_profile or plan.hardware)
+    seen: set[str] = set()
+    for grp in plan.groups:
+        twice = seen.intersection(grp.nodes)
+        if twice:
+            raise PlanError(f"explain handles partitions only: node {sorted(twice)[0]!r} is recomputed in "
+                            f"several groups ({plan.format})")
+        seen.update(grp.nodes)
     part = Partition(graph, hw)
     ids = []
     for grp in plan.groups:

@@ -383,7 +383,13 @@ def convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
 
 
 def plan_to_json(plan: Plan) -> str:
-    return json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False)
+    """The plan as JSON; a group's ``passes`` is left out when it is 1 (so a ``/1`` plan's JSON is
+    what it was before looped kernels existed)."""
+    data = plan.model_dump(mode="json", exclude_none=True)
+    for g in data.get("groups", []):
+        if g.get("passes") == 1:
+            del g["passes"]
+    return json.dumps(data, indent=1, ensure_ascii=False)
 
 
 def save_plan(plan: Plan, path: Union[str, os.PathLike]) -> None:

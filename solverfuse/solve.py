@@ -289,6 +289,66 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
                                solve_seconds=time.monotonic() - start)
 
 
+def solve_time(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
+               seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None) -> Plan:
+    """A partition of least predicted run time (``cost.plan_time_ps``, integer picoseconds).
+
+    The traffic-optimal plan comes first (half the time limit) and hints, part by part, a
+    set-partitioning model whose columns cost ``cost.group_time_ps``; a part keeps its
+    traffic-optimal groups unless the model finds a faster partition. No optimality is claimed
+    (status ``feasible``, no bound): under the time objective, merging two groups that share no
+    tensor saves a launch, so the connected groups the presolve keeps no longer suffice.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> p = solve_time(g, "nvidia-h100", workers=1)
+    >>> p.strategy, p.status, [grp.nodes for grp in p.groups]
+    ('optimal-time', 'feasible', [['a', 'b']])
+    """
+    hw = load_hardware(hw)
+    start = time.monotonic()
+    base = solve_report(graph, hw, time_limit=COVERING_SHARE * time_limit, workers=workers, seed=seed,
+                        hints=hints).plan
+    pre = presolve(graph, hw, max_part=MAX_PART_OPS)
+    part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
+    inside: dict[int, list[list[str]]] = {}
+    for g in normalise(graph, base.group_nodes()):
+        inside.setdefault(part_of[g[0]], []).append(g)
+    score = lambda g: cost.group_time_ps(graph, g, hw)  # noqa: E731
+    todo = sorted((k for k, part in enumerate(pre.parts) if 1 < len(part) <= MAX_PART_OPS),
+                  key=lambda k: (len(pre.parts[k]), k))
+    left = sum(len(pre.parts[k]) for k in todo)
+    for k in todo:
+        part = pre.parts[k]
+        share = max(0.0, time_limit - (time.monotonic() - start)) * len(part) / max(left, 1)
+        left -= len(part)
+        if share <= 0 or sum(len(pre.cand[v]) - 1 for v in part) > MAX_PAIRS:
+            continue
+        deadline = time.monotonic() + share
+        f = set_partition.build(graph, hw, pre, part, score=score)
+        if f is None:
+            continue
+        groups = order_groups(graph, inside[k])
+        f.hint(groups)
+        log = _Log(graph, f, lambda v, b: None)
+        while time.monotonic() < deadline:
+            _run(f, deadline - time.monotonic(), workers, seed, log)
+            cycle = quotient_cycle(graph, log.last) if log.last is not None else None
+            if cycle is None:
+                break
+            f.forbid(cycle)
+        if log.best is not None and log.best[0] < cost.plan_time_ps(graph, groups, hw):
+            inside[k] = log.best[1]
+    groups = [g for k in range(len(pre.parts)) for g in inside.get(k, [])]
+    plan = build_plan(graph, hw, groups, strategy="optimal-time", status="feasible",
+                      solve_seconds=time.monotonic() - start)
+    plan.reason = (f"time objective: predicted {cost.plan_time_ps(graph, groups, hw):,} ps; best found over "
+                   "connected groups, no optimality claimed")
+    return plan
+
+
 class _CoverLog(cp_model.CpSolverSolutionCallback):
     """Incumbent log of one covering model: keeps the best kernels (no cycles to check)."""
 
@@ -424,4 +484,4 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
+__all__ = ["solve", "solve_report", "solve_time", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]

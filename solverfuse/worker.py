@@ -45,7 +45,7 @@ from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan
-from .solve import best_hint, solve_report  # imported here, once: a forked child inherits it
+from .solve import best_hint, solve_report, solve_time  # imported here, once: a forked child inherits it
 
 #: Seconds the parent waits past the time limit before it stops the worker.
 GRACE = 1.0
@@ -104,7 +104,8 @@ def _fault_for(attempt: int) -> Optional[str]:
 
 
 def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
-           with_hints: bool, hint: Optional[list], fault: Optional[str], covering: bool = False) -> None:
+           with_hints: bool, hint: Optional[list], fault: Optional[str], covering: bool = False,
+           objective: str = "traffic") -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
@@ -143,6 +144,11 @@ def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, worker
         _fault(fault)
         left = deadline - time.monotonic()
         reserve = max(RESERVE * left, MIN_RESERVE + VALIDATE_PER_OP * len(graph.nodes))
+        if objective == "time":
+            plan = solve_time(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
+                              hints=[best]).model_copy(update={"graph": None})
+            conn.send(("done", plan, 0, 0, 0))
+            return
         report = solve_report(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
                               hints=[best], progress=lambda s, t, b: conn.send(("progress", t, b)),
                               covering=covering)
@@ -236,13 +242,15 @@ def _death(exitcode: Optional[int], errfile) -> str:
 def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0,
                     workers: int = 2, seed: int = 0, hints: bool = True,
                     progress: Optional[Callable[[float, int, int], None]] = None,
-                    started: Optional[float] = None, covering: bool = False) -> WorkerResult:
+                    started: Optional[float] = None, covering: bool = False,
+                    objective: str = "traffic") -> WorkerResult:
     """The optimal plan of ``graph``, solved in a child process; never dies with the solver.
 
     ``hints``: compute every greedy baseline as a hint (in the child). ``progress(seconds,
     traffic, bound)`` sees every incumbent. ``started``: ``time.monotonic()`` when the caller's
     clock started (default: now); the time limit counts from there. ``covering``: allow
     recomputation and looped reductions (``formulations/covering.md``); the fallbacks stay partitions.
+    ``objective="time"``: least predicted run time (:func:`solverfuse.solve.solve_time`).
     """
     start = time.monotonic() if started is None else started
     time_limit = check_time_limit(time_limit)
@@ -265,7 +273,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
         errfile = tempfile.TemporaryFile()
         proc = ctx.Process(target=_child, daemon=True,
                            args=(send, errfile.fileno(), graph, hw, deadline, n_workers, seed,
-                                 hints and attempts == 1, best, _fault_for(attempts), covering))
+                                 hints and attempts == 1, best, _fault_for(attempts), covering, objective))
         try:
             proc.start()
             send.close()

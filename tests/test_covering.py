@@ -266,3 +266,61 @@ def test_kernel_time_counts_every_pass_and_its_recomputed_flops():
         cost.plan_time_ps(FORK, [["a", "b"], ["c"]], hw)
     assert abs(cost.plan_time_ps(FORK, [["a", "b"], ["c"]], hw) / 1e12 -
                cost.plan_time(FORK, [["a", "b"], ["c"]], hw)) < 1e-11
+
+
+# ---- the C emitter runs a plan with recomputation ---------------------------------------------------
+
+def test_emitted_recomputed_fork_matches_the_reference_and_counts_the_stated_bytes(tmp_path):
+    import numpy as np
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.emit.data import constants, random_inputs
+    from solverfuse.emit.reference import reference_outputs
+    plan = build_covering_plan(FORK, TIGHT, [Kernel(("a", "b"), ("y",)), Kernel(("a", "c"), ("z",))],
+                               strategy="manual")
+    prog = compile_plan(plan, FORK, strict=True, cache_dir=tmp_path, counters=True)
+    ins, cs = random_inputs(FORK, seed=3), constants(FORK, seed=3)
+    out = prog.run(ins, cs)
+    ref = reference_outputs(FORK, ins, cs, engine="reference")
+    for t in ("y", "z"):
+        np.testing.assert_allclose(out[t], ref[t], rtol=1e-5, atol=1e-6)
+    # each kernel reads x and writes its own output; h never reaches memory
+    assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == [(1024, 1024), (1024, 1024)]
+    assert sum(c["read_bytes"] + c["written_bytes"] for c in prog.counters) == plan.traffic_bytes
+
+
+def test_emitter_refuses_a_looped_kernel_in_one_line():
+    from solverfuse.emit.program import render
+    from solverfuse.errors import EmitError
+    plan = build_covering_plan(SOFTMAX, H100, [Kernel(SOFTMAX_OPS, ("y",), 3)], strategy="manual")
+    with pytest.raises(EmitError, match="looped kernel of 3 passes"):
+        render(plan, SOFTMAX)
+
+
+# ---- the time objective ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["attention", "inception", "layernorm_gelu", "mlp", "residual"])
+def test_time_objective_is_never_predicted_slower_than_the_traffic_plan(name, examples_dir):
+    from solverfuse.solve import solve, solve_time
+    g = load_graph(examples_dir / f"{name}.json")
+    fast = solve_time(g, H100, workers=1, time_limit=10)
+    lean = solve(g, H100, workers=1, time_limit=10)
+    validate(fast, g, H100)
+    assert fast.status == "feasible" and fast.bound_bytes is None   # no optimality claimed
+    assert cost.plan_time_ps(g, fast.group_nodes(), H100) <= cost.plan_time_ps(g, lean.group_nodes(), H100)
+    assert fast.traffic_bytes >= lean.traffic_bytes
+
+
+def test_library_objective_time_and_bad_objective():
+    import solverfuse
+    p = solverfuse.plan(FORK, H100, objective="time", workers=1, time_limit=10)
+    assert p.strategy == "optimal-time" and "predicted" in p.reason
+    with pytest.raises(solverfuse.errors.SolverfuseError, match="unknown objective"):
+        solverfuse.plan(FORK, H100, objective="speed")
+
+
+def test_explain_refuses_a_recomputing_plan_in_one_line():
+    from solverfuse.explain import explain
+    plan = build_covering_plan(FORK, TIGHT, [Kernel(("a", "b"), ("y",)), Kernel(("a", "c"), ("z",))],
+                               strategy="manual")
+    with pytest.raises(PlanError, match="node 'a' is recomputed"):
+        explain(plan, FORK, TIGHT)

@@ -93,12 +93,13 @@ class Kernel:
 
     def __init__(self, graph: Graph, nodes: Sequence[str], gid: int, buffers: dict[str, int], *,
                  counters: bool, threads: int, lower: Lowering, first_slot: int = 0,
-                 padded: frozenset = frozenset()):
+                 padded: frozenset = frozenset(), writes: Optional[Sequence[str]] = None):
         self.graph, self.gid, self.buffers = graph, gid, buffers
         self.nodes = sorted(nodes, key=graph.index.position.__getitem__)
         self.members = set(nodes)
         self.reads = cost.group_reads(graph, nodes)
-        self.writes = cost.group_writes(graph, nodes)
+        # as the plan states: a /2 plan's recomputed ops write less than cost.group_writes
+        self.writes = cost.group_writes(graph, nodes) if writes is None else list(writes)
         self.counters, self.threads = counters, threads
         self.gathered = gathered_reads(graph, nodes)
         self.lower = lower

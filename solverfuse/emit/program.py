@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import cost
-from ..errors import EmitError
+from ..errors import EmitError, InternalError
 from ..graph import Graph
 from ..ops import DTYPE_SIZES, numel
 from ..files import write_atomic
@@ -89,7 +89,7 @@ def view_aliases(plan, graph: Graph) -> dict[str, str]:
     outputs = graph.index.outputs
     for grp in plan.groups:
         nodes = [graph.index.node[v] for v in grp.nodes]
-        writes = cost.group_writes(graph, grp.nodes)
+        writes = grp.writes
         if not writes or any(n.op not in VIEW_OPS for n in nodes) or any(t in outputs for t in writes):
             continue
         members = set(grp.nodes)
@@ -99,7 +99,7 @@ def view_aliases(plan, graph: Graph) -> dict[str, str]:
                 src = graph.index.node[graph.index.producer[src]].inputs[0]
             a, b = graph.tensors[t], graph.tensors[src]
             if a.dtype != b.dtype or numel(a.shape) != numel(b.shape):
-                raise EmitError(f"tensor {t!r}: internal error, a view of {src!r} with another size or dtype")
+                raise InternalError(f"tensor {t!r}: a view of {src!r} with another size or dtype")
             alias[t] = alias.get(src, src)
     return alias
 
@@ -136,7 +136,7 @@ def buffer_table(plan, graph: Graph) -> list[BufferInfo]:
             add(t, "constant")
     outputs = set(graph.outputs)
     for grp in plan.groups:
-        for t in cost.group_writes(graph, grp.nodes):
+        for t in grp.writes:
             if t not in alias:
                 add(t, "output" if t in outputs else "boundary")
     return out
@@ -187,7 +187,7 @@ def _lifetimes(plan, graph: Graph, alias: dict) -> dict[str, tuple[int, int]]:
         a, b = life.get(t, (gi, gi))
         life[t] = (min(a, gi), max(b, gi))
     for gi, grp in enumerate(plan.groups):
-        for t in cost.group_writes(graph, grp.nodes):
+        for t in grp.writes:
             touch(alias.get(t, t), gi)
         for t in cost.group_reads(graph, grp.nodes):
             touch(alias.get(t, t), gi)
@@ -241,11 +241,14 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     pack_sources: set[int] = set()
     nslots = nb
     for gi, grp in enumerate(plan.groups):
-        if any(t in alias for t in cost.group_writes(graph, grp.nodes)):
+        if any(t in alias for t in grp.writes):
             driver.append(_view_group(graph, grp.nodes, gi, buffers))
             continue
+        if grp.passes > 1:
+            raise EmitError(f"group {grp.name!r} is a looped kernel of {grp.passes} passes; the C emitter "
+                            "does not emit looped kernels yet")
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
-                   first_slot=nslots, padded=padded)
+                   first_slot=nslots, padded=padded, writes=grp.writes)
         text = render_kernel(k)
         helpers |= k.helpers
         for kind, ct, _, n in k.slot_decls:

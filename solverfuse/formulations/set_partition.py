@@ -144,8 +144,10 @@ def enumerate_groups(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[s
 
 
 def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
-          max_groups: int = 20000) -> Optional[SetPartitioning]:
-    """The set-partitioning model of one part, or None if it has over ``max_groups`` groups."""
+          max_groups: int = 20000, score: Optional[Callable[[list[str]], int]] = None) -> Optional[SetPartitioning]:
+    """The set-partitioning model of one part, or None if it has over ``max_groups`` groups.
+    ``score`` replaces a column's cost (default ``cost.group_traffic``; the time objective passes
+    ``cost.group_time_ps``)."""
     groups = enumerate_groups(graph, hw, pre, part, max_groups)
     if groups is None:
         return None
@@ -159,6 +161,6 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
     # partition: every op in exactly one picked group
     for v in nodes:
         model.AddExactlyOne(pick[i] for i in covering[v])
-    traffic = [cost.group_traffic(graph, g) for g in groups]
+    traffic = [cost.group_traffic(graph, g) if score is None else score(g) for g in groups]
     model.Minimize(sum(t * y for t, y in zip(traffic, pick)))
     return SetPartitioning(model=model, nodes=nodes, groups=groups, pick=pick, traffic=traffic)
