@@ -120,7 +120,7 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
     >>> r = compare_outputs({"y": np.array([0.0, 10.0])}, {"y": np.array([0.0, 10.5])}, rtol=1e-3, atol=1e-6)
     >>> r["ok"], r["max_abs_error"], round(r["max_rel_error"], 4)
     (False, 0.5, 0.0476)
-    >>> compare({"y": np.array([np.inf, 1.0])}, {"y": np.array([np.inf, 1.0])})["outputs"]["y"]["why"]
+    >>> compare_outputs({"y": np.array([np.inf, 1.0])}, {"y": np.array([np.inf, 1.0])})["outputs"]["y"]["why"]
     'the reference itself has 1 non-finite values (inf/nan) of 2: the data overflows'
     """
     per = {}

@@ -12,11 +12,10 @@ joins the group of the kernel that produces its input, or stays alone if that on
 """
 from __future__ import annotations
 
-import heapq
-
 import tvm
 from tvm import ir, relax
 
+from .. import dag
 from ..errors import PlanError
 from ..plans import Plan
 from .fuseops import Prepared, is_call_tir, main_bindings
@@ -125,24 +124,15 @@ def apply_plan(prep: Prepared, plan: Plan) -> "tvm.IRModule":
             for i in idx:
                 unit[i] = ("b", i)
                 members[("b", i)] = [i]
-    succ: dict[tuple, set] = {u: set() for u in members}
-    indeg = {u: 0 for u in members}
+    units = list(members)
+    num = {u: k for k, u in enumerate(units)}
+    succ: list[set[int]] = [set() for _ in units]
     for i, b in enumerate(bindings):
         for v in _free_vars(b.value):
             j = where.get(v)
-            if j is not None and unit[j] != unit[i] and unit[i] not in succ[unit[j]]:
-                succ[unit[j]].add(unit[i])
-                indeg[unit[i]] += 1
-    heap = [(members[u][0], u) for u in members if indeg[u] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        order.append(u)
-        for w in succ[u]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(heap, (members[w][0], w))
+            if j is not None and unit[j] != unit[i]:
+                succ[num[unit[j]]].add(num[unit[i]])
+    order = [units[k] for k in dag.topological_order(succ, key=lambda k: members[units[k]][0])]
     if len(order) != len(members):
         raise PlanError("the plan's groups form a cycle among TVM's bindings")
     used_by: dict = {}
