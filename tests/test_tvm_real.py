@@ -73,12 +73,14 @@ def test_reproduction_matches_real_fuseops_on_transformer_exports():
 
 
 def folding_model():
-    """y = relu(x + exp(c)) * 2 with c a 64x64 non-uniform constant: TVM folds exp(c) before
-    fusion (FoldConstant), solverfuse keeps it as a node."""
-    c = numpy_helper.from_array(np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64), "c")
-    two = numpy_helper.from_array(np.full((64, 64), 2.0, np.float32) + np.eye(64, dtype=np.float32), "two")
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])
+    """y = relu(x + exp(c)) * 2 with c a 1024x512 non-uniform constant: TVM folds exp(c) before
+    fusion (FoldConstant); solverfuse's importer keeps it as a node, its result being over the
+    import-time folding cap (onnx_fold's 256K elements)."""
+    n, m = 1024, 512
+    c = numpy_helper.from_array(np.linspace(0, 1, n * m, dtype=np.float32).reshape(n, m), "c")
+    two = numpy_helper.from_array(np.full((n, m), 2.0, np.float32) + np.eye(n, m, dtype=np.float32), "two")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, m])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m])
     nodes = [helper.make_node("Exp", ["c"], ["e"], name="exp"),
              helper.make_node("Add", ["x", "e"], ["s"], name="add"),
              helper.make_node("Relu", ["s"], ["r"], name="relu"),

@@ -61,7 +61,8 @@ class SolverfuseRep(BackendRep):
 
     def _specialise(self, feeds: dict) -> tuple[Compiled, dict]:
         from onnx import numpy_helper
-        bound = {k: np.asarray(v) for k, v in feeds.items() if np.asarray(v).dtype.kind in "iu"}
+        params = _parameter_inputs(self.model)
+        bound = {k: np.asarray(v) for k, v in feeds.items() if k in params and np.asarray(v).dtype.kind in "iu"}
         key = b"".join(k.encode() + b"\0" + v.tobytes() + str(v.shape).encode() for k, v in sorted(bound.items()))
         if key not in self._specialised:
             model = type(self.model)()
@@ -90,6 +91,22 @@ class SolverfuseRep(BackendRep):
             compiled, feeds = self._specialise(feeds)
         outs = compiled.run(feeds)
         return namedtupledict("Outputs", self.output_names)(*[np.asarray(outs[n]) for n in self.output_names])
+
+
+#: Ops whose input 0 is a shape parameter too (their output's shape depends on its value).
+_SHAPE_FROM_INPUT0 = frozenset({"Range", "ConstantOfShape"})
+
+
+def _parameter_inputs(model) -> set[str]:
+    """Graph inputs that some node reads as a parameter (a position other than the data input 0,
+    or any input of Range/ConstantOfShape): binding those fixes the shapes; integer *data* stays
+    an input, so a model is never folded away entirely."""
+    out = set()
+    for node in model.graph.node:
+        for i, t in enumerate(node.input):
+            if i > 0 or node.op_type in _SHAPE_FROM_INPUT0:
+                out.add(t)
+    return out
 
 
 def _model_constants(model, graph) -> dict[str, np.ndarray]:
