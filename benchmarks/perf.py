@@ -53,7 +53,7 @@ def render(paths: list[str], out: Path) -> None:
             cells += [f"{row['seconds']:.2f} (load {row['load']})", row["status"]] if row else ["-", "-"]
         lines.append(f"| {m} | {any_row['ops']} | {any_row['largest']} | {forms} | " + " | ".join(cells)
                      + f" | {any_row['traffic']:,} |")
-    out.write_text(HEADER + "\n".join(lines) + "\n")
+    out.write_text(HEADER + "\n".join(lines) + "\n" + FOOTER)
 
 
 HEADER = """# Proving the optimum of the light models (benchmarks/perf.py)
@@ -63,6 +63,38 @@ wall time of planning (import excluded) on the shared 2-core machine, with its 1
 when the row finished (7 helpers share it: times are inflated and noisy). *batch default* = CP-SAT's
 own `interleave_batch_size` (the tree before this change), *batch 2* = one task per worker.
 
+"""
+
+
+FOOTER = """
+The six slow models were run with the default batch and then at once with batch 2 (loads 5-7);
+the other 24 rows come from one earlier pass (load 3.5-4.7), where bart_dynamo took 19.97 s,
+whisper_dynamo 24.22 s, whisper_ts 17.79 s, llama_dynamo 7.81 s. Every model is proven optimal with
+the same traffic under both settings.
+
+## What was slow, measured
+
+* **Not the enumeration overflow.** The largest parts had more than `max_groups` (20,000) connected
+  legal sets *before* the rules change too (tree 56f837b: bart_dynamo's 92-op part, whisper_dynamo's
+  94-op part and llama's two 33-op parts all hit the cap in 0.7-0.9 s; presolve identical: 92 ops,
+  1,548 candidate pairs), so they went to the assignment formulation then as now. After the change
+  the same parts have even more sets (bart's 92-op part: over 200,000, 30,000 from its first root
+  alone; llama's 33-op parts: over 40,000). The density comes from sibling affinity through tiny
+  shared tensors (the dynamo exporter's optimizer shares identical initializers: one LayerNorm
+  weight read by 5 LayerNorms, one bias by 17 ops, Reshape shape constants, 4-byte scalars by 6
+  Muls), which makes large horizontal groups connected and legal once streaming reductions and views
+  fuse with their neighbours.
+* **Pruning groups with a view at their edge** (a view that is a source or sink of its group can
+  leave it at no cost; exact) did not help: the same parts still overflow, and the check made the
+  enumeration 3-4x slower before it gave up (bart 11 s -> 34 s to reach 200,000). Not committed.
+* **The time went to CP-SAT's interleaved batches.** On bart's 92-op part alone (the assignment
+  model, 2 workers, interleaved as `solve.py` runs it): the `core` worker proved the optimum
+  (104,468 B) at 12.9 s, but the solve returned at 35.8 s, when the last task of the running batch
+  ended (a batch runs 6 tasks; tasks of at most 1.0 s deterministic time took up to 22.8 s of wall
+  time on this loaded machine, and a finished worker waits for the batch). With
+  `interleave_batch_size` = 2: optimal at 10.4 s; = 1: 6.8 s. whisper_dynamo's 94-op part:
+  37.6 s / 11.3 s / 9.2 s; llama's 33-op part: 2.0 / 1.5 / 1.3 s. Racing workers
+  (`interleave_search=False`) did not prove bart's part in 40 s (bound 100,912).
 """
 
 
