@@ -398,6 +398,11 @@ def _floor(bound: float) -> int:
     return int(math.floor(bound + 1e-6 * max(1.0, abs(bound) * 1e-9)))
 
 
+#: Tasks per batch of CP-SAT's deterministic interleaved search; None: one per worker (0 is CP-SAT's
+#: own default, kept for ``benchmarks/perf.py``'s before/after).
+INTERLEAVE_BATCH: Optional[int] = None
+
+
 def _run(f: Formulation, seconds: float, workers: int, seed: int, log: _Log) -> tuple[str, int]:
     """Solve one part's model: (status, bound). Solutions arrive through ``log``; the final one
     is checked against CP-SAT's own objective value."""
@@ -408,6 +413,10 @@ def _run(f: Formulation, seconds: float, workers: int, seed: int, log: _Log) -> 
     p.random_seed = seed
     # deterministic for a fixed seed and worker count: workers run interleaved, not racing
     p.interleave_search = workers > 1
+    # one task per worker in each batch: a batch ends when its slowest task does, and CP-SAT's
+    # default (6 tasks) kept finished workers idle behind LP-heavy ones -- proving bart's
+    # 92-op part took 35.8 s there against 10.4 s here (benchmarks/results/perf.md)
+    p.interleave_batch_size = max(1, workers) if INTERLEAVE_BATCH is None else INTERLEAVE_BATCH
     log.last = None
     code = solver.Solve(f.model, log)
     status = STATUS[code]
