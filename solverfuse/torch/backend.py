@@ -134,6 +134,9 @@ def _outcomes(plan: Plan, kernels: list[Kernel], producer: dict[str, str],
             kinds = {k.name: k.kind for k in kernels}
             if any(kinds.get(k) == "extern" for k in ks):
                 reasons.insert(0, "an extern library call (GEMM/conv/attention) takes no fused epilogue")
+            if not reasons:  # Inductor's scheduler never asked can_fuse about these kernels
+                reasons.append("Inductor never proposed fusing these kernels (not a fusion candidate "
+                               "of its scheduler: no shared buffer it scores, or it split them at lowering)")
         merged = sorted({o for k in ks for o in groups_of_kernel[k]} - {g.name})
         out.append(GroupOutcome(g.name, list(g.nodes), ks, reasons, merged))
     return out
