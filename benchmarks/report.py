@@ -459,4 +459,41 @@ def write(results: dict, out: Path) -> None:
     analysis = HERE / "analysis.md"
     if analysis.exists() and not results.get("quick"):
         parts += ["", "## Analysis", "", analysis.read_text().strip()]
+    parts += topic_sections(rd)
     write_atomic(out / "RESULTS.md", "\n".join(parts) + "\n")
+
+
+#: The per-topic benchmark scripts' reports (each script writes results/<name>.md with its own
+#: machine description), in the order RESULTS.md shows them.
+TOPICS = [("models", "The exported transformers set: import, plan, traffic (`benchmarks/models.py`)"),
+          ("rules", "Costs as compilers execute: traffic before/after (`benchmarks/rules_traffic.py`)"),
+          ("perf", "Solve time on the exported set (`benchmarks/perf.py`)"),
+          ("recomp", "Recomputation and looped reductions: partition vs covering optimum (`benchmarks/recompute.py`)"),
+          ("emit", "Emitted C vs ONNX Runtime (`benchmarks/emit_speed.py`)"),
+          ("torch", "Inside PyTorch: inductor-real agreement and the solverfuse backend (`benchmarks/torch_bench.py`)"),
+          ("tvm", "Inside TVM: tvm-real agreement and TVM built along the plan (`benchmarks/tvm_bench.py`)"),
+          ("fuzz", "Bad input and time limits (`benchmarks/fuzz.py`)"),
+          ("struct", "Graph-side speed before/after the DAG toolkit (`benchmarks/speed.py`)")]
+
+
+def topic_sections(rd: Path) -> list[str]:
+    """RESULTS.md sections holding each topic script's report (its headings pushed two levels down).
+
+    Sections 1-4 above come from one full ``run.py`` run; these were measured by their own scripts,
+    each side by side within its run, on the same kind of shared machine."""
+    parts = ["", "## Per-topic results", "",
+             "Sections 1-4 come from the last full `run.py` run (dated in the Machine section); where that "
+             "run predates a change to the cost model or a baseline, its traffic numbers are the old "
+             "model's. The sections below were measured by the per-topic scripts after those changes; "
+             "each compares its variants side by side within one run, on a 2-core machine shared with "
+             "other jobs, and says so."]
+    for i, (name, title) in enumerate(TOPICS, start=5):
+        f = rd / f"{name}.md"
+        if not f.exists():
+            continue
+        lines = f.read_text().strip().splitlines()
+        if lines and lines[0].startswith("# "):
+            lines = lines[1:]
+        body = "\n".join("##" + ln if ln.startswith("#") else ln for ln in lines).strip()
+        parts += ["", f"## {i}. {title}", "", body]
+    return parts
