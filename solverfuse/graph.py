@@ -110,6 +110,19 @@ class GraphIndex:
         return dag.ancestors([[pos[u] for u in self.preds[v]] for v in self.order])
 
     @cached_property
+    def constant_only(self) -> frozenset[str]:
+        """Ops computed from constants only (every input a constant or such an op's output): a
+        function of the weights, foldable before the graph runs (TVM's FoldConstant does)."""
+        const = {t for t, info in self.tensors.items() if info.constant}
+        out = set()
+        for v in self.order:
+            ins = self.node[v].inputs
+            if ins and all(not t or t in const for t in ins):
+                out.add(v)
+                const.update(t for t in self.node[v].outputs if t)
+        return frozenset(out)
+
+    @cached_property
     def nbytes(self) -> dict[str, int]:
         """Bytes of every shaped tensor (elements x dtype size)."""
         return {k: numel(t.shape) * DTYPE_SIZES[t.dtype] for k, t in self.tensors.items() if t.shape is not None}

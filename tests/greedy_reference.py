@@ -416,13 +416,17 @@ INDUCTOR_PAIRWISE_ATTEMPTS = 64
 
 def inductor(graph, hw) -> list[list[str]]:
     """``fuse_nodes``: rounds of candidate pairs among users of a common buffer, ranked by
-    (same reduction-ness and sharing, shared bytes, proximity), fused while still fusible."""
+    (same reduction-ness and sharing, shared bytes, proximity), fused while still fusible; extern
+    calls (anchors) and Concat (a ConcatKernel on CPU) never fuse."""
     p = Plain(graph, hw)
     accessed = lambda g: set(p.reads(p.members[g])) | set(p.writes(p.members[g]))
     shared = lambda a, b: sum(p.nbytes(t) for t in accessed(a) & accessed(b))
 
+    def extern(g):  # an extern call (anchor) or a CPU ConcatKernel
+        return p.has_role(g, "anchor") or any(p.node[v].op == "Concat" for v in p.members[g])
+
     def can_fuse(a, b):
-        if a == b or p.has_role(a, "anchor") or p.has_role(b, "anchor"):
+        if a == b or extern(a) or extern(b):
             return False
         if len(p.members[a]) + len(p.members[b]) > INDUCTOR_MAX_FUSION_SIZE:
             return False

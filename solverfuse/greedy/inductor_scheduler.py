@@ -43,7 +43,9 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     global memory (:func:`cost.group_reads` / :func:`cost.group_writes` of each).
 
     Adaptations: Conv/MatMul/Gemm are extern kernels (aten/cuBLAS/cuDNN) in Inductor's default
-    mode (no ``max_autotune`` templates) and so never fused. Inductor's backend checks
+    mode (no ``max_autotune`` templates) and so never fused; so is a Concat (on CPU ``aten.cat``
+    lowers to a ``ConcatKernel``: each input's kernel writes its slice of the output buffer, and
+    the consumers read that buffer -- llama's rotary ``cat``, vit's class-token ``cat``). Inductor's backend checks
     (``can_fuse_vertical``: compatible loop sizes) are replaced by our op table's rules and
     capacity model, :func:`cost.group_violation`.
     """
@@ -62,7 +64,8 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
 
     def extern(g: int) -> bool:
         if g not in extern_memo:
-            extern_memo[g] = any(cost.role(graph, v) == "anchor" for v in part.members[g])
+            extern_memo[g] = any(cost.role(graph, v) == "anchor" or graph.index.node[v].op == "Concat"
+                                 for v in part.members[g])
         return extern_memo[g]
 
     def shared(a: int, b: int) -> int:
