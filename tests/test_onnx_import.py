@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from .conftest import LIGHT_MODELS, light_model_path
+import solverfuse
 from solverfuse.cli import app
 from solverfuse.errors import GraphError
 from solverfuse.graph import load_graph, parse_graph
@@ -133,7 +134,9 @@ def test_cli_import_writes_graph_json(tmp_path):
     assert r.exit_code == 0, r.output
     g = load_graph(out)
     assert g.digest() == import_onnx(light_model_path("resnet50")).digest()
-    assert load_graph(light_model_path("resnet50")).digest() == g.digest()  # .onnx accepted directly
+    assert solverfuse.load_graph(light_model_path("resnet50")).digest() == g.digest()  # .onnx accepted directly
+    with pytest.raises(GraphError, match="not a graph JSON file; load models with solverfuse.load_graph"):
+        load_graph(light_model_path("resnet50"))  # the graph-format reader does not dispatch
 
 
 # ---- folding and elision on hand-built models --------------------------------------------
