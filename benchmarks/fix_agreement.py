@@ -51,8 +51,10 @@ def main() -> None:
                      f"{b[2] if b else '-'} | {len(real.repaired)} | {len(real.illegal)} |")
         notes += [f"- {name}: {r}" for r in real.repaired + real.illegal]
         print(name, agree, edges, flush=True)
-    lines += ["", "What our rules still move out (each a view Inductor inlines into several kernels, which a",
-              "partition holds in one group only):", ""] + (notes or ["- nothing"])
+    lines += ["", "What is still moved out: no fusion rule or capacity limit any more -- convexity only: a view",
+              "or copy Inductor lists in a kernel whose other ops are reached from it through another",
+              "kernel (an extern call, or a view Inductor inlines into several kernels, which a partition",
+              "holds in one group only):", ""] + (notes or ["- nothing"])
     out = HERE / "results" / "fix.md"
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
