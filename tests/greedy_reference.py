@@ -471,7 +471,9 @@ def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
     earliest consumer that computes in-kernel (not an op reading its inputs from memory -- an
     anchor, a gather -- and not a view already sitting in such a view-only group); a view read
     only by memory-reading ops (or views grouped with them) forms a view-only group with them
-    (each memory-reading op's views their own group). A view with no consumer, or a graph output
+    (each memory-reading op's views their own group); in such a group that reshapes after a
+    transpose, the views before the transpose reading a memory-reading op's output are each a
+    kernel of their own (a copy). A view with no consumer, or a graph output
     read by nobody, stays alone. A group our rules then reject loses its views (each alone); a
     view that makes its group non-convex stays alone; if the plan stays cyclic, nothing moves."""
     views = [v for v in p.order if p.node[v].op in INDUCTOR_VIEWS]
@@ -496,6 +498,16 @@ def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
             else:
                 label[v] = ("v", v)
                 mem_group.add(label[v])
+    for lab in list(mem_group):  # a reshape after a transpose: the head before it is copied
+        members = [v for v in views if label[v] == lab]
+        t = [p.pos[v] for v in members if p.node[v].op == "Transpose"]
+        if not t or not any(p.node[v].op in ("Reshape", "Flatten") and p.pos[v] > min(t) for v in members):
+            continue
+        for v in members:
+            src = p.producer.get(p.node[v].inputs[0])
+            info = OPS.get(p.node[src].op) if src is not None else None
+            if src is not None and (info is None or info.materialised_inputs) and p.pos[v] < min(t):
+                label[v] = ("copy", v)
     by_label: dict = {}
     for v in p.order:
         by_label.setdefault(label[v], []).append(v)
