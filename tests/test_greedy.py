@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from solverfuse import cost, greedy
 from solverfuse.solve import solve
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.plans import order_groups, validate
 from solverfuse.zoo import synthetic_graph

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from solverfuse import cost
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import list_hardware, load_hardware
 from solverfuse.mapping import group_footprint
 from solverfuse.oracle import brute_force

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from solverfuse import cost, zoo
 from solverfuse.cli import app
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.plans import load_plan, validate
 from solverfuse.solve import best_hint, normalise, quotient_cycle, solve, solve_report
