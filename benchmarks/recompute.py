@@ -17,7 +17,7 @@ from pathlib import Path
 import onnx
 
 from solverfuse.files import write_atomic
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.solve import solve_report
 

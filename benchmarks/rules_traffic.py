@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 
 from solverfuse import cost
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.solve import solve
 

@@ -12,7 +12,8 @@ mapping -> cost -> plan -> greedy / formulations + solve -> compare -> emit.
 from . import cost
 from .errors import (ArgumentError, EmitError, FileError, GraphError, HardwareError, InternalError, Interrupted,
                      PlanError, ResourceError, SolverfuseError)
-from .graph import Graph, Node, Tensor, load_graph
+from .graph import Graph, Node, Tensor
+from .sources import load_graph
 from .hardware import Hardware, load_hardware
 from .plans import Group, Plan, build_plan, load_plan, save_plan, validate
 

@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional, Union
 
 from .arguments import check_seed, check_time_limit, check_workers
 from .errors import SolverfuseError
-from .graph import Graph, load_graph
+from .graph import Graph
+from .sources import load_graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan
 

@@ -77,10 +77,10 @@ def handles_errors(fn):
 
 def load_input_graph(path: Path):
     """A graph from JSON/ONNX, or from a saved ExportedProgram (``.pt2``, needs solverfuse[torch])."""
-    if path.suffix.lower() != ".pt2":
-        from .graph import load_graph
-        return load_graph(path)
-    return _torch_or_fail(path).graph_from_pt2(path)
+    if path.suffix.lower() == ".pt2":
+        _torch_or_fail(path)
+    from .sources import load_graph
+    return load_graph(path)
 
 
 def _torch_or_fail(path: Path):
@@ -139,7 +139,7 @@ def hardware_detect():
 def inspect_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
                 as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
     """Ops by category, tensor bytes, Q_min, unfused traffic, the largest tensors."""
-    from .graph import load_graph
+    from .sources import load_graph
     from .summary import format_inspect, inspect_graph
     s = inspect_graph(load_graph(graph))
     emit_json(s) if as_json else typer.echo(format_inspect(s))
@@ -223,7 +223,7 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
                 plans_dir: Optional[Path] = typer.Option(None, "--plans", help="also write every plan JSON into this folder")):
     """Optimal vs every greedy baseline vs no fusion: one table."""
     from .compare import format_markdown, format_table, plan_all, real_plans, rows_for, rows_json
-    from .graph import load_graph
+    from .sources import load_graph
     from .hardware import load_hardware
     from .arguments import check_seed, check_time_limit, check_workers
     from .plans import save_plan
@@ -315,7 +315,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     --time-limit bounds the whole command (loading, hints, solve, validation) plus about a
     second; a solver crash or hang still gives the best plan found (status feasible, with why)."""
     from .arguments import check_seed, check_time_limit, check_workers
-    from .graph import load_graph
+    from .sources import load_graph
     from .hardware import load_hardware
     from .plans import build_plan, plan_to_json, save_plan
     from .summary import format_plan, human_bytes

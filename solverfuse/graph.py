@@ -110,6 +110,19 @@ class GraphIndex:
         return dag.ancestors([[pos[u] for u in self.preds[v]] for v in self.order])
 
     @cached_property
+    def constant_only(self) -> frozenset[str]:
+        """Ops computed from constants only (every input a constant or such an op's output): a
+        function of the weights, foldable before the graph runs (TVM's FoldConstant does)."""
+        const = {t for t, info in self.tensors.items() if info.constant}
+        out = set()
+        for v in self.order:
+            ins = self.node[v].inputs
+            if ins and all(not t or t in const for t in ins):
+                out.add(v)
+                const.update(t for t in self.node[v].outputs if t)
+        return frozenset(out)
+
+    @cached_property
     def nbytes(self) -> dict[str, int]:
         """Bytes of every shaped tensor (elements x dtype size)."""
         return {k: numel(t.shape) * DTYPE_SIZES[t.dtype] for k, t in self.tensors.items() if t.shape is not None}
@@ -199,11 +212,17 @@ class Graph(BaseModel):
             return np.asarray(held() if callable(held) else held)
         if t.data is None:
             return None
-        from .weights import open_weights
+        from .weights import onnx_initializer, open_weights
         path = self.weights_path(t.data)
         if path.suffix.lower() == ".onnx":
-            from .onnx_import import onnx_constant
-            return onnx_constant(path, t.data.key)
+            try:
+                return onnx_initializer(path, t.data.key)
+            except GraphError as e:
+                if "no initializer" not in str(e):
+                    raise
+                raise GraphError(f"{path}: constant {t.data.key!r} was folded at import and is not "
+                                 f"stored in the model; import it again with solverfuse.load_graph, "
+                                 f"or save the graph with its weights (save_graph)") from None
         return open_weights(path).array(t.data.key, t.data.sha256, t.shape, t.dtype)
 
     def has_data(self, tensor: str) -> bool:
@@ -541,7 +560,9 @@ def from_networkx(dg, name: str = "graph") -> Graph:
 
 
 def load_graph(source: Union[str, os.PathLike, dict, Graph, Any]) -> Graph:
-    """Load a graph from a path (``.json`` or ``.onnx``), a dict, a Graph or a networkx DiGraph."""
+    """Load a graph in the graph format: a ``.json`` path, JSON text, a dict, a Graph or a networkx
+    DiGraph. ONNX models and ``.pt2`` files go through :func:`solverfuse.sources.load_graph` (also
+    ``solverfuse.load_graph``), which dispatches to their readers."""
     if isinstance(source, Graph):
         return source
     if isinstance(source, dict):
@@ -562,9 +583,9 @@ def load_graph(source: Union[str, os.PathLike, dict, Graph, Any]) -> Graph:
         raise GraphError(f"{path}: no such file")
     if path.is_dir():
         raise GraphError(f"{path}: is a directory, not a graph file")
-    if path.suffix.lower() == ".onnx":
-        from .onnx_import import import_onnx
-        return import_onnx(path)
+    if path.suffix.lower() in (".onnx", ".pt2"):
+        raise GraphError(f"{path}: not a graph JSON file; load models with solverfuse.load_graph "
+                         f"(solverfuse.sources), which reads .onnx and .pt2")
     text = read_text(path, GraphError)
     try:
         return parse_graph(text, base_dir=path.parent)

@@ -58,7 +58,7 @@ from .dtypes import np_dtype
 from .graph import Graph, Node, Tensor, WeightRef, check_graph
 from .onnx_fold import VALUE_MAX_ELEMENTS, Const, fold_node, from_array, onnx_dtype
 from .ops import OPS, numel
-from .weights import onnx_initializer, tensor_array
+from .weights import tensor_array
 
 ELIDED_OPS = ("Dropout", "Identity")
 def _training_mode(op: str, attrs: dict, ins: list, consts: dict) -> Optional[str]:
@@ -372,21 +372,6 @@ def _tensor_of(name: str, c: Const, model_file: Optional[str]) -> Tensor:
         return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, fill=float(c.fill))
     ref = WeightRef(file=model_file, key=name) if model_file else None
     return Tensor(shape=list(c.shape), dtype=c.dtype, constant=True, data=ref)
-
-
-def onnx_constant(path: Union[str, os.PathLike], key: str) -> np.ndarray:
-    """The data of constant ``key`` of the graph imported from the ONNX model at ``path``: an
-    initializer, or a constant folded at import (then the model is imported again to get it)."""
-    try:
-        return onnx_initializer(path, key)
-    except GraphError as e:
-        if "no initializer" not in str(e):
-            raise
-    graph = import_onnx(path)
-    data = graph.constant_data(key)
-    if data is None:
-        raise GraphError(f"{path}: no constant {key!r} (the model changed since the graph was imported?)")
-    return data
 
 
 def _rename_elided_outputs(nodes, outputs, alias, elided_by, names) -> list[Node]:

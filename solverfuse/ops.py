@@ -18,8 +18,13 @@ Each :class:`OpInfo` records the facts every other stage uses and nobody re-deri
   three default from the role (:data:`ROLE_RULES`); ``streaming`` (a reduction that reads its row
   once: it needs a resident row only when an op of its group is downstream of it), ``view``
   (metadata only: a group of views alone moves no bytes and launches no kernel) and
-  ``gather_data_input`` (input 0 is read only where the indices point: a group reading a tensor
-  only there pays the gathered bytes) -- these are per row.
+  ``gather_data_input`` (input 0, the gathered data, is read from global memory -- its producer
+  is never in the op's group -- and only where the indices point: a group reading a tensor only
+  there pays the gathered bytes; the indices may be computed in the kernel, as Inductor's
+  ``embedding`` kernels do) -- these are per row. A ``gather`` op never shares a group with an
+  exclusive op (a compute anchor): gathers fuse with each other and with elementwise and
+  reduction work (Inductor's word + position embedding + add + LayerNorm kernel), never into a
+  GEMM's or convolution's kernel.
 
 >>> OPS["Relu"].role, OPS["Conv"].category, OPS["Softmax"].l1
 ('elementwise', 'compute', 'row')
@@ -44,7 +49,11 @@ ROLES = ("elementwise", "broadcast", "injective", "reduction", "anchor", "window
 ROLE_RULES = {"elementwise": (False, False, False), "broadcast": (False, False, False),
               "injective": (False, False, False), "reduction": (False, False, False),
               "anchor": (True, True, False), "window": (True, False, False),
-              "gather": (True, True, False), "opaque": (True, False, True)}
+              "gather": (False, False, False), "opaque": (True, False, True)}
+#: Pure index remaps (views, transposes, broadcasts, slices): compute no value, so they add no live
+#: register, and a gather reads its data through them from memory (Inductor composes the indices).
+INDEX_REMAP_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose",
+                             "Expand", "Slice", "Select"})
 MATERIALISED_INPUT_ROLES = frozenset(r for r, (m, _, _) in ROLE_RULES.items() if m)
 CATEGORIES = ("compute", "memory", "data")
 
@@ -548,7 +557,7 @@ for _n, _f, _r in [("Relu", 1, 1), ("Neg", 1, 1), ("Abs", 1, 1), ("Sqrt", 4, 1),
                    ("Identity", 0, 1), ("Floor", 1, 1), ("Ceil", 1, 1), ("Not", 1, 1),
                    ("LeakyRelu", 2, 1), ("Elu", 8, 2), ("HardSigmoid", 3, 1), ("Softplus", 10, 2),
                    ("Gelu", 16, 3), ("Clip", 2, 1), ("Sin", 10, 2), ("Cos", 10, 2), ("Sign", 1, 1)]:
-    _op(_n, "memory", "elementwise", _same, _f, _r, view=_n == "Identity")
+    _op(_n, "memory", "elementwise", _same, _f, 0 if _n == "Identity" else _r, view=_n == "Identity")
 _op("Cast", "memory", "elementwise", _cast, 0, 1)
 _op("Dropout", "memory", "elementwise", _dropout, 0, 1)
 # Broadcasting binary / n-ary ops.
@@ -560,11 +569,13 @@ for _n in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
     _op(_n, "memory", "broadcast", _compare, 1, 1)
 _op("Where", "memory", "broadcast", _where, 1, 1)
 _op("BatchNormalization", "memory", "broadcast", _batchnorm, 2, 1)
-# Layout / injective ops: pure index maps.
+# Layout / injective ops: pure index maps. A view or a strided remap (transpose, expand, slice)
+# computes no value -- its consumer loads at a remapped index -- so it adds no live register.
 for _n, _s in [("Transpose", _transpose), ("Reshape", _reshape), ("Flatten", _flatten),
                ("Squeeze", _squeeze), ("Unsqueeze", _unsqueeze), ("Expand", _expand),
                ("Concat", _concat), ("Slice", _slice), ("Split", _split)]:
-    _op(_n, "memory", "injective", _s, 0, 1, view=_n in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
+    _op(_n, "memory", "injective", _s, 0, 1 if _n in ("Concat", "Split") else 0,
+        view=_n in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
 _op("Shape", "memory", "injective", _shape_op, 0, 1)
 _op("ConstantOfShape", "memory", "injective", _constant_of_shape, 0, 1)
 # Reductions: a row stays resident in L1 while the reduction and its group's later ops run; a
@@ -670,9 +681,9 @@ def _aten_op(name, *args, **kwargs):
 _aten_op("Rsqrt", "memory", "elementwise", _same, 5, 1)            # aten.rsqrt
 _aten_op("Silu", "memory", "elementwise", _same, 11, 2)            # aten.silu: x * sigmoid(x)
 _aten_op("NotEqual", "memory", "broadcast", _compare, 1, 1)        # aten.ne
-_aten_op("Select", "memory", "injective", _select, 0, 1)           # aten.select.int: a strided view
+_aten_op("Select", "memory", "injective", _select, 0, 0)           # aten.select.int: a strided view
 _aten_op("ConstantPad", "memory", "injective", _constant_pad, 0, 1)  # aten.constant_pad_nd
-_aten_op("GatherElements", "data", "gather", _gather_elements, 0, 2)  # aten.gather
+_aten_op("GatherElements", "data", "gather", _gather_elements, 0, 2, gather_data_input=True)  # aten.gather
 # aten.var_mean: Welford statistics over `axes` (two outputs); a row reduction like ReduceMean.
 _aten_op("VarMean", "memory", "reduction", _var_mean, 3, 2, "row")
 # aten._scaled_dot_product_flash_attention_for_cpu: an attention library call (a kernel of its

@@ -429,7 +429,7 @@ def load_plan(path: Union[str, os.PathLike], graph: Optional[Graph] = None) -> P
     if embedded is not None:
         plan.graph = embedded
     if graph is None and plan.graph is None and plan.graph_path:
-        from .graph import load_graph
+        from .sources import load_graph
         graph = load_graph((path.parent / plan.graph_path) if not os.path.isabs(plan.graph_path) else plan.graph_path)
     if graph is not None:
         plan.graph = graph

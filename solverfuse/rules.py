@@ -16,8 +16,12 @@ The rules, as the op table states them:
 
 1. an ``opaque`` op runs alone;
 2. an op with ``materialised_inputs`` reads every input from global memory, so no producer of its
-   inputs is in its group;
-3. a group holds at most one ``exclusive`` op (compute anchors, gathers).
+   inputs is in its group; a gather (``gather_data_input``) reads its data operand (input 0) from
+   global memory, possibly through index remaps (views, transpose, expand, slice: Inductor composes
+   their indices), so no op that computes that data (:func:`data_sources`) is in its group -- its
+   indices may be computed there;
+3. a group holds at most one ``exclusive`` op (compute anchors), and none if it holds a gather
+   (gathers fuse with each other and with elementwise/reduction work, never into a GEMM's kernel).
 
 Every rule is monotone: a subset of a legal group is legal (1 and 3 count members; 2 looks at
 edges inside the group; :func:`needs_row` only loses downstream ops when the group shrinks).
@@ -39,13 +43,13 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from .graph import Graph
-from .ops import OPS, ROLE_RULES
+from .ops import INDEX_REMAP_OPS, OPS, ROLE_RULES
 
 #: The rules in words, keyed by the rule data they come from (explain prints these).
 RULE_TEXT = {
     "opaque": "opaque op: runs alone",
     "anchor": "holds its one compute anchor; reads its inputs from memory",
-    "gather": "holds its one gather; reads its inputs from memory",
+    "gather": "gathered data read from memory; no compute anchor in its group",
     "exclusive": "holds its one exclusive op; reads its inputs from memory",
     "materialised": "{role} op reads its input from memory",
     "view": "view ops only: metadata, no kernel and no bytes",
@@ -63,6 +67,11 @@ class Facts:
     streaming: bool = False
     view: bool = False
     gather_data_input: bool = False
+
+    @property
+    def apart(self) -> bool:
+        """Never shares a group with an exclusive op (a gather: not fused into a GEMM's kernel)."""
+        return self.role == "gather"
 
 
 _OPAQUE = Facts("opaque", *ROLE_RULES["opaque"])
@@ -84,7 +93,46 @@ def _op_facts(op: str) -> Facts:
 
 def edge_fusable(graph: Graph, producer: str, consumer: str) -> bool:
     """Whether the rules allow ``producer -> consumer`` inside one group at all."""
-    return not facts(graph, consumer).materialised_inputs and not facts(graph, producer).opaque
+    if facts(graph, consumer).materialised_inputs or facts(graph, producer).opaque:
+        return False
+    return producer not in data_sources(graph, consumer)
+
+
+def data_sources(graph: Graph, node: str) -> frozenset[str]:
+    """For a gather: the ops that compute its data operand (input 0) -- its producer, or, through
+    index remaps (:data:`~solverfuse.ops.INDEX_REMAP_OPS`), the first ops that compute a value.
+    None of them may share the gather's group. Empty for other ops (cached on the graph).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"w": {"shape": [4, 2]}, "i": {"shape": [3], "dtype": "int64"}},
+    ...     "inputs": ["w", "i"], "outputs": ["y"],
+    ...     "nodes": [{"name": "n", "op": "Neg", "inputs": ["w"], "outputs": ["a"]},
+    ...               {"name": "t", "op": "Transpose", "inputs": ["a"], "outputs": ["b"]},
+    ...               {"name": "q", "op": "Gather", "inputs": ["b", "i"], "outputs": ["y"]}]})
+    >>> sorted(data_sources(g, "q")), sorted(data_sources(g, "t"))
+    (['n'], [])
+    """
+    hit = graph.__dict__.get("_data_sources")
+    if hit is None or hit[0] is not graph.nodes:
+        hit = graph.__dict__["_data_sources"] = (graph.nodes, {})
+    memo = hit[1]
+    if node not in memo:
+        out: set[str] = set()
+        ins = graph.index.node[node].inputs
+        if facts(graph, node).gather_data_input and ins and ins[0]:
+            stack, seen = [graph.index.producer.get(ins[0])], set()
+            while stack:
+                p = stack.pop()
+                if p is None or p in seen:
+                    continue
+                seen.add(p)
+                n = graph.index.node[p]
+                if n.op in INDEX_REMAP_OPS and n.inputs and n.inputs[0]:
+                    stack.append(graph.index.producer.get(n.inputs[0]))  # the remapped operand
+                else:
+                    out.add(p)
+        memo[node] = frozenset(out)
+    return memo[node]
 
 
 def rule_violation(graph: Graph, nodes: Sequence[str]) -> str | None:
@@ -101,14 +149,19 @@ def rule_violation(graph: Graph, nodes: Sequence[str]) -> str | None:
                 p = graph.index.producer.get(t) if t else None
                 if p in members:
                     return f"node {v!r} ({fs[v].role}) must read {t!r} from global memory, but {p!r} is in its group"
+        elif fs[v].gather_data_input:
+            for p in sorted(data_sources(graph, v) & members):
+                t = graph.index.node[v].inputs[0]
+                return f"node {v!r} ({fs[v].role}) must read its data {t!r} from global memory, but {p!r} computes it in its group"
     ex = [v for v in nodes if fs[v].exclusive]
     if len(ex) > 1:
         a, b = ex[0], ex[1]
         if fs[a].role == fs[b].role == "anchor":
             return f"more than one compute-intensive anchor ({a!r}, {b!r})"
-        first = a if fs[a].role == "gather" else b
-        other = b if first == a else a
-        return f"{fs[first].role} node {first!r} cannot share a kernel with {other!r} (one exclusive op per group)"
+        return f"more than one exclusive op ({a!r}, {b!r})"
+    apart = [v for v in nodes if fs[v].apart]
+    if ex and apart:
+        return f"{fs[apart[0]].role} node {apart[0]!r} cannot share a kernel with {fs[ex[0]].role} {ex[0]!r}"
     return None
 
 
@@ -142,14 +195,25 @@ class Masks:
     materialised: int
     exclusive: int
     opaque: int
+    apart: int = 0
+    #: (gather bit, bits of its :func:`data_sources` in ``order``) for each gather with some: the
+    #: gather and one of them in a group break rule 2.
+    data_edges: tuple[tuple[int, int], ...] = ()
 
 
 def masks(graph: Graph, order: Sequence[str]) -> Masks:
     """The rule data of ``order`` as bitsets."""
     fs = [facts(graph, v) for v in order]
+    pos = {v: i for i, v in enumerate(order)}
+    data = []
+    for i, (v, f) in enumerate(zip(order, fs)):
+        src = sum(1 << pos[p] for p in data_sources(graph, v) if p in pos) if not f.materialised_inputs else 0
+        if src:
+            data.append((1 << i, src))
     return Masks(materialised=sum(1 << i for i, f in enumerate(fs) if f.materialised_inputs),
                  exclusive=sum(1 << i for i, f in enumerate(fs) if f.exclusive),
-                 opaque=sum(1 << i for i, f in enumerate(fs) if f.opaque))
+                 opaque=sum(1 << i for i, f in enumerate(fs) if f.opaque),
+                 apart=sum(1 << i for i, f in enumerate(fs) if f.apart), data_edges=tuple(data))
 
 
 def hull_violation(m: Masks, hull: int, first: int, path: bool) -> bool:
@@ -167,18 +231,25 @@ def hull_violation(m: Masks, hull: int, first: int, path: bool) -> bool:
         return True
     if path and hull & m.materialised & ~(1 << first):
         return True
-    return bin(hull & m.exclusive).count("1") > 1
+    if any(hull & g and hull & p for g, p in m.data_edges):
+        return True
+    ex = hull & m.exclusive
+    return bin(ex).count("1") > 1 or bool(ex and hull & m.apart)
 
 
 # ---- the same rules as constraint data (assignment formulation) ---------------------------------
 
 @dataclass(frozen=True)
 class AssignData:
-    """What the assignment formulation states: at most one of ``exclusive`` per group; an edge not in
-    ``fusable`` never lies inside a group; an op in ``alone`` has no partner."""
+    """What the assignment formulation states: at most one of ``exclusive`` per group, and none with
+    an op of ``apart``; an edge not in ``fusable`` never lies inside a group; an op in ``alone`` has
+    no partner; the two ops of a pair in ``separate`` (a gather and an op computing its data) never
+    share a group."""
     exclusive: frozenset[str]
     fusable: frozenset[tuple[str, str]]
     alone: frozenset[str]
+    apart: frozenset[str] = frozenset()
+    separate: frozenset[tuple[str, str]] = frozenset()
 
 
 def assign_data(graph: Graph, nodes: Sequence[str]) -> AssignData:
@@ -188,7 +259,10 @@ def assign_data(graph: Graph, nodes: Sequence[str]) -> AssignData:
     fusable = frozenset((u, v) for u in nodes for v in graph.index.succs[u]
                         if v in members and edge_fusable(graph, u, v))
     return AssignData(exclusive=frozenset(v for v in nodes if fs[v].exclusive), fusable=fusable,
-                      alone=frozenset(v for v in nodes if fs[v].opaque))
+                      alone=frozenset(v for v in nodes if fs[v].opaque),
+                      apart=frozenset(v for v in nodes if fs[v].apart),
+                      separate=frozenset((v, p) for v in nodes if not fs[v].materialised_inputs
+                                         for p in data_sources(graph, v) if p in members))
 
 
 def assign_violation(graph: Graph, data: AssignData, nodes: Sequence[str]) -> bool:
@@ -197,7 +271,10 @@ def assign_violation(graph: Graph, data: AssignData, nodes: Sequence[str]) -> bo
     if len(nodes) < 2:
         return False
     members = set(nodes)
-    if members & data.alone or len(members & data.exclusive) > 1:
+    ex = members & data.exclusive
+    if members & data.alone or len(ex) > 1 or (ex and members & data.apart):
+        return True
+    if any(a in members and b in members for a, b in data.separate):
         return True
     return any(w in members and (u, w) not in data.fusable for u in nodes for w in graph.index.succs[u])
 
@@ -210,7 +287,7 @@ def rule_note(graph: Graph, nodes: Sequence[str]) -> str | None:
     if any(f.opaque for f in fs):
         return RULE_TEXT["opaque"]
     for f in fs:
-        if f.exclusive:
+        if f.exclusive or f.apart:
             return RULE_TEXT[f.role] if f.role in RULE_TEXT else RULE_TEXT["exclusive"]
     for f in fs:
         if f.materialised_inputs:

@@ -31,7 +31,8 @@ import numpy as np
 
 from .errors import EmitError, ResourceError, SolverfuseError
 from .files import atomic_path
-from .graph import Graph, load_graph
+from .graph import Graph
+from .sources import load_graph
 from .hardware import load_hardware
 
 #: Graphs with at most this many flops are checked with ONNX's (slow, pure NumPy) reference

@@ -8,7 +8,7 @@ from solverfuse import cost
 from solverfuse.emit.build import compile_plan
 from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.reference import reference_outputs
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.plans import convexity_violation, build_plan, order_groups
 

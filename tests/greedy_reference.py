@@ -69,12 +69,37 @@ class Plain:
         return [t for v in nodes for t in self.node[v].outputs
                 if t and (t in self.outputs or any(c not in inside for c in self.consumers.get(t, [])))]
 
+    def free_views(self, nodes: Iterable[str]) -> bool:
+        """Only view ops (op table ``view``), no graph output written: metadata, no kernel."""
+        return all(self.node[v].op in OPS and OPS[self.node[v].op].view and
+                   not any(t in self.outputs for t in self.node[v].outputs) for v in nodes)
+
+    def read_cost(self, nodes: list[str], t: str) -> int:
+        """A tensor read only as the data operand (input 0, not also another input) of member
+        gathers costs the gathered rows: those gathers' output bytes, capped at its size."""
+        gathered = 0
+        for v in nodes:
+            ins = self.node[v].inputs
+            if t not in ins:
+                continue
+            info = OPS.get(self.node[v].op)
+            if info is None or not info.gather_data_input or ins[0] != t or t in ins[1:]:
+                return self.nbytes(t)
+            gathered += self.nbytes(self.node[v].outputs[0])
+        return min(self.nbytes(t), gathered)
+
     def traffic(self, nodes: Iterable[str]) -> int:
         nodes = list(nodes)
-        return sum(map(self.nbytes, self.reads(nodes))) + sum(map(self.nbytes, self.writes(nodes)))
+        if self.free_views(nodes):
+            return 0
+        return sum(self.read_cost(nodes, t) for t in self.reads(nodes)) + \
+            sum(map(self.nbytes, self.writes(nodes)))
 
     def seconds(self, nodes: list[str], hw) -> float:
-        """Roofline: max(bytes / bandwidth, flops / peak of the first output's dtype) + launch."""
+        """Roofline: max(bytes / bandwidth, flops / peak of the first output's dtype) + launch;
+        0 for a free view group (no kernel)."""
+        if self.free_views(nodes):
+            return 0.0
         dtype = self.graph.tensors[self.node[nodes[0]].outputs[0]].dtype
         return max(self.traffic(nodes) / hw.dram_bandwidth,
                    sum(self.graph.flops(v) for v in nodes) / hw.peak(dtype)) + hw.launch_overhead_s
@@ -135,41 +160,62 @@ class Plain:
         return [self.members[g] for g in sorted(self.members)]
 
 
-# ---------------------------------------------------------------- TVM relay FuseOps
+# ---------------------------------------------------------------- TVM Relax FuseOps
 
 ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, OPAQUE = 0, 1, 2, 3, 4, 8
-# TVM's op registrations by our fusion role; softmax is registered kOpaque, global pooling
-# kOutEWiseFusable; ``take`` (gather) kInjective.
-ROLE_KIND = {"elementwise": ELEMWISE, "broadcast": BROADCAST, "injective": INJECTIVE,
+# The kinds Relax's AnnotateTIROpPattern gives the legalized PrimFunc of each op (TVM 0.27): binary
+# broadcast ops are elemwise whatever their shapes; ``take`` (gather) is opaque.
+ROLE_KIND = {"elementwise": ELEMWISE, "broadcast": ELEMWISE, "injective": INJECTIVE,
              "reduction": COMM_REDUCE, "anchor": OUT_EWISE_FUSABLE, "window": OUT_EWISE_FUSABLE,
-             "gather": INJECTIVE, "opaque": OPAQUE}
-OP_KIND = {"Softmax": OPAQUE, "LogSoftmax": OPAQUE, "GlobalAveragePool": OUT_EWISE_FUSABLE,
-           "GlobalMaxPool": OUT_EWISE_FUSABLE}
+             "gather": OPAQUE, "opaque": OPAQUE}
+# A reduction followed by elementwise work (mean, softmax, layer_norm, LRN) is out-elemwise-
+# fusable; batch_norm (a tuple) and pad injective; expand broadcast; the n-ary reductions reduce.
+OP_KIND = {"Softmax": OUT_EWISE_FUSABLE, "LogSoftmax": OUT_EWISE_FUSABLE,
+           "LayerNormalization": OUT_EWISE_FUSABLE, "ReduceMean": OUT_EWISE_FUSABLE,
+           "GlobalAveragePool": OUT_EWISE_FUSABLE, "LRN": OUT_EWISE_FUSABLE, "Mean": OUT_EWISE_FUSABLE,
+           "GlobalMaxPool": COMM_REDUCE, "Sum": COMM_REDUCE, "Max": COMM_REDUCE, "Min": COMM_REDUCE,
+           "BatchNormalization": INJECTIVE, "Pad": INJECTIVE, "Expand": BROADCAST,
+           "CumSum": OPAQUE, "GatherElements": OPAQUE, "IsNaN": ELEMWISE, "Trilu": ELEMWISE}
+# N-ary ops lowered to broadcast_to per input + stack + reduction: edges into them are elemwise.
+STACKED = {"Sum", "Max", "Min", "Mean"}
 MAX_FUSED_OPS = 256
 
 
 def tvm(graph, hw) -> list[list[str]]:
-    """relay ``FuseOps`` (``src/relay/transforms/fuse_ops.cc``), from its rules.
+    """Relax ``FuseOps`` (``src/relax/transform/fuse_ops.cc`` on relay's graph partitioner), from
+    its rules, after FoldConstant.
 
-    The immediate post-dominator of a node is computed as a dominator of the reversed graph with
-    one virtual exit that every graph output's producer and every node without consumers feeds
-    (a graph output has no post-dominator: TVM's ``extern_ref``). The pattern towards it is the
-    largest edge pattern on any path from the node to it (an edge's pattern is its consumer's
-    kind, elemwise for a broadcast op reading an input of its own output shape). Then three
-    phases over the nodes in order, each node's *own* group record's pattern deciding (as TVM
-    reads ``groups_[nid]->pattern``); a fusion merges every node on the paths into the sink's
-    group, the sink's root keeping its pattern unless the child brings an anchor (master).
+    Nodes computed from constants only are folded before fusion (opaque here: they fuse with
+    nothing). The immediate post-dominator of a node is computed as a dominator of the reversed
+    graph with one virtual exit that every graph output's producer and every node without
+    consumers feeds (a graph output has no post-dominator: TVM's ``extern_ref``). The pattern
+    towards it is the largest edge pattern on any path from the node to it (an edge's pattern is
+    its consumer's kind; elemwise for a broadcast op reading an input of its own output shape, and
+    for every edge into a stacked op). Then three phases over the nodes in order, each node's
+    *own* group record's pattern deciding (as TVM reads ``groups_[nid]->pattern``); a fusion
+    merges every node on the paths into the sink's group, the sink's root keeping its pattern
+    unless the child brings an anchor (master). In phase 0 a stacked op nothing was merged into
+    still looks elemwise to the path check (its broadcast_to copies come first).
     """
     import networkx as nx
     p = Plain(graph, hw)
-    kind = {v: OP_KIND.get(p.node[v].op, ROLE_KIND[p.role(v)]) for v in p.order}
+    const = {t for t, info in graph.tensors.items() if info.constant}
+    folded = set()
+    for v in p.order:
+        ins = p.node[v].inputs
+        if ins and all(not t or t in const for t in ins):
+            folded.add(v)
+            const.update(t for t in p.node[v].outputs if t)
+    kind = {v: OPAQUE if v in folded else OP_KIND.get(p.node[v].op, ROLE_KIND[p.role(v)]) for v in p.order}
+    stacked = {v for v in p.order if p.node[v].op in STACKED}
     edges: dict[str, list[tuple[str, int]]] = {v: [] for v in p.order}
     for w in p.order:
         out_shape = graph.tensors[p.node[w].outputs[0]].shape
         for t in p.node[w].inputs:
             if t in p.producer:
                 same = graph.tensors[t].shape == out_shape
-                edges[p.producer[t]].append((w, ELEMWISE if kind[w] == BROADCAST and same else kind[w]))
+                elem = (kind[w] == BROADCAST and same) or w in stacked
+                edges[p.producer[t]].append((w, ELEMWISE if elem else kind[w]))
     exit_ = object()
     rev = nx.DiGraph()
     rev.add_node(exit_)
@@ -208,7 +254,7 @@ def tvm(graph, hw) -> list[list[str]]:
             v = parent[v]
         return v
 
-    def path_ok(src: str, sink: str, fcond) -> Optional[list[str]]:
+    def path_ok(src: str, sink: str, fcond, phase: int) -> Optional[list[str]]:
         """CheckPath: every node reached from src up to sink satisfies fcond; the inner nodes."""
         inner, seen, stack = [], set(), [w for w, _ in edges[src]]
         while stack:
@@ -216,7 +262,9 @@ def tvm(graph, hw) -> list[list[str]]:
             if x in seen:
                 continue
             seen.add(x)
-            if not fcond(pattern[root(x)], x == sink):
+            untouched = x not in parent and size[x] == 1
+            k = ELEMWISE if phase == 0 and x in stacked and untouched else pattern[root(x)]
+            if not fcond(k, x == sink):
                 return None
             if x != sink:
                 inner.append(x)
@@ -257,7 +305,7 @@ def tvm(graph, hw) -> list[list[str]]:
                 fcond, ok = (lambda k, at_sink: k <= INJECTIVE), phase == 1
             else:
                 continue  # comm-reduce: never fused into its consumers
-            inner = path_ok(v, sink, fcond) if ok else None
+            inner = path_ok(v, sink, fcond, phase) if ok else None
             if inner is not None:
                 commit(v, sink, inner)
     return p.groups()
@@ -368,13 +416,17 @@ INDUCTOR_PAIRWISE_ATTEMPTS = 64
 
 def inductor(graph, hw) -> list[list[str]]:
     """``fuse_nodes``: rounds of candidate pairs among users of a common buffer, ranked by
-    (same reduction-ness and sharing, shared bytes, proximity), fused while still fusible."""
+    (same reduction-ness and sharing, shared bytes, proximity), fused while still fusible; extern
+    calls (anchors) and Concat (a ConcatKernel on CPU) never fuse."""
     p = Plain(graph, hw)
     accessed = lambda g: set(p.reads(p.members[g])) | set(p.writes(p.members[g]))
     shared = lambda a, b: sum(p.nbytes(t) for t in accessed(a) & accessed(b))
 
+    def extern(g):  # an extern call (anchor) or a CPU ConcatKernel
+        return p.has_role(g, "anchor") or any(p.node[v].op == "Concat" for v in p.members[g])
+
     def can_fuse(a, b):
-        if a == b or p.has_role(a, "anchor") or p.has_role(b, "anchor"):
+        if a == b or extern(a) or extern(b):
             return False
         if len(p.members[a]) + len(p.members[b]) > INDUCTOR_MAX_FUSION_SIZE:
             return False
@@ -406,7 +458,124 @@ def inductor(graph, hw) -> list[list[str]]:
                 p.merge([a, b])
         if len(p.members) == before:
             break
-    return p.groups()
+    return inductor_views(p, p.groups())
+
+
+# Ops Inductor lowers to index expressions and never makes a kernel of.
+INDUCTOR_VIEWS = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Identity", "Flatten",
+                  "Slice", "Select"}
+
+
+def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
+    """Views placed as Inductor's lowering does, latest view first: a view joins the group of its
+    earliest consumer that computes in-kernel (not an op reading its inputs from memory -- an
+    anchor, a gather -- and not a view already sitting in such a view-only group); a view read
+    only by memory-reading ops (or views grouped with them) forms a view-only group with them
+    (each memory-reading op's views their own group); in such a group that reshapes after a
+    transpose, the views before the transpose reading a memory-reading op's output are each a
+    kernel of their own (a copy). A view with no consumer, or a graph output
+    read by nobody, stays alone. A group our rules then reject loses its views (each alone); a
+    view that makes its group non-convex stays alone; if the plan stays cyclic, nothing moves."""
+    views = [v for v in p.order if p.node[v].op in INDUCTOR_VIEWS]
+    if not views:
+        return groups
+    label = {v: ("g", i) for i, g in enumerate(groups) for v in g}
+    mem_group: set = set()
+    for v in reversed(views):
+        cons = [w for t in p.node[v].outputs if t for w in p.consumers.get(t, [])]
+        cons = list(dict.fromkeys(cons))
+        if not cons:
+            label[v] = ("v", v)
+            continue
+        in_kernel = [w for w in cons if not (OPS.get(p.node[w].op) and OPS[p.node[w].op].materialised_inputs)
+                     and not (w in views and label[w] in mem_group)]
+        if in_kernel:
+            label[v] = label[min(in_kernel, key=p.pos.__getitem__)]
+        else:
+            viewish = [label[w] for w in cons if w in views and label[w] in mem_group]
+            if viewish:
+                label[v] = viewish[0]
+            else:
+                label[v] = ("v", v)
+                mem_group.add(label[v])
+    for lab in list(mem_group):  # a reshape after a transpose: the head before it is copied
+        members = [v for v in views if label[v] == lab]
+        t = [p.pos[v] for v in members if p.node[v].op == "Transpose"]
+        if not t or not any(p.node[v].op in ("Reshape", "Flatten") and p.pos[v] > min(t) for v in members):
+            continue
+        for v in members:
+            src = p.producer.get(p.node[v].inputs[0])
+            info = OPS.get(p.node[src].op) if src is not None else None
+            if src is not None and (info is None or info.materialised_inputs) and p.pos[v] < min(t):
+                label[v] = ("copy", v)
+    by_label: dict = {}
+    for v in p.order:
+        by_label.setdefault(label[v], []).append(v)
+    out = list(by_label.values())
+    vs = set(views)
+    for k, g in enumerate(list(out)):
+        if len(g) > 1 and vs & set(g) and cost.group_violation(p.graph, g, p.hw) is not None:
+            out[k] = [v for v in g if v not in vs]
+            out += [[v] for v in g if v in vs]
+    out = [g for g in out if g]
+    for _ in range(len(views) + 1):
+        bad = _nonconvex_view(p, out, vs)
+        if bad is None:
+            if _quotient_cyclic(p, out):
+                return groups
+            return sorted(out, key=lambda g: p.pos[g[0]])
+        g, v = bad
+        g.remove(v)
+        out.append([v])
+    return groups
+
+
+def _nonconvex_view(p: Plain, groups: list[list[str]], views: set):
+    """(group, view) for the first group (earliest first op) some path leaves and re-enters, and
+    the first view (in graph order) on that group whose removal is tried; None if all convex."""
+    for g in sorted(groups, key=lambda g: p.pos[g[0]]):
+        inside = set(g)
+        stack = [w for v in g for t in p.node[v].outputs if t for w in p.consumers.get(t, []) if w not in inside]
+        seen = set(stack)
+        back = False
+        while stack and not back:
+            x = stack.pop()
+            for t in p.node[x].outputs:
+                for w in p.consumers.get(t, []) if t else []:
+                    if w in inside:
+                        back = True
+                    elif w not in seen:
+                        seen.add(w)
+                        stack.append(w)
+        if back:
+            cand = [v for v in g if v in views]
+            if cand:
+                return g, cand[0]
+    return None
+
+
+def _quotient_cyclic(p: Plain, groups: list[list[str]]) -> bool:
+    gid = {v: i for i, g in enumerate(groups) for v in g}
+    succ = {i: {gid[w] for v in g for t in p.node[v].outputs if t for w in p.consumers.get(t, [])} - {i}
+            for i, g in enumerate(groups)}
+    state: dict = {}
+    for s in succ:
+        if s in state:
+            continue
+        stack = [(s, iter(succ[s]))]
+        state[s] = 1
+        while stack:
+            n, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[n] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return True
+            elif nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(succ[nxt])))
+    return False
 
 
 # ---------------------------------------------------------------- the fusion-strategy guide

@@ -10,7 +10,7 @@ from solverfuse import cost, greedy
 from solverfuse.cli import app
 from solverfuse.compare import Row, compare, format_markdown, format_table, rows_for
 from solverfuse.errors import InternalError
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 
 from .conftest import EXAMPLES, light_model_path

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from solverfuse import cost
 from solverfuse.cost import Kernel
 from solverfuse.errors import PlanError
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.oracle import brute_force, brute_force_covering
 from solverfuse.plans import (FORMAT_COVERING, build_covering_plan, build_plan, load_plan, save_plan,

@@ -6,7 +6,7 @@ import pytest
 
 from solverfuse.emit.data import constants, random_inputs, random_tensor
 from solverfuse.emit.reference import reference_outputs
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 
 
 def conv_bn_graph(extra_tensor: bool = False):

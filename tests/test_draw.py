@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from solverfuse.cli import app
 from solverfuse.draw import _hull, draw_plans, layers, layout
 from solverfuse.errors import PlanError
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.greedy import greedy_plan
 from solverfuse.plans import save_plan
 

@@ -9,7 +9,7 @@ import pytest
 
 from solverfuse import cost
 from solverfuse.emit.program import render
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.plans import build_plan
 
 from .conftest import EXAMPLES

@@ -13,7 +13,7 @@ from solverfuse.cli import app
 from solverfuse.emit.build import compile_plan
 from solverfuse.emit.program import render
 from solverfuse.errors import EmitError
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.plans import build_plan, save_plan
 
 from .conftest import EXAMPLES

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from solverfuse.api import plan as make_plan
 from solverfuse.cli import app
 from solverfuse.explain import explain, format_explain
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.plans import build_plan, save_plan
 

@@ -14,7 +14,7 @@ from solverfuse.cli import app
 from solverfuse.errors import FileError, PlanError
 from solverfuse.files import atomic_path, read_text, write_atomic
 from solverfuse.plans import build_plan, load_plan, save_plan
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 
 runner = CliRunner()
 TINY = {"tensors": {"x": {"shape": [64]}}, "inputs": ["x"], "outputs": ["y"],

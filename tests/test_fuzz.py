@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import solverfuse
 from solverfuse.cli import app
 from solverfuse.errors import GraphError, SolverfuseError
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 from solverfuse.plans import load_plan
 

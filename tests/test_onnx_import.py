@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import numpy as np
@@ -12,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from .conftest import LIGHT_MODELS, light_model_path
+import solverfuse
 from solverfuse.cli import app
 from solverfuse.errors import GraphError
 from solverfuse.graph import load_graph, parse_graph
@@ -71,18 +71,13 @@ def _expected_ops(model: onnx.ModelProto) -> Counter:
 
 @pytest.fixture(scope="module")
 def imported():
-    """Each light model imported once, with its import time."""
-    out = {}
-    for name in LIGHT_MODELS:
-        t0 = time.perf_counter()
-        g = import_onnx(light_model_path(name))
-        out[name] = (g, time.perf_counter() - t0)
-    return out
+    """Each light model imported once (import speed is measured in benchmarks/, not here)."""
+    return {name: import_onnx(light_model_path(name)) for name in LIGHT_MODELS}
 
 
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_light_model_imports_fully_shaped(name, imported):
-    g, seconds = imported[name]
+    g = imported[name]
     model = onnx.load(str(light_model_path(name)))
     # node count and op mix after folding, against the independent count from the ONNX file
     assert Counter(n.op for n in g.nodes) == _expected_ops(model)
@@ -95,11 +90,10 @@ def test_light_model_imports_fully_shaped(name, imported):
     declared = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
     assert out == model.graph.output[0].name and g.tensors[out].shape == declared
     assert declared[:2] == [1, 1000] and np.prod(declared) == 1000
-    assert seconds < 5.0, f"{name} took {seconds:.2f} s to import"
 
 
 def test_light_model_names_and_folded_values(imported):
-    g, _ = imported["densenet121"]
+    g = imported["densenet121"]
     model = onnx.load(str(light_model_path("densenet121")))
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     # n2 = Unsqueeze(conv1/bn_w_0, axes=[1, 2]) on an initializer: folded into a [64, 1, 1] value
@@ -110,7 +104,7 @@ def test_light_model_names_and_folded_values(imported):
     assert w.constant and w.shape == inits["conv1_w_0__SHAPE"].tolist() and w.fill == pytest.approx(0.02)
     assert "conv1_w_0__SHAPE" not in g.tensors  # consumed only by the folded ConstantOfShape
     # Inception v1 reshapes a ConstantOfShape weight: folded without building 1000x1024 values
-    g1, _ = imported["inception_v1"]
+    g1 = imported["inception_v1"]
     (gemm,) = [n for n in g1.nodes if n.op == "Gemm"]
     wt = g1.tensors[gemm.inputs[1]]
     assert wt.constant and wt.shape == [1000, 1024] and wt.value is None and wt.fill == pytest.approx(0.02)
@@ -118,14 +112,14 @@ def test_light_model_names_and_folded_values(imported):
     (reshape,) = [n for n in g1.nodes if n.op == "Reshape"]
     assert reshape.inputs[0] == "r138"
     # names kept exactly, slashes included
-    gr, _ = imported["resnet50"]
+    gr = imported["resnet50"]
     assert gr.inputs == ["gpu_0/data_0"] and gr.outputs == ["gpu_0/softmax_1"]
     assert "gpu_0/res_conv1_bn_s_0" in gr.tensors
 
 
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_cli_inspect_onnx(name, imported):
-    g, _ = imported[name]
+    g = imported[name]
     r = runner.invoke(app, ["inspect", str(light_model_path(name)), "--json"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
@@ -140,7 +134,9 @@ def test_cli_import_writes_graph_json(tmp_path):
     assert r.exit_code == 0, r.output
     g = load_graph(out)
     assert g.digest() == import_onnx(light_model_path("resnet50")).digest()
-    assert load_graph(light_model_path("resnet50")).digest() == g.digest()  # .onnx accepted directly
+    assert solverfuse.load_graph(light_model_path("resnet50")).digest() == g.digest()  # .onnx accepted directly
+    with pytest.raises(GraphError, match="not a graph JSON file; load models with solverfuse.load_graph"):
+        load_graph(light_model_path("resnet50"))  # the graph-format reader does not dispatch
 
 
 # ---- folding and elision on hand-built models --------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from solverfuse import cost
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.hardware import list_hardware, load_hardware
 from solverfuse.mapping import group_footprint
 from solverfuse.oracle import brute_force
@@ -162,5 +162,7 @@ def test_q_min_sums_every_gather_of_a_table():
     # the table's floor is both gathers' rows; ids read once; y and z written
     assert cost.q_min(g) == 2 * 2048 + 64 + 2 * 2048
     hw = load_hardware("nvidia-h100")
-    assert cost.group_violation(g, ["g1", "g2"], hw) is not None      # one gather per kernel
-    assert solve(g, hw, workers=1).traffic_bytes == 2 * (2048 + 64 + 2048)
+    # gathers share a kernel (Inductor's embedding kernels): both lookups in one group reach the floor
+    assert cost.group_violation(g, ["g1", "g2"], hw) is None
+    assert cost.group_traffic(g, ["g1", "g2"]) == 2 * 2048 + 64 + 2 * 2048
+    assert solve(g, hw, workers=1).traffic_bytes == 2 * 2048 + 64 + 2 * 2048

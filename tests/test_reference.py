@@ -10,7 +10,7 @@ import pytest
 from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.reference import check_inputs, reference_outputs, to_onnx
 from solverfuse.errors import EmitError
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 
 from .conftest import EXAMPLES
 

@@ -15,7 +15,7 @@ from solverfuse.api import plan as make_plan
 from solverfuse.cli import app
 from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.reference import reference_outputs
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.plans import save_plan
 
 from .conftest import EXAMPLES

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from solverfuse.cli import app
 from solverfuse.emit.data import constants, without_data
 from solverfuse.errors import GraphError
-from solverfuse.graph import load_graph
+from solverfuse.sources import load_graph
 from solverfuse.onnx_import import import_onnx
 from solverfuse.weights import WeightsFile
 

@@ -138,13 +138,22 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
             if r != v:
                 model.AddImplication(assign[r, v], assign[r, r])
 
-    # fusion rules (rules.assign_data): at most one exclusive op per group; opaque ops have no
+    # fusion rules (rules.assign_data): at most one exclusive op per group, none beside a gather
+    # ("apart"); opaque ops have no
     # candidates (presolve); non-fusable edges get no `same` variable, so the levels cut them
     rules = assign_data(graph, nodes)
     for r, vs in by_rep.items():
         ex = [assign[r, v] for v in vs if v in rules.exclusive]
         if len(ex) > 1:
             model.AddAtMostOne(ex)
+        if ex:
+            for v in vs:
+                if v in rules.apart:
+                    model.AddAtMostOne(ex + [assign[r, v]])
+        inside = set(vs)
+        for a, b in rules.separate:
+            if a in inside and b in inside:
+                model.AddAtMostOne([assign[r, a], assign[r, b]])
         if r in rules.alone and len(vs) > 1:
             raise ValueError(f"bug: opaque op {r!r} has candidates")
 

@@ -43,7 +43,9 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     global memory (:func:`cost.group_reads` / :func:`cost.group_writes` of each).
 
     Adaptations: Conv/MatMul/Gemm are extern kernels (aten/cuBLAS/cuDNN) in Inductor's default
-    mode (no ``max_autotune`` templates) and so never fused. Inductor's backend checks
+    mode (no ``max_autotune`` templates) and so never fused; so is a Concat (on CPU ``aten.cat``
+    lowers to a ``ConcatKernel``: each input's kernel writes its slice of the output buffer, and
+    the consumers read that buffer -- llama's rotary ``cat``, vit's class-token ``cat``). Inductor's backend checks
     (``can_fuse_vertical``: compatible loop sizes) are replaced by our op table's rules and
     capacity model, :func:`cost.group_violation`.
     """
@@ -62,7 +64,8 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
 
     def extern(g: int) -> bool:
         if g not in extern_memo:
-            extern_memo[g] = any(cost.role(graph, v) == "anchor" for v in part.members[g])
+            extern_memo[g] = any(cost.role(graph, v) == "anchor" or graph.index.node[v].op == "Concat"
+                                 for v in part.members[g])
         return extern_memo[g]
 
     def shared(a: int, b: int) -> int:
@@ -132,7 +135,10 @@ def fold_views(graph: Graph, hw: Hardware, groups: list[list[str]]) -> list[list
     topological order: a view joins the group of its consumers (the earliest consumer's group
     when they run in several -- Inductor recomputes it in each); a view read only by ops that take
     their inputs from memory (extern calls, gathers) or by such views forms a view-only group with
-    them (one per call). A placement our rules reject (capacity, convexity) leaves the view alone.
+    them (one per call) -- except that when such a chain reshapes after a transpose (the attention
+    output's ``view -> permute -> view`` into the output projection), no stride expresses it and
+    Inductor copies the extern call's output first: the chain's views before the transpose that
+    read an extern call's output form a kernel of their own. A placement our rules reject (capacity, convexity) leaves the view alone.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -171,6 +177,15 @@ def fold_views(graph: Graph, hw: Hardware, groups: list[list[str]]) -> list[list
             else:
                 where[v], fresh = fresh, fresh + 1
                 view_group.add(where[v])
+    for gid in view_group:
+        members = [v for v in views if where[v] == gid]
+        first_t = min((pos[v] for v in members if node[v].op == "Transpose"), default=None)
+        if first_t is None or not any(node[v].op in ("Reshape", "Flatten") and pos[v] > first_t for v in members):
+            continue
+        for v in members:  # a reshape after a transpose is no stride: the chain's head is copied
+            p = graph.index.producer.get(node[v].inputs[0]) if node[v].inputs else None
+            if p is not None and cost.role(graph, p) in MATERIALISED_INPUT_ROLES and pos[v] < first_t:
+                where[v], fresh = fresh, fresh + 1
     out: dict[int, list[str]] = {}
     for v in graph.index.order:
         out.setdefault(where[v], []).append(v)

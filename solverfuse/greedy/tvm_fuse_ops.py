@@ -44,14 +44,7 @@ def tvm_kind(graph: Graph, node: str) -> int:
 def constant_only(graph: Graph) -> set[str]:
     """Nodes whose inputs are all constants or outputs of such nodes: TVM's FoldConstant
     evaluates them at compile time, before FuseOps, so they take part in no fusion."""
-    const = {t for t, info in graph.tensors.items() if info.constant}
-    out: set[str] = set()
-    for v in graph.index.order:
-        node = graph.index.node[v]
-        if node.inputs and all(not t or t in const for t in node.inputs):
-            out.add(v)
-            const.update(t for t in node.outputs if t)
-    return out
+    return set(graph.index.constant_only)
 
 
 def _tvm_post_dominators(graph: Graph, kind: dict[str, int]):
