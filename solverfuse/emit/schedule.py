@@ -189,7 +189,7 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
     blocking = anchors.conv_blocking(k, node) if node.op == "Conv" else None
     if blocking is not None:
         return _emit_conv_blocked(k, t, node, shape, blocking, body)
-    mb = anchors.matmul_blocking(k, node) if node.op == "MatMul" else None
+    mb = anchors.matmul_blocking(k, node) if node.op in ("MatMul", "Gemm") else None
     if mb is not None:
         return _emit_matmul_blocked(k, t, node, shape, mb, body)
     d = anchors.tile_rank(k, node)
@@ -298,7 +298,7 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
             for t in k.writes:
                 k.store(t, idx, k.value(t, idx))
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
-    mb = anchors.matmul_blocking(k, anchor) if anchor is not None and anchor.op == "MatMul" else None
+    mb = anchors.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
         (t,) = tiled
         bsrc = anchors.matmul_b_view(k, anchor)
