@@ -156,8 +156,11 @@ def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| case | threads | groups | ORT ms | before ms | after ms | before/ORT | after/ORT | after/before |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    from emit_speed_cases import kernel_flops
+    gf = any(kernel_flops(r["case"]) for r in rows)
+    out = ["| case | threads | groups | ORT ms | before ms | after ms | before/ORT | after/ORT | after/before |"
+           + (" ORT GFLOP/s | before GFLOP/s | after GFLOP/s |" if gf else ""),
+           "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if gf else "")]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['case']} | {r['threads']} | | | | | error: {r['error']} | | |")
@@ -165,13 +168,17 @@ def table(rows: list[dict]) -> str:
         b, a, o = r.get("before_ms"), r["after_ms"], r["ort_ms"]
         cells = [r["case"], r["threads"], r["groups"], f"{o:.2f}", "" if b is None else f"{b:.2f}", f"{a:.2f}",
                  "" if b is None else f"{b / o:.2f}", f"{a / o:.2f}", "" if b is None else f"{a / b:.2f}"]
+        if gf:
+            fl = kernel_flops(r["case"]) / 1e6  # GFLOP/s = flops / 1e9 / (ms / 1e3)
+            cells += [f"{fl / o:.1f}", "" if b is None else f"{fl / b:.1f}", f"{fl / a:.1f}"]
         out.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(out)
 
 
 def summary(rows: list[dict]) -> str:
     lines = []
-    for kind, pred in (("motifs", lambda r: r["case"].startswith("zoo:")),
+    for kind, pred in (("kernels", lambda r: r["case"].split(":")[0] in ("gemm", "mm", "conv")),
+                       ("motifs", lambda r: r["case"].startswith("zoo:")),
                        ("light models", lambda r: r["case"].startswith("light:"))):
         for th in (1, 2):
             sel = [r for r in rows if pred(r) and r["threads"] == th and "error" not in r]
@@ -212,7 +219,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before", help="root of a tree with the emitter to compare against")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    ap.add_argument("--cases", default="all", help="comma-separated case specs, or 'motifs', 'light', 'all'")
+    ap.add_argument("--cases", default="all",
+                    help="comma-separated case specs, or 'motifs', 'light', 'kernels', 'all'")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-emit-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "emit.md"))
     ap.add_argument("--append", action="store_true", help="add this run's tables to --out")
@@ -228,7 +236,8 @@ def main(argv=None) -> int:
         Path(args.out).write_text(old + ("\n---\n\n" if old else "") + "\n".join(text))
         print("\n".join(text))
         return 0
-    specs = CASES if args.cases == "all" else [c for c in CASES if c.startswith("zoo:")] if args.cases == "motifs" \
+    from emit_speed_cases import KERNELS
+    specs = KERNELS if args.cases == "kernels" else CASES if args.cases == "all" else [c for c in CASES if c.startswith("zoo:")] if args.cases == "motifs" \
         else [c for c in CASES if c.startswith("light:")] if args.cases == "light" else args.cases.split(",")
     rows = []
     started = time.time()
