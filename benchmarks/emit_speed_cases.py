@@ -1,9 +1,9 @@
 """The cases of ``emit_speed.py``, rebuilt from a spec string in any tree (the "before" tree's
 subprocess imports this file too): ``zoo:<motif>`` (each large tensor 4096 x cols floats) or
 ``light:<name>`` (an ONNX light model shipped with the onnx package), or one GEMM/conv kernel
-with a ReLU epilogue (:data:`KERNELS`, :func:`kernel_flops`): ``gemm:M,K,N`` (Gemm, B [N, K]
-transposed: a linear layer, + bias), ``mm:B,M,K,N`` (batched MatMul, both operands inputs: attention's
-QK^T), ``conv:C,H,W,M,k,stride,group`` (batch 1, padding k//2, + bias)."""
+with a ReLU epilogue (:data:`KERNELS`, :func:`kernel_flops`): ``gemm:MxKxN`` (Gemm, B [N, K]
+transposed: a linear layer, + bias), ``mm:BxMxKxN`` (batched MatMul, both operands inputs: attention's
+QK^T), ``conv:CxHxWxMxkxstridexgroup`` (batch 1, padding k//2, + bias)."""
 from __future__ import annotations
 
 CASES = ["zoo:residual_layernorm_gelu", "zoo:softmax_rows", "zoo:elementwise_chain", "zoo:branches",
@@ -12,15 +12,15 @@ CASES = ["zoo:residual_layernorm_gelu", "zoo:softmax_rows", "zoo:elementwise_cha
 
 #: GEMM/conv kernels of the "after packed GEMM" measurement: FC layers, attention, 1x1/3x3 and
 #: depthwise convs of ResNet/ShuffleNet-like shapes.
-KERNELS = ["gemm:256,1024,1024", "gemm:1,2048,1000", "gemm:64,768,3072", "mm:12,128,64,128",
-           "conv:64,56,56,64,1,1,1", "conv:64,56,56,64,3,1,1", "conv:256,14,14,256,3,1,1",
-           "conv:116,28,28,116,3,1,116", "conv:232,14,14,232,3,2,232"]
+KERNELS = ["gemm:256x1024x1024", "gemm:1x2048x1000", "gemm:64x768x3072", "mm:12x128x64x128",
+           "conv:64x56x56x64x1x1x1", "conv:64x56x56x64x3x1x1", "conv:256x14x14x256x3x1x1",
+           "conv:116x28x28x116x3x1x116", "conv:232x14x14x232x3x2x232"]
 
 
 def kernel_flops(spec: str) -> int:
     """Multiply-adds x 2 of a kernel case (0 for the others)."""
     kind, args = spec.split(":", 1)
-    v = [int(a) for a in args.split(",")] if kind in ("gemm", "mm", "conv") else []
+    v = [int(a) for a in args.split("x")] if kind in ("gemm", "mm", "conv") else []
     if kind == "gemm":
         return 2 * v[0] * v[1] * v[2]
     if kind == "mm":
@@ -60,7 +60,7 @@ def _kernel_graph(kind: str, v: list):
 def make_graph(spec: str):
     kind, name = spec.split(":", 1)
     if kind in ("gemm", "mm", "conv"):
-        return _kernel_graph(kind, [int(a) for a in name.split(",")])
+        return _kernel_graph(kind, [int(a) for a in name.split("x")])
     if kind == "zoo":
         from solverfuse import zoo
         if name == "matmul_bias_relu":
