@@ -292,6 +292,33 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
     }}
 }}
 """
+    if name == "sf_mm_tile1":
+        return f"""/* Matmul tile of one row (a matrix-vector product): T[j] = sum over r < K of a[r] * b[r*n2 + j].
+   B is streamed row by row, 4 rows per sweep over T (in L1), {CHUNK} columns per step in a GNU
+   vector (registers; see sf_conv_tile1): contiguous reads, not one column panel down all K rows. */
+SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long n2, const float *restrict a, long lda,
+    long K, const float *restrict b)
+{{
+    (void)lda;
+    for (long j = 0; j < n2; j++) T[j] = 0;
+#if defined(__GNUC__)
+    typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
+    long r = 0;
+    for (; r + 4 <= K; r += 4) {{
+        const float a0 = a[r], a1 = a[r + 1], a2 = a[r + 2], a3 = a[r + 3];
+        const float *restrict b0 = b + r*n2;
+        for (long q = 0; q < n2; q += {CHUNK})
+            *(sf_vec *)(T + q) += a0 * *(const sf_vec *)(b0 + q) + a1 * *(const sf_vec *)(b0 + n2 + q)
+                + a2 * *(const sf_vec *)(b0 + 2*n2 + q) + a3 * *(const sf_vec *)(b0 + 3*n2 + q);
+    }}
+    for (; r < K; r++)
+        for (long q = 0; q < n2; q += {CHUNK}) *(sf_vec *)(T + q) += a[r] * *(const sf_vec *)(b + r*n2 + q);
+#else
+    for (long r = 0; r < K; r++)
+        for (long j = 0; j < n2; j++) T[j] = SF_FMA(a[r], b[r*n2 + j], T[j]);
+#endif
+}}
+"""
     if name.startswith("sf_mm_tile"):
         mb = int(name[len("sf_mm_tile"):])
         return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
