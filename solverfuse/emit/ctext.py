@@ -303,15 +303,15 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
     for (long j = 0; j < n2; j++) T[j] = 0;
 #if defined(__GNUC__)
     typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
-    long r = 0;
-    for (; r + 4 <= K; r += 4) {{
+    for (long i = 0; i < K / 4; i++) {{
+        const long r = 4*i;
         const float a0 = a[r], a1 = a[r + 1], a2 = a[r + 2], a3 = a[r + 3];
         const float *restrict b0 = b + r*n2;
         for (long q = 0; q < n2; q += {CHUNK})
             *(sf_vec *)(T + q) += a0 * *(const sf_vec *)(b0 + q) + a1 * *(const sf_vec *)(b0 + n2 + q)
                 + a2 * *(const sf_vec *)(b0 + 2*n2 + q) + a3 * *(const sf_vec *)(b0 + 3*n2 + q);
     }}
-    for (; r < K; r++)
+    for (long r = K / 4 * 4; r < K; r++)
         for (long q = 0; q < n2; q += {CHUNK}) *(sf_vec *)(T + q) += a[r] * *(const sf_vec *)(b + r*n2 + q);
 #else
     for (long r = 0; r < K; r++)
