@@ -202,9 +202,9 @@ def test_transformer_blocks_unfused_and_fused(block, cache):
         # tile (weight matrices are padded for the blocked tiles once per set of constants)
         src = render(build_plan(g, HW, fuse_greedily(g), strategy="t"), g)["model.c"]
         assert set(re.findall(r"/\* s\d+: kernel-local scratch, ([^*]*) \*/", src)) <= {
-            "MatMul/Gemm B packed as whole chunks of columns"}
+            "MatMul/Gemm B packed in panels of columns"}
         assert set(re.findall(r"/\* w\d+: ([^*]*) \*/", src)) == {
-            "MatMul/Gemm B packed as whole chunks of columns, packed once per set of constants"}
+            "MatMul/Gemm B packed in panels of columns, packed once per set of constants"}
         assert "mapped store" in src and "one row loop" in src
 
 

@@ -420,20 +420,21 @@ def _mm_kn(k, node) -> tuple:
     return b[-2], b[-1]
 
 
-def matmul_b_view(k, node) -> str:
-    """B as ``[batch][K][N rounded up to CHUNK]`` (zero columns after N; a transposed Gemm B is
-    transposed here), so every chunk of columns is a full vector load: packed once per set of
-    constants when B is a constant (weights), else copied into kernel-local scratch at every run."""
+def matmul_b_view(k, node, mb: int) -> str:
+    """B packed as ``[batch][N rounded up / CHUNK][K][CHUNK]``: panels of CHUNK columns, zero
+    columns after N, a transposed Gemm B transposed here. A tile's chunk of columns then reads
+    one contiguous panel through the K loop (row-major B put its rows N floats apart: one cache
+    line per page at N=1024). One-row tiles (``mb`` 1: matrix-vector products) stream B row by
+    row instead and get it row-major (one panel of all the columns). Packed once per set of constants when B is a constant (weights),
+    else into kernel-local scratch at every run."""
     bt = node.inputs[1]
     kk, n = _mm_kn(k, node)
     nb = numel(k.shape(bt)[:-2])
     n2 = _round_up(n, CHUNK)
-    if node.op == "Gemm" and node.attributes.get("transB", 0):
-        helper, call = "sf_pack_bt", f"sf_pack_bt({{dst}}, {{b}}, {kk}, {n}, {n2});"
-    else:
-        helper, call = "sf_pad_cols", f"sf_pad_cols({{dst}}, {{b}}, {nb * kk}, {n}, {n2});"
-    k.use_helper(helper)
-    what = "MatMul/Gemm B packed as whole chunks of columns"
+    trans = int(node.op == "Gemm" and bool(node.attributes.get("transB", 0)))
+    call = f"sf_pack_b({{dst}}, {{b}}, {nb}, {kk}, {n}, {n2}, {trans}, {n2 if mb == 1 else CHUNK});"
+    k.use_helper("sf_pack_b")
+    what = "MatMul/Gemm B packed in panels of columns"
     if k.is_constant(bt):
         return k.packed("float", nb * kk * n2, what, call, {"b": bt})
     arr = k.alloc("float", nb * kk * n2, what)

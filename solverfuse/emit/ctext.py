@@ -293,9 +293,9 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
 }}
 """
     if name == "sf_mm_tile1":
-        return f"""/* Matmul tile of one row (a matrix-vector product): T[j] = sum over r < K of a[r] * b[r*n2 + j].
-   B is streamed row by row, 4 rows per sweep over T (in L1), {CHUNK} columns per step in a GNU
-   vector (registers; see sf_conv_tile1): contiguous reads, not one column panel down all K rows. */
+        return f"""/* Matmul tile of one row (a matrix-vector product): T[j] = sum over r < K of a[r] * b[r*n2 + j]
+   (B row-major: one panel as wide as the row). B is streamed row by row, 4 rows per sweep over T
+   (in L1), {CHUNK} columns per step in a GNU vector (registers; see sf_conv_tile1). */
 SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long n2, const float *restrict a, long lda,
     long K, const float *restrict b)
 {{
@@ -321,8 +321,9 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
 """
     if name.startswith("sf_mm_tile"):
         mb = int(name[len("sf_mm_tile"):])
-        return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
-   i < {mb}; the A block is transposed 256 columns at a time (its rows may share an L1 set). */
+        return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * B[r][j], i < {mb},
+   B packed in panels of {CHUNK} columns (B[r][q + e] at b[q*K + r*{CHUNK} + e]: one contiguous
+   stream per chunk); the A block is transposed 256 columns at a time (its rows may share an L1 set). */
 SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
     const float *restrict b)
 {{
@@ -335,7 +336,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long n2, 
             float acc[{mb}][{CHUNK}];
             for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) acc[i][e] = 0;
             for (long r = 0; r < kn; r++) {{
-                const float *restrict xt = b + (k0 + r)*n2 + q;
+                const float *restrict xt = b + q*K + (k0 + r)*{CHUNK};
 {acc_lines(mb, "ap[r][{i}]")}
             }}
             for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) T[i*n2 + q + e] += acc[i][e];
@@ -379,18 +380,18 @@ SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float 
                 for (long a = 0; a < mb; a++) *dst++ = w[((mi*mb + a)*C + c)*taps + t];
 }
 """,
-        "sf_pack_bt": """/* A transposed [N][K] copied to [K][N2], zero columns after N. */
-SF_NOINLINE SF_UNUSED static void sf_pack_bt(float *restrict dst, const float *restrict src, long K, long N, long N2)
+        "sf_pack_b": """/* MatMul/Gemm B ([nb][K][N], or [N][K] when trans) packed in panels of P columns:
+   dst[b][p][r][e] = B[b][r][p*P + e], zero past N (P = N2: row-major, zero-padded). */
+SF_NOINLINE SF_UNUSED static void sf_pack_b(float *restrict dst, const float *restrict src, long nb, long K, long N,
+    long N2, int trans, long P)
 {
-    for (long r = 0; r < K; r++)
-        for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[j*K + r] : 0.0f;
-}
-""",
-        "sf_pad_cols": """/* [K][N] copied to [K][N2], zero columns after N. */
-SF_NOINLINE SF_UNUSED static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
-{
-    for (long r = 0; r < K; r++)
-        for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[r*N + j] : 0.0f;
+    for (long bb = 0; bb < nb; bb++, src += K*N)
+        for (long p = 0; p < N2; p += P)
+            for (long r = 0; r < K; r++)
+                for (long e = 0; e < P; e++, dst++) {
+                    const long j = p + e;
+                    *dst = j >= N ? 0.0f : trans ? src[j*K + r] : src[r*N + j];
+                }
 }
 """,
     }[name]
