@@ -140,8 +140,10 @@ def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str
         with tempfile.TemporaryDirectory() as d:
             save_plan(plan, Path(d) / "plan.json")
             env = dict(os.environ, PYTHONPATH=before)
+            # cwd = the before tree: with ``-c`` the working directory comes first on sys.path, so
+            # run from this tree the subprocess imported this tree's emitter (before == after)
             r = subprocess.run([sys.executable, "-c", BEFORE, spec, str(Path(d) / "plan.json"), str(threads),
-                                cache, str(HERE)], capture_output=True, text=True, env=env, timeout=900)
+                                cache, str(HERE)], capture_output=True, text=True, env=env, timeout=900, cwd=before)
             if r.returncode:
                 raise RuntimeError(r.stderr.strip().splitlines()[-1])
             info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -214,7 +216,7 @@ def cold_builds(spec: str) -> str:
 
 
 def main(argv=None) -> int:
-    from emit_speed_cases import CASES
+    from emit_speed_cases import CASES, kernel_flops
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", help="root of a tree with the emitter to compare against")
     ap.add_argument("--rounds", type=int, default=7)
@@ -224,6 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-emit-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "emit.md"))
     ap.add_argument("--append", action="store_true", help="add this run's tables to --out")
+    ap.add_argument("--title", default="Emitter speed: before/after of the emit changes, vs ONNX Runtime",
+                    help="heading of this run's section")
     ap.add_argument("--cold-build", help="only measure the cold build of this case (e.g. light:densenet121)")
     args = ap.parse_args(argv)
     if args.cold_build:
@@ -250,7 +254,7 @@ def main(argv=None) -> int:
             print(rows[-1], flush=True)
     desc = machine.describe()
     load = os.getloadavg()
-    text = [f"# Emitter speed: before/after of the emit changes, vs ONNX Runtime ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+    text = [f"# {args.title} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
             "", "Written by `benchmarks/emit_speed.py`. Times are medians of "
             f"{args.rounds} interleaved rounds (rotated order), each the second of two back-to-back runs "
             "timed inside C (ORT: IO binding, all graph optimisations, the same intra-op thread count). "
@@ -261,7 +265,10 @@ def main(argv=None) -> int:
             f"**Noise:** a shared machine: load average at the end of the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
             f"on {os.cpu_count()} cores (other jobs ran throughout); single numbers can be off by 2x, ratios of "
             "interleaved runs less so. Run time of this measurement: " f"{time.time() - started:.0f} s.",
-            "", "## Summary", "", summary(rows), "", "## Cases", "", table(rows), ""]
+            "", "## Summary", "", summary(rows), "", "## Cases", "", table(rows), "",
+            *([] if not any(kernel_flops(r["case"]) for r in rows) else [
+                "GFLOP/s = 2 x multiply-adds of the kernel / median time (the ReLU epilogue and, for C, "
+                "the per-run packing of a computed B and the padded input copy of a conv included).", ""])]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     if args.append and Path(args.out).exists():
         text = [Path(args.out).read_text(), "", "---", ""] + text

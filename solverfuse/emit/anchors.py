@@ -8,7 +8,10 @@ loops, used when a pass runs over the anchor's own shape -- the fused-epilogue c
 of those tiles is register-blocked (:func:`conv_blocking`, :func:`matmul_blocking`): several output
 channels/rows x 32 positions of accumulators stay in vector registers through the whole reduction,
 in helper functions shared by all kernels of a program (``sf_conv_tile<mb>``, ``sf_mm_tile<mb>``);
-the epilogue then reads the block row by row. Instrumented (counter) builds keep the plain tiles.
+the epilogue then reads the block row by row. Weights are packed once at load: Conv filters by
+output-channel block, MatMul/Gemm B (transposed linear-layer weights too) in 32-column panels; a
+computed B (attention) is packed per run. One-row/one-channel tiles (GEMV, depthwise conv) are
+GNU-vector loops. Instrumented (counter) builds keep the plain tiles.
 
 >>> window_geometry({"pads": [1, 0, 2, 1]}, [5, 5], [3, 3], [5, 3])
 ([1, 1], [1, 1], [1, 0])
