@@ -46,8 +46,9 @@ SF_SIMD float powf(float, float);
 #define SF_HIDDEN
 #define SF_UNUSED
 #endif
-/* Tile helpers are not specialised per call site: GCC 12's clone of the conv tile with one
-   channel and 9 taps vectorised the tap loop with gathers (3x slower depthwise convs). */
+/* The one-row/one-channel tiles are not specialised per call site (their GNU-vector loops are
+   the form wanted); the register-blocked ones may be, as before (GCC's clone with the tap count
+   and channel count known). */
 #if defined(__GNUC__) && !defined(__clang__)
 #define SF_NOCLONE __attribute__((noclone))
 #else
@@ -275,7 +276,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         mb = int(name[len("sf_conv_tile"):])
         return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
-SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
     const float *restrict wp, long C, long taps, const long *restrict off)
 {{
     for (long q = 0; q < span; q += {CHUNK}) {{
@@ -324,7 +325,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
         return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * B[r][j], i < {mb},
    B packed in panels of {CHUNK} columns (B[r][q + e] at b[q*K + r*{CHUNK} + e]: one contiguous
    stream per chunk); the A block is transposed 256 columns at a time (its rows may share an L1 set). */
-SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
     const float *restrict b)
 {{
     float ap[256][{mb}];
