@@ -305,13 +305,16 @@ def conv_blocking(k, node):
     dropped) and every chunk is a contiguous vector load -- no bounds checks, no strided loads.
     Only 2-D float convolutions; ``mb`` is the largest of 8, 4, 2, 1 dividing the output channels
     per group, so a depthwise convolution (one output channel per group) takes the blocked tile
-    with ``mb = 1``: its taps run on contiguous vectors of the padded copy, with no bounds checks.
+    with ``mb = 1`` at stride 1: its taps run on contiguous vectors of the padded copy, with no
+    bounds checks.
     Instrumented builds keep the plain tile (the counters then see the reads the cost model
     describes, not the copy)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
     if k.counters or len(kernel) != 2 or k.ct(node.outputs[0]) != "float":
         return None
     mb = next(b for b in (8, 4, 2, 1) if (out[1] // group) % b == 0)  # a block stays in one group
+    if mb == 1 and st != [1, 1]:
+        return None  # measured: the phase-split copy costs more than a strided depthwise tile saves
     hp, wp = (max(pb[e] + x[2 + e], (out[2 + e] - 1) * st[e] + (kernel[e] - 1) * dil[e] + 1) for e in range(2))
     hq, wq = -(-hp // st[0]), -(-wp // st[1])
     rows = max(r for r in range(1, out[2] + 1) if out[2] % r == 0
