@@ -405,7 +405,7 @@ def matmul_blocking(k, node):
     For float A [..., M, K] x B [..., K, N] (weights or a batched operand: attention's QK^T) and
     Gemm with A not transposed (B may be: linear layers), N >= 8, not instrumented: like
     :func:`conv_blocking`, ``mb`` output rows x CHUNK columns of accumulators stay in registers
-    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M."""
+    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M whose tile fits 256 KiB."""
     a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
     if k.counters or len(a) < 2 or len(b) < 2 or k.ct(node.outputs[0]) != "float" \
             or k.ct(node.inputs[0]) != "float" or k.ct(node.inputs[1]) != "float":
@@ -415,7 +415,8 @@ def matmul_blocking(k, node):
     n = b[-2] if node.op == "Gemm" and node.attributes.get("transB", 0) else b[-1]
     if n < 8:
         return None
-    return next(m for m in (8, 4, 2, 1) if a[-2] % m == 0)
+    # the tile T[mb][N rounded up] lives on the stack (of an OpenMP worker too): at most 256 KiB
+    return next((m for m in (8, 4, 2, 1) if a[-2] % m == 0 and m * _round_up(n, CHUNK) <= 4 * MAX_TILE), None)
 
 
 def _mm_kn(k, node) -> tuple:
