@@ -140,8 +140,10 @@ def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str
         with tempfile.TemporaryDirectory() as d:
             save_plan(plan, Path(d) / "plan.json")
             env = dict(os.environ, PYTHONPATH=before)
+            # cwd = the before tree: with ``-c`` the working directory comes first on sys.path, so
+            # run from this tree the subprocess imported this tree's emitter (before == after)
             r = subprocess.run([sys.executable, "-c", BEFORE, spec, str(Path(d) / "plan.json"), str(threads),
-                                cache, str(HERE)], capture_output=True, text=True, env=env, timeout=900)
+                                cache, str(HERE)], capture_output=True, text=True, env=env, timeout=900, cwd=before)
             if r.returncode:
                 raise RuntimeError(r.stderr.strip().splitlines()[-1])
             info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -156,8 +158,11 @@ def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| case | threads | groups | ORT ms | before ms | after ms | before/ORT | after/ORT | after/before |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    from emit_speed_cases import kernel_flops
+    gf = any(kernel_flops(r["case"]) for r in rows)
+    out = ["| case | threads | groups | ORT ms | before ms | after ms | before/ORT | after/ORT | after/before |"
+           + (" ORT GFLOP/s | before GFLOP/s | after GFLOP/s |" if gf else ""),
+           "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if gf else "")]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['case']} | {r['threads']} | | | | | error: {r['error']} | | |")
@@ -165,13 +170,17 @@ def table(rows: list[dict]) -> str:
         b, a, o = r.get("before_ms"), r["after_ms"], r["ort_ms"]
         cells = [r["case"], r["threads"], r["groups"], f"{o:.2f}", "" if b is None else f"{b:.2f}", f"{a:.2f}",
                  "" if b is None else f"{b / o:.2f}", f"{a / o:.2f}", "" if b is None else f"{a / b:.2f}"]
+        if gf:
+            fl = kernel_flops(r["case"]) / 1e6  # GFLOP/s = flops / 1e9 / (ms / 1e3)
+            cells += [f"{fl / o:.1f}", "" if b is None else f"{fl / b:.1f}", f"{fl / a:.1f}"]
         out.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(out)
 
 
 def summary(rows: list[dict]) -> str:
     lines = []
-    for kind, pred in (("motifs", lambda r: r["case"].startswith("zoo:")),
+    for kind, pred in (("kernels", lambda r: r["case"].split(":")[0] in ("gemm", "mm", "conv")),
+                       ("motifs", lambda r: r["case"].startswith("zoo:")),
                        ("light models", lambda r: r["case"].startswith("light:"))):
         for th in (1, 2):
             sel = [r for r in rows if pred(r) and r["threads"] == th and "error" not in r]
@@ -207,15 +216,18 @@ def cold_builds(spec: str) -> str:
 
 
 def main(argv=None) -> int:
-    from emit_speed_cases import CASES
+    from emit_speed_cases import CASES, kernel_flops
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", help="root of a tree with the emitter to compare against")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    ap.add_argument("--cases", default="all", help="comma-separated case specs, or 'motifs', 'light', 'all'")
+    ap.add_argument("--cases", default="all",
+                    help="comma-separated case specs, or 'motifs', 'light', 'kernels', 'all'")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-emit-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "emit.md"))
     ap.add_argument("--append", action="store_true", help="add this run's tables to --out")
+    ap.add_argument("--title", default="Emitter speed: before/after of the emit changes, vs ONNX Runtime",
+                    help="heading of this run's section")
     ap.add_argument("--cold-build", help="only measure the cold build of this case (e.g. light:densenet121)")
     args = ap.parse_args(argv)
     if args.cold_build:
@@ -228,7 +240,8 @@ def main(argv=None) -> int:
         Path(args.out).write_text(old + ("\n---\n\n" if old else "") + "\n".join(text))
         print("\n".join(text))
         return 0
-    specs = CASES if args.cases == "all" else [c for c in CASES if c.startswith("zoo:")] if args.cases == "motifs" \
+    from emit_speed_cases import KERNELS
+    specs = KERNELS if args.cases == "kernels" else CASES if args.cases == "all" else [c for c in CASES if c.startswith("zoo:")] if args.cases == "motifs" \
         else [c for c in CASES if c.startswith("light:")] if args.cases == "light" else args.cases.split(",")
     rows = []
     started = time.time()
@@ -241,7 +254,7 @@ def main(argv=None) -> int:
             print(rows[-1], flush=True)
     desc = machine.describe()
     load = os.getloadavg()
-    text = [f"# Emitter speed: before/after of the emit changes, vs ONNX Runtime ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+    text = [f"# {args.title} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
             "", "Written by `benchmarks/emit_speed.py`. Times are medians of "
             f"{args.rounds} interleaved rounds (rotated order), each the second of two back-to-back runs "
             "timed inside C (ORT: IO binding, all graph optimisations, the same intra-op thread count). "
@@ -252,7 +265,10 @@ def main(argv=None) -> int:
             f"**Noise:** a shared machine: load average at the end of the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
             f"on {os.cpu_count()} cores (other jobs ran throughout); single numbers can be off by 2x, ratios of "
             "interleaved runs less so. Run time of this measurement: " f"{time.time() - started:.0f} s.",
-            "", "## Summary", "", summary(rows), "", "## Cases", "", table(rows), ""]
+            "", "## Summary", "", summary(rows), "", "## Cases", "", table(rows), "",
+            *([] if not any(kernel_flops(r["case"]) for r in rows) else [
+                "GFLOP/s = 2 x multiply-adds of the kernel / median time (the ReLU epilogue and, for C, "
+                "the per-run packing of a computed B and the padded input copy of a conv included).", ""])]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     if args.append and Path(args.out).exists():
         text = [Path(args.out).read_text(), "", "---", ""] + text

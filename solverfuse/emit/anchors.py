@@ -8,7 +8,10 @@ loops, used when a pass runs over the anchor's own shape -- the fused-epilogue c
 of those tiles is register-blocked (:func:`conv_blocking`, :func:`matmul_blocking`): several output
 channels/rows x 32 positions of accumulators stay in vector registers through the whole reduction,
 in helper functions shared by all kernels of a program (``sf_conv_tile<mb>``, ``sf_mm_tile<mb>``);
-the epilogue then reads the block row by row. Instrumented (counter) builds keep the plain tiles.
+the epilogue then reads the block row by row. Weights are packed once at load: Conv filters by
+output-channel block, MatMul/Gemm B (transposed linear-layer weights too) in 32-column panels; a
+computed B (attention) is packed per run. One-row/one-channel tiles (GEMV, depthwise conv) are
+GNU-vector loops. Instrumented (counter) builds keep the plain tiles.
 
 >>> window_geometry({"pads": [1, 0, 2, 1]}, [5, 5], [3, 3], [5, 3])
 ([1, 1], [1, 1], [1, 0])
@@ -300,14 +303,18 @@ def conv_blocking(k, node):
     tap then reads one phase plane at stride 1, so a band of output rows is one contiguous run of
     positions with row pitch ``wq`` (the few columns past the output width are computed and
     dropped) and every chunk is a contiguous vector load -- no bounds checks, no strided loads.
-    Only 2-D float convolutions whose output channels per group are even; instrumented builds keep
-    the plain tile (the counters then see the reads the cost model describes, not the copy)."""
+    Only 2-D float convolutions; ``mb`` is the largest of 8, 4, 2, 1 dividing the output channels
+    per group, so a depthwise convolution (one output channel per group) takes the blocked tile
+    with ``mb = 1`` at stride 1: its taps run on contiguous vectors of the padded copy, with no
+    bounds checks.
+    Instrumented builds keep the plain tile (the counters then see the reads the cost model
+    describes, not the copy)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
     if k.counters or len(kernel) != 2 or k.ct(node.outputs[0]) != "float":
         return None
-    mb = next((b for b in (8, 4, 2) if (out[1] // group) % b == 0), None)  # a block stays in one group
-    if mb is None:
-        return None
+    mb = next(b for b in (8, 4, 2, 1) if (out[1] // group) % b == 0)  # a block stays in one group
+    if mb == 1 and st != [1, 1]:
+        return None  # measured: the phase-split copy costs more than a strided depthwise tile saves
     hp, wp = (max(pb[e] + x[2 + e], (out[2 + e] - 1) * st[e] + (kernel[e] - 1) * dil[e] + 1) for e in range(2))
     hq, wq = -(-hp // st[0]), -(-wp // st[1])
     rows = max(r for r in range(1, out[2] + 1) if out[2] % r == 0
@@ -394,45 +401,80 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
 
 
 def matmul_blocking(k, node):
-    """``mb`` rows of a MatMul output per register-blocked tile, or None (the plain row tile).
-    For A [..., M, K] x a 2-D B [K, N] in float (weights: the common case of linear layers),
-    M divisible by 2, not instrumented: like :func:`conv_blocking`, ``mb`` output rows x CHUNK
-    columns of accumulators stay in registers through the K loop."""
+    """``mb`` rows of a MatMul/Gemm output per register-blocked tile, or None (the plain row tile).
+    For float A [..., M, K] x B [..., K, N] (weights or a batched operand: attention's QK^T) and
+    Gemm with A not transposed (B may be: linear layers), N >= 8, not instrumented: like
+    :func:`conv_blocking`, ``mb`` output rows x CHUNK columns of accumulators stay in registers
+    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M whose tile fits 256 KiB."""
     a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
-    if k.counters or len(a) < 2 or len(b) != 2 or k.ct(node.outputs[0]) != "float" \
-            or k.ct(node.inputs[0]) != "float" or b[1] < 8:
+    if k.counters or len(a) < 2 or len(b) < 2 or k.ct(node.outputs[0]) != "float" \
+            or k.ct(node.inputs[0]) != "float" or k.ct(node.inputs[1]) != "float":
         return None
-    return next((m for m in (8, 4, 2) if a[-2] % m == 0), None)
+    if node.op == "Gemm" and node.attributes.get("transA", 0):
+        return None
+    n = b[-2] if node.op == "Gemm" and node.attributes.get("transB", 0) else b[-1]
+    if n < 8:
+        return None
+    # the tile T[mb][N rounded up] lives on the stack (of an OpenMP worker too): at most 256 KiB
+    return next((m for m in (8, 4, 2, 1) if a[-2] % m == 0 and m * _round_up(n, CHUNK) <= 4 * MAX_TILE), None)
 
 
-def matmul_b_view(k, node) -> str:
-    """B as ``[K][N rounded up to CHUNK]`` (zero columns after N), so every chunk of columns is a
-    full vector load: packed once per set of constants when B is a constant (weights), else
-    copied into kernel-local scratch at every run."""
+def _mm_kn(k, node) -> tuple:
+    """(K, N) of a MatMul/Gemm's B as the tile reads it (a transposed Gemm B is packed [K][N])."""
+    b = k.shape(node.inputs[1])
+    if node.op == "Gemm" and node.attributes.get("transB", 0):
+        return b[1], b[0]
+    return b[-2], b[-1]
+
+
+def matmul_b_view(k, node, mb: int) -> str:
+    """B packed as ``[batch][N rounded up / CHUNK][K][CHUNK]``: panels of CHUNK columns, zero
+    columns after N, a transposed Gemm B transposed here. A tile's chunk of columns then reads
+    one contiguous panel through the K loop (row-major B put its rows N floats apart: one cache
+    line per page at N=1024). One-row tiles (``mb`` 1: matrix-vector products) stream B row by
+    row instead and get it row-major (one panel of all the columns). Packed once per set of constants when B is a constant (weights),
+    else into kernel-local scratch at every run."""
     bt = node.inputs[1]
-    kk, n = k.shape(bt)
+    kk, n = _mm_kn(k, node)
+    nb = numel(k.shape(bt)[:-2])
     n2 = _round_up(n, CHUNK)
-    k.use_helper("sf_pad_cols")
+    trans = int(node.op == "Gemm" and bool(node.attributes.get("transB", 0)))
+    call = f"sf_pack_b({{dst}}, {{b}}, {nb}, {kk}, {n}, {n2}, {trans}, {n2 if mb == 1 else CHUNK});"
+    k.use_helper("sf_pack_b")
+    what = "MatMul/Gemm B packed in panels of columns"
     if k.is_constant(bt):
-        return k.packed("float", kk * n2, "MatMul B padded to whole chunks of columns",
-                        f"sf_pad_cols({{dst}}, {{b}}, {kk}, {n}, {n2});", {"b": bt})
-    arr = k.alloc("float", kk * n2, "MatMul B padded to whole chunks of columns")
-    k.line(f"sf_pad_cols({arr}, {k.ptr(bt, 'r')}, {kk}, {n}, {n2});")
+        return k.packed("float", nb * kk * n2, what, call, {"b": bt})
+    arr = k.alloc("float", nb * kk * n2, what)
+    k.line(call.format(dst=arr, b=k.ptr(bt, "r")))
     return arr
 
 
 def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
-    """Rows i0..i0+mb-1 of MatMul output at ``batch`` into ``T[mb][N rounded up]``; its name."""
+    """Rows i0..i0+mb-1 of MatMul/Gemm output at ``batch`` into ``T[mb][N rounded up]``, with a
+    Gemm's alpha and beta*C applied (the tile is hot); its name."""
     at = node.inputs[0]
     a, b = k.shape(at), k.shape(node.inputs[1])
-    kk, n = b
+    kk, n = _mm_kn(k, node)
     n2 = _round_up(n, CHUNK)
     out = k.shape(node.outputs[0])
     arr = k.fresh("T")
     k.line(f"float {arr}[{mb}][{n2}];")
     base = _linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0"))
+    bb = bmap(batch, out[:-2], b[:-2]) if node.op == "MatMul" else ()
+    boff = _linear(b[:-2], bb) if bb else "0"
+    bptr = bsrc if boff == "0" else f"{bsrc} + ({boff})*{kk * n2}"
     k.use_helper(f"sf_mm_tile{mb}")
-    k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bsrc});")
+    k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bptr});")
+    if node.op == "Gemm":
+        at_ = node.attributes
+        alpha, beta = at_.get("alpha", 1.0), at_.get("beta", 1.0)
+        has_c = len(node.inputs) > 2 and node.inputs[2] and beta != 0
+        if alpha != 1.0 or has_c:
+            r, j = k.fresh("r"), k.fresh("j")
+            with k.block(f"for (int {r} = 0; {r} < {mb}; {r}++)"):
+                with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+                    i = f"({i0} + {r})" if i0 != "0" else r
+                    k.line(f"{arr}[{r}][{j}] = {_gemm_epilogue(k, node, f'{arr}[{r}][{j}]', i, j)};")
     return arr
 
 

@@ -46,6 +46,14 @@ SF_SIMD float powf(float, float);
 #define SF_HIDDEN
 #define SF_UNUSED
 #endif
+/* The one-row/one-channel tiles are not specialised per call site (their GNU-vector loops are
+   the form wanted); the register-blocked ones may be, as before (GCC's clone with the tap count
+   and channel count known). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SF_NOCLONE __attribute__((noclone))
+#else
+#define SF_NOCLONE
+#endif
 /* A kernel of a program split over several translation units (one library). */
 #define SF_KERNEL SF_NOINLINE SF_HIDDEN
 
@@ -237,6 +245,33 @@ def acc_lines(mb: int, a: str) -> str:
 
 def helper_text(name: str) -> str:
     """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
+    if name == "sf_conv_tile1":
+        return f"""/* Conv tile of one output channel (depthwise convolutions): T[q] = sum over c < C, t < taps of
+   wp[c*taps + t] * x[c*cplane + off[t] + q]. {CHUNK} positions per step in a GNU vector (registers):
+   written as a plain loop, GCC 12 scalarised the accumulators and vectorised the tap loop with
+   gathers (3x slower). */
+SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, long span, const float *restrict x,
+    long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
+{{
+#if defined(__GNUC__)
+    typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
+    for (long q = 0; q < span; q += {CHUNK}) {{
+        sf_vec acc = {{0}};
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++)
+                acc += wp[c*taps + t] * *(const sf_vec *)(x + c*cplane + off[t] + q);
+        *(sf_vec *)(T + q) = acc;
+    }}
+#else
+    for (long q = 0; q < span; q++) {{
+        float acc = 0;
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++) acc = SF_FMA(wp[c*taps + t], x[c*cplane + off[t] + q], acc);
+        T[q] = acc;
+    }}
+#endif
+}}
+"""
     if name.startswith("sf_conv_tile"):
         mb = int(name[len("sf_conv_tile"):])
         return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
@@ -258,10 +293,38 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const flo
     }}
 }}
 """
+    if name == "sf_mm_tile1":
+        return f"""/* Matmul tile of one row (a matrix-vector product): T[j] = sum over r < K of a[r] * b[r*n2 + j]
+   (B row-major: one panel as wide as the row). B is streamed row by row, 4 rows per sweep over T
+   (in L1), {CHUNK} columns per step in a GNU vector (registers; see sf_conv_tile1). */
+SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long n2, const float *restrict a, long lda,
+    long K, const float *restrict b)
+{{
+    (void)lda;
+    for (long j = 0; j < n2; j++) T[j] = 0;
+#if defined(__GNUC__)
+    typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
+    for (long i = 0; i < K / 4; i++) {{
+        const long r = 4*i;
+        const float a0 = a[r], a1 = a[r + 1], a2 = a[r + 2], a3 = a[r + 3];
+        const float *restrict b0 = b + r*n2;
+        for (long q = 0; q < n2; q += {CHUNK})
+            *(sf_vec *)(T + q) += a0 * *(const sf_vec *)(b0 + q) + a1 * *(const sf_vec *)(b0 + n2 + q)
+                + a2 * *(const sf_vec *)(b0 + 2*n2 + q) + a3 * *(const sf_vec *)(b0 + 3*n2 + q);
+    }}
+    for (long r = K / 4 * 4; r < K; r++)
+        for (long q = 0; q < n2; q += {CHUNK}) *(sf_vec *)(T + q) += a[r] * *(const sf_vec *)(b + r*n2 + q);
+#else
+    for (long r = 0; r < K; r++)
+        for (long j = 0; j < n2; j++) T[j] = SF_FMA(a[r], b[r*n2 + j], T[j]);
+#endif
+}}
+"""
     if name.startswith("sf_mm_tile"):
         mb = int(name[len("sf_mm_tile"):])
-        return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * b[r*n2 + j],
-   i < {mb}; the A block is transposed 256 columns at a time (its rows may share an L1 set). */
+        return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * B[r][j], i < {mb},
+   B packed in panels of {CHUNK} columns (B[r][q + e] at b[q*K + r*{CHUNK} + e]: one contiguous
+   stream per chunk); the A block is transposed 256 columns at a time (its rows may share an L1 set). */
 SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
     const float *restrict b)
 {{
@@ -274,7 +337,7 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float
             float acc[{mb}][{CHUNK}];
             for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) acc[i][e] = 0;
             for (long r = 0; r < kn; r++) {{
-                const float *restrict xt = b + (k0 + r)*n2 + q;
+                const float *restrict xt = b + q*K + (k0 + r)*{CHUNK};
 {acc_lines(mb, "ap[r][{i}]")}
             }}
             for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) T[i*n2 + q + e] += acc[i][e];
@@ -291,11 +354,22 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
     for (long nc = 0; nc < NC; nc++)
         for (long ph = 0; ph < s0; ph++)
             for (long pw = 0; pw < s1; pw++)
-                for (long i = 0; i < hq; i++)
-                    for (long j = 0; j < wq; j++) {
-                        const long ii = i*s0 + ph - p0, jj = j*s1 + pw - p1;
-                        *dst++ = (ii >= 0 && ii < H && jj >= 0 && jj < W) ? x[(nc*H + ii)*W + jj] : 0.0f;
-                    }
+                for (long i = 0; i < hq; i++, dst += wq) {
+                    /* the valid columns j0 <= j < j1 in three plain loops: no conditional loads
+                       (gcc 12 -O3 -march=native mis-vectorised the former per-element ternary) */
+                    const long ii = i*s0 + ph - p0;
+                    long j0 = pw >= p1 ? 0 : (p1 - pw + s1 - 1) / s1;
+                    long j1 = W - 1 + p1 - pw < 0 ? 0 : (W - 1 + p1 - pw) / s1 + 1;
+                    if (ii < 0 || ii >= H) j0 = j1 = wq;
+                    if (j0 > wq) j0 = wq;
+                    if (j1 > wq) j1 = wq;
+                    if (j1 < j0) j1 = j0;
+                    const long base = (nc*H + ii)*W + pw - p1;
+                    for (long j = 0; j < j0; j++) dst[j] = 0.0f;
+                    if (s1 == 1) for (long j = j0; j < j1; j++) dst[j] = x[base + j];
+                    else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
+                    for (long j = j1; j < wq; j++) dst[j] = 0.0f;
+                }
 }
 """,
         "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
@@ -307,11 +381,18 @@ SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float 
                 for (long a = 0; a < mb; a++) *dst++ = w[((mi*mb + a)*C + c)*taps + t];
 }
 """,
-        "sf_pad_cols": """/* [K][N] copied to [K][N2], zero columns after N. */
-SF_NOINLINE SF_UNUSED static void sf_pad_cols(float *restrict dst, const float *restrict src, long K, long N, long N2)
+        "sf_pack_b": """/* MatMul/Gemm B ([nb][K][N], or [N][K] when trans) packed in panels of P columns:
+   dst[b][p][r][e] = B[b][r][p*P + e], zero past N (P = N2: row-major, zero-padded). */
+SF_NOINLINE SF_UNUSED static void sf_pack_b(float *restrict dst, const float *restrict src, long nb, long K, long N,
+    long N2, int trans, long P)
 {
-    for (long r = 0; r < K; r++)
-        for (long j = 0; j < N2; j++) dst[r*N2 + j] = j < N ? src[r*N + j] : 0.0f;
+    for (long bb = 0; bb < nb; bb++, src += K*N)
+        for (long p = 0; p < N2; p += P)
+            for (long r = 0; r < K; r++)
+                for (long e = 0; e < P; e++, dst++) {
+                    const long j = p + e;
+                    *dst = j >= N ? 0.0f : trans ? src[j*K + r] : src[r*N + j];
+                }
 }
 """,
     }[name]

@@ -313,7 +313,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
             protos += [re.search(r"SF_KERNEL int (k\d+)\(", t).group(1) for t in texts]
             used = sorted(set().union(*(func_helpers[i] for i in members)))
             files[f"kernels{j}.c"] = "\n".join([PRELUDE, "extern int sf_error;"] + [helper_text(h) for h in used] + texts)
-        main_helpers = sorted(h for h in helpers if h in ("sf_conv_pack", "sf_pad_cols"))  # the packing
+        main_helpers = sorted(h for h in helpers if h in ("sf_conv_pack", "sf_pack_b"))  # the packing
         files["model.c"] = "\n".join([PRELUDE, "SF_HIDDEN int sf_error;"] + consts + [helper_text(h) for h in main_helpers]
                                      + [arena] + [f"SF_KERNEL int {f}(void *const *B);" for f in sorted(protos)]
                                      + [run, TIMING, no_counters])

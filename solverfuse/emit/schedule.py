@@ -189,7 +189,7 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
     blocking = anchors.conv_blocking(k, node) if node.op == "Conv" else None
     if blocking is not None:
         return _emit_conv_blocked(k, t, node, shape, blocking, body)
-    mb = anchors.matmul_blocking(k, node) if node.op == "MatMul" else None
+    mb = anchors.matmul_blocking(k, node) if node.op in ("MatMul", "Gemm") else None
     if mb is not None:
         return _emit_matmul_blocked(k, t, node, shape, mb, body)
     d = anchors.tile_rank(k, node)
@@ -224,7 +224,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body) -> None
 def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body) -> None:
     """A pass over a MatMul output with the register-blocked tile: loops over (batch..., block
     of mb rows), the tile, then per row of the block the epilogue's loop over the row."""
-    bsrc = anchors.matmul_b_view(k, node)
+    bsrc = anchors.matmul_b_view(k, node, mb)
     with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as outer:
         batch, mi = tuple(outer[:-1]), outer[-1]
         i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
@@ -298,10 +298,10 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
             for t in k.writes:
                 k.store(t, idx, k.value(t, idx))
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
-    mb = anchors.matmul_blocking(k, anchor) if anchor is not None and anchor.op == "MatMul" else None
+    mb = anchors.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
         (t,) = tiled
-        bsrc = anchors.matmul_b_view(k, anchor)
+        bsrc = anchors.matmul_b_view(k, anchor, mb)
         with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as blk:
             batch, mi = tuple(blk[:-1]), blk[-1]
             i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
