@@ -471,6 +471,7 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("recomp", "Recomputation and looped reductions: partition vs covering optimum (`benchmarks/recompute.py`)"),
           ("emit", "Emitted C vs ONNX Runtime (`benchmarks/emit_speed.py`)"),
           ("torch", "Inside PyTorch: inductor-real agreement and the solverfuse backend (`benchmarks/torch_bench.py`)"),
+          ("fix", "Inside PyTorch after the rule fixes: real Inductor kernels vs our rules (`benchmarks/fix_agreement.py`)"),
           ("tvm", "Inside TVM: tvm-real agreement and TVM built along the plan (`benchmarks/tvm_bench.py`)"),
           ("fuzz", "Bad input and time limits (`benchmarks/fuzz.py`)"),
           ("struct", "Graph-side speed before/after the DAG toolkit (`benchmarks/speed.py`)")]
