@@ -608,7 +608,8 @@ def save_graph(graph: Graph, path: Union[str, os.PathLike]) -> Optional[Path]:
     >>> save_graph(g, os.path.join(tempfile.mkdtemp(), "g.json")) is None
     True
     """
-    from .weights import SUFFIX, write_file_atomic, write_weights
+    from .files import write_atomic
+    from .weights import SUFFIX, write_weights
     path = Path(path)
     stored = [n for n, t in graph.tensors.items()
               if t.constant and t.value is None and t.fill is None and graph.has_data(n)]
@@ -621,7 +622,7 @@ def save_graph(graph: Graph, path: Union[str, os.PathLike]) -> Optional[Path]:
         for n in stored:
             tensors[n] = tensors[n].model_copy(update={"data": WeightRef(file=wpath.name, key=n, sha256=shas[n])})
     try:
-        write_file_atomic(path, graph.model_copy(update={"tensors": tensors}).to_json() + "\n")
+        write_atomic(path, graph.model_copy(update={"tensors": tensors}).to_json() + "\n")
     except BaseException:
         if wpath is not None and wpath.exists():
             wpath.unlink()

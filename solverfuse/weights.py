@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Optional, Union
@@ -37,6 +36,7 @@ from typing import Mapping, Optional, Union
 import numpy as np
 
 from .errors import GraphError
+from .files import atomic_path
 
 SUFFIX = ".safetensors"
 ALIGN = 64
@@ -87,33 +87,9 @@ def write_weights(path: Union[str, os.PathLike], arrays: Mapping[str, np.ndarray
             f.write(b"\0" * (off - pos))
             f.write(memoryview(a.reshape(-1).view(np.uint8)))
             pos = off + a.nbytes
-    write_file_atomic(path, write)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        write(f)
     return shas
-
-
-def write_file_atomic(path: Union[str, os.PathLike], content) -> None:
-    """Write ``content`` (bytes, str, or a function given the open binary file) so that the file
-    appears complete or not at all; GraphError names the path when it cannot be written."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
-                                   suffix=".tmp")
-    except OSError as e:
-        raise GraphError(f"{path}: cannot write ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if callable(content):
-                content(f)
-            else:
-                f.write(content.encode("utf-8") if isinstance(content, str) else content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; an output file is not
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class WeightsFile:
