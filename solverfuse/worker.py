@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
@@ -169,6 +170,18 @@ def _fallback_plan(graph: Graph, hw: Hardware, groups: list) -> Plan:
                       bound_bytes=min(cost.q_min(graph), cost.plan_traffic(graph, groups)))
 
 
+#: Validation threads of every _Spare of this process. A fork while one of them runs would copy
+#: its held locks (pydantic's among them) into the child, which then deadlocks on the first use:
+#: no fork starts until they have finished.
+_SPARE_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+def _join_spare_threads() -> None:
+    """Wait for every validation thread of this process (see :data:`_SPARE_THREADS`)."""
+    for t in list(_SPARE_THREADS):
+        t.join()
+
+
 class _Spare:
     """Builds (validates) the fallback plan of the latest hint in a background thread while the
     parent only waits, so a fallback at the deadline costs no validation time (seconds at 20k ops)."""
@@ -186,6 +199,7 @@ class _Spare:
             if self.thread is not None and self.thread.is_alive():
                 return
             self.thread = threading.Thread(target=self._run, daemon=True)
+            _SPARE_THREADS.add(self.thread)
             self.thread.start()
 
     def _run(self) -> None:
@@ -275,6 +289,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                            args=(send, errfile.fileno(), graph, hw, deadline, n_workers, seed,
                                  hints and attempts == 1, best, _fault_for(attempts), covering, objective))
         try:
+            _join_spare_threads()  # a thread holding a lock at the fork would deadlock the child
             proc.start()
             send.close()
             if attempts == 1:
