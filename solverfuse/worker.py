@@ -280,6 +280,10 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     log: list = []
     cut: list[str] = []  # baselines the hint budget cut off
     spare = _Spare(graph, hw)
+    # The digest is computed here, once, and inherited: a child forked from a process with other
+    # threads (a test runner's, a host compiler's) was seen deadlocking inside pydantic's
+    # serializer on its first model_dump (Graph.digest in build_plan).
+    graph.digest()
     while result is None and attempts < 2:
         attempts += 1
         n_workers = workers if attempts == 1 else 1
