@@ -142,12 +142,7 @@ def capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | No
     """Why a group exceeds registers or L1 (None if it fits; single ops always fit)."""
     if len(nodes) < 2:
         return None
-    fp = group_footprint(graph, nodes, hw)
-    if fp.registers > hw.register_budget:
-        return f"needs {fp.registers} registers > budget {hw.register_budget} of {hw.name}"
-    if fp.l1_bytes > hw.l1_bytes:
-        return f"needs {fp.l1_bytes} bytes of L1/shared > {hw.l1_bytes} of {hw.name}"
-    return None
+    return _over_limits(group_footprint(graph, nodes, hw), hw, "needs")
 
 
 # ---- looped reductions: a group run as several passes over its row inputs ------------------------
@@ -219,9 +214,13 @@ def loop_capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str
     """Why no pass of a looped kernel of this group can fit (None when every pass fits)."""
     if len(nodes) < 2:
         return None
-    fp = loop_footprint(graph, nodes, hw)
+    return _over_limits(loop_footprint(graph, nodes, hw), hw, "a pass needs")
+
+
+def _over_limits(fp: Footprint, hw: Hardware, who: str) -> str | None:
+    """The register or L1 limit a footprint exceeds (registers first), or None."""
     if fp.registers > hw.register_budget:
         return f"needs {fp.registers} registers > budget {hw.register_budget} of {hw.name}"
     if fp.l1_bytes > hw.l1_bytes:
-        return f"a pass needs {fp.l1_bytes} bytes of L1/shared > {hw.l1_bytes} of {hw.name}"
+        return f"{who} {fp.l1_bytes} bytes of L1/shared > {hw.l1_bytes} of {hw.name}"
     return None
