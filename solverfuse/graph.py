@@ -243,8 +243,9 @@ class Graph(BaseModel):
 
         Cached like :attr:`index` (a checked graph is not mutated): every plan build and
         validation asks for it, and serialising a large model takes most of a second. The cache
-        is keyed on the field objects, so a ``model_copy(update=...)`` recomputes it."""
-        key = (id(self.tensors), id(self.nodes), id(self.inputs), id(self.outputs), self.name)
+        is keyed on the field objects, so a ``model_copy(update=...)`` recomputes it (a pickled
+        copy keeps it: the key is renewed on unpickling)."""
+        key = self._digest_key()
         hit = self.__dict__.get("_digest_cache")
         if hit is None or hit[0] != key:
             text = json.dumps(self.model_dump(mode="json", exclude={"tensors": {"__all__": {"data"}}}),
@@ -252,6 +253,37 @@ class Graph(BaseModel):
             hit = (key, hashlib.sha256(text.encode()).hexdigest())
             self.__dict__["_digest_cache"] = hit
         return hit[1]
+
+    def _digest_key(self) -> tuple:
+        return (id(self.tensors), id(self.nodes), id(self.inputs), id(self.outputs), self.name)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        hit = self.__dict__.get("_digest_cache")
+        if hit is not None and hit[0] != self._digest_key():  # stale: not worth carrying
+            state["__dict__"] = {k: v for k, v in state["__dict__"].items() if k != "_digest_cache"}
+        return state
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        hit = self.__dict__.get("_digest_cache")
+        if hit is not None:  # it was current when pickled (see __getstate__); the ids are new
+            self.__dict__["_digest_cache"] = (self._digest_key(), hit[1])
+
+    def structure_copy(self) -> "Graph":
+        """A shallow copy without the constant data held in memory (an import's arrays and
+        loaders): what a planning worker process needs, cheap to pickle whatever the model's size.
+        Weights-file references stay, so the copy's :meth:`digest` is the same.
+
+        >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+        ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+        >>> c = g.structure_copy()
+        >>> c.digest() == g.digest(), c.nodes is g.nodes
+        (True, True)
+        """
+        out = self.model_copy()
+        out._arrays = {}
+        return out
 
     def to_json(self, indent: Optional[int] = 1) -> str:
         return json.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=indent,

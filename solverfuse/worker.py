@@ -13,6 +13,16 @@ bounded by ``time_limit + GRACE`` plus the time to validate a fallback plan; the
 stop early enough to validate its own plan inside the limit. ``plan.solve_seconds`` is the wall
 time from ``started`` to the returned plan.
 
+Processes: the child is a fresh interpreter (``python -m solverfuse.worker``), never a fork of
+the caller: a caller is often multi-threaded (a test runner, ONNX Runtime's or torch's thread
+pools, a host compiler), and a child forked from it inherits every lock another thread held at that
+instant -- seen as a child deadlocked in pydantic's serializer until the time limit. Unlike
+multiprocessing's spawn and forkserver, nothing re-runs the caller's ``__main__`` script, so a
+script needs no ``if __name__ == "__main__"`` guard. The child reads its arguments (the graph's
+structure, :meth:`Graph.structure_copy`, without weights) pickled on stdin and sends
+length-prefixed pickled messages on a pipe of its own; its stdout and stderr (OR-Tools' native
+messages) go to a file the parent reads when it dies.
+
 Interrupts: a :class:`~solverfuse.errors.Interrupted` (or KeyboardInterrupt) raised while
 waiting kills the child before it propagates; ``Interrupted.groups`` then holds the best
 partition known so far (at worst every op alone), so the caller may write it. The child ignores SIGINT (a terminal's
@@ -29,14 +39,16 @@ Ctrl-C reaches the whole process group) and dies with its parent (Linux ``PR_SET
 from __future__ import annotations
 
 import faulthandler
-import multiprocessing as mp
 import os
+import pickle
+import select
 import signal
+import struct
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
@@ -104,14 +116,100 @@ def _fault_for(attempt: int) -> Optional[str]:
     return FAULT
 
 
-def _child(conn, errfd: int, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
+_FRAME = struct.Struct("<Q")
+
+
+class _Sender:
+    """The child's end of the message pipe: one length-prefixed pickle per message."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def send(self, msg: tuple) -> None:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_FRAME.pack(len(data)) + data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _Receiver:
+    """The parent's end: :meth:`poll` waits up to a timeout for a whole message."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf, self.eof = fd, bytearray(), False
+
+    def _whole(self) -> bool:
+        return len(self.buf) >= _FRAME.size and len(self.buf) >= _FRAME.size + _FRAME.unpack_from(self.buf)[0]
+
+    def poll(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while not self._whole() and not self.eof:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return False
+            chunk = os.read(self.fd, 1 << 20)
+            self.buf += chunk
+            self.eof = not chunk
+        return True
+
+    def recv(self) -> tuple:
+        if not self._whole():
+            raise EOFError("the worker closed its pipe")
+        n = _FRAME.unpack_from(self.buf)[0]
+        msg = pickle.loads(bytes(self.buf[_FRAME.size:_FRAME.size + n]))
+        del self.buf[:_FRAME.size + n]
+        return msg
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _start(args: tuple, errfile) -> tuple[subprocess.Popen, _Receiver]:
+    """A fresh ``python -m solverfuse.worker`` given ``args`` (module doc, *Processes*)."""
+    import solverfuse
+    root = os.path.dirname(os.path.dirname(os.path.abspath(solverfuse.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.pop("PYTHONFAULTHANDLER", None)  # a fault handler would print our abort's traceback
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "solverfuse.worker", str(w)], env=env,
+                                stdin=subprocess.PIPE, stdout=errfile, stderr=errfile, pass_fds=(w,))
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    receiver = _Receiver(r)
+    try:
+        proc.stdin.write(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
+        proc.stdin.close()
+    except BrokenPipeError:  # it died before reading: the caller sees the death
+        pass
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        receiver.close()
+        raise
+    return proc, receiver
+
+
+def _serve() -> None:
+    """The child's entry point (``python -m solverfuse.worker FD``)."""
+    conn = _Sender(int(sys.argv[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group
+    _die_with_parent()
+    args = pickle.load(sys.stdin.buffer)
+    _child(conn, *args)
+
+
+def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
            with_hints: bool, hint: Optional[list], fault: Optional[str], covering: bool = False,
            objective: str = "traffic") -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent()
-    faulthandler.disable()  # a caller's fault handler (pytest's) would print our abort's traceback
-    os.dup2(errfd, 2)  # OR-Tools' native messages go to a file the parent reads, not the terminal
+    faulthandler.disable()
     try:
         best = best_hint(graph, hw, [hint] if hint else [])
         best_traffic = cost.plan_traffic(graph, best)  # the parent has this one already
@@ -170,18 +268,6 @@ def _fallback_plan(graph: Graph, hw: Hardware, groups: list) -> Plan:
                       bound_bytes=min(cost.q_min(graph), cost.plan_traffic(graph, groups)))
 
 
-#: Validation threads of every _Spare of this process. A fork while one of them runs would copy
-#: its held locks (pydantic's among them) into the child, which then deadlocks on the first use:
-#: no fork starts until they have finished.
-_SPARE_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
-
-
-def _join_spare_threads() -> None:
-    """Wait for every validation thread of this process (see :data:`_SPARE_THREADS`)."""
-    for t in list(_SPARE_THREADS):
-        t.join()
-
-
 class _Spare:
     """Builds (validates) the fallback plan of the latest hint in a background thread while the
     parent only waits, so a fallback at the deadline costs no validation time (seconds at 20k ops)."""
@@ -199,7 +285,6 @@ class _Spare:
             if self.thread is not None and self.thread.is_alive():
                 return
             self.thread = threading.Thread(target=self._run, daemon=True)
-            _SPARE_THREADS.add(self.thread)
             self.thread.start()
 
     def _run(self) -> None:
@@ -272,7 +357,6 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     hw = load_hardware(hw)
     alone = [[v] for v in graph.index.order]
     deadline = start + time_limit
-    ctx = mp.get_context("fork")
     best: list = alone  # every op alone is always legal: the fallback before any hint arrives
     result: Optional[WorkerResult] = None
     reason: Optional[str] = None
@@ -280,40 +364,32 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     log: list = []
     cut: list[str] = []  # baselines the hint budget cut off
     spare = _Spare(graph, hw)
-    # The digest is computed here, once, and inherited: a child forked from a process with other
-    # threads (a test runner's, a host compiler's) was seen deadlocking inside pydantic's
-    # serializer on its first model_dump (Graph.digest in build_plan).
-    graph.digest()
+    graph.digest()  # once, here: the cached digest travels with the copy the child receives
+    structure = graph.structure_copy()
     while result is None and attempts < 2:
         attempts += 1
         n_workers = workers if attempts == 1 else 1
-        recv, send = ctx.Pipe(duplex=False)
         errfile = tempfile.TemporaryFile()
-        proc = ctx.Process(target=_child, daemon=True,
-                           args=(send, errfile.fileno(), graph, hw, deadline, n_workers, seed,
-                                 hints and attempts == 1, best, _fault_for(attempts), covering, objective))
+        proc = recv = None
         try:
-            _join_spare_threads()  # a thread holding a lock at the fork would deadlock the child
-            proc.start()
-            send.close()
+            proc, recv = _start((structure, hw, deadline, n_workers, seed, hints and attempts == 1, best,
+                                 _fault_for(attempts), covering, objective), errfile)
             if attempts == 1:
-                spare.offer(best)  # after the fork: a child should not inherit a busy thread
+                spare.offer(best)
             while True:
                 wait = deadline + GRACE - time.monotonic()
                 if wait <= 0:
                     reason = f"the solver did not stop within {time_limit:g} s + {GRACE:g} s; stopped it"
                     break
                 if not recv.poll(min(wait, 0.25)):
-                    if proc.is_alive() or recv.poll(0):
+                    if proc.poll() is None or recv.poll(0):
                         continue
-                    proc.join()
-                    reason = _death(proc.exitcode, errfile)
+                    reason = _death(proc.wait(), errfile)
                     break
                 try:
                     msg = recv.recv()
-                except (EOFError, OSError):
-                    proc.join()
-                    reason = _death(proc.exitcode, errfile)
+                except (EOFError, OSError, pickle.UnpicklingError):
+                    reason = _death(proc.wait(), errfile)
                     break
                 if msg[0] == "hint":
                     best = msg[1]
@@ -340,11 +416,12 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
             e.groups = best  # type: ignore[attr-defined]
             raise
         finally:
-            if proc.is_alive():
-                proc.kill()
-            if proc.pid is not None:
-                proc.join()
-            recv.close()
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+            if recv is not None:
+                recv.close()
             errfile.close()
         if result is None and (time.monotonic() >= deadline or reason.startswith("the solver did not stop")):
             break
@@ -364,3 +441,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
 
 
 __all__ = ["solve_in_worker", "WorkerResult", "GRACE", "FAULT"]
+
+
+if __name__ == "__main__":
+    _serve()

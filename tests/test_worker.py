@@ -76,3 +76,30 @@ def test_healthy_worker_matches_the_in_process_solve(graph):
 def test_bad_time_limits_are_rejected_by_the_library(graph, bad):
     with pytest.raises(ArgumentError, match="time limit"):
         make_plan(graph, "nvidia-h100", time_limit=bad)
+
+
+def test_the_worker_does_not_inherit_a_lock_another_thread_of_the_caller_holds(graph, monkeypatch):
+    """The CI deadlock, made deterministic: another thread of the caller holds a lock that the
+    solve path takes. A child forked from the caller would inherit the lock held forever (and the
+    patched function) and hang until the time limit; the worker's child starts from a clean
+    interpreter, so the solve proves the optimum."""
+    import threading
+    held, release = threading.Lock(), threading.Event()
+
+    def holder():
+        with held:
+            release.wait(30)
+    t = threading.Thread(target=holder, daemon=True)
+    t.start()
+
+    def solve_behind_the_lock(*args, **kwargs):
+        with held:
+            raise AssertionError("unreachable while the lock is held")
+    monkeypatch.setattr(worker, "solve_report", solve_behind_the_lock)
+    try:
+        p = make_plan(graph, "nvidia-h100", time_limit=20, workers=1)
+    finally:
+        release.set()
+        t.join()
+    assert p.status == "optimal" and p.reason is None
+    validate(p)
