@@ -320,6 +320,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     from .plans import build_plan, plan_to_json, save_plan
     from .summary import format_plan, human_bytes
     from .worker import solve_in_worker
+    from .zygote import prestart
     start = ENTRY[0] if ENTRY[0] is not None else _time.monotonic()
     ENTRY[0] = None
     check_time_limit(time_limit)
@@ -329,6 +330,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
         fail(f"unknown objective {objective!r} (traffic or time)")
     if objective == "time" and recompute:
         fail("--objective time does not support --recompute yet")
+    prestart()  # the solver's process starts importing while the graph loads
     g = load_input_graph(graph)
     hw = load_hardware(hardware)
     live = sys.stderr.isatty()

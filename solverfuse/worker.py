@@ -13,20 +13,17 @@ bounded by ``time_limit + GRACE`` plus the time to validate a fallback plan; the
 stop early enough to validate its own plan inside the limit. ``plan.solve_seconds`` is the wall
 time from ``started`` to the returned plan.
 
-Processes: the child is a fresh interpreter (``python -m solverfuse.worker``), never a fork of
-the caller: a caller is often multi-threaded (a test runner, ONNX Runtime's or torch's thread
-pools, a host compiler), and a child forked from it inherits every lock another thread held at that
-instant -- seen as a child deadlocked in pydantic's serializer until the time limit. Unlike
-multiprocessing's spawn and forkserver, nothing re-runs the caller's ``__main__`` script, so a
-script needs no ``if __name__ == "__main__"`` guard. The child reads its arguments (the graph's
-structure, :meth:`Graph.structure_copy`, without weights) pickled on stdin and sends
+Processes: the child is forked from :mod:`solverfuse.zygote` (a clean single-threaded
+interpreter started once per caller process), never from the caller itself, which is often
+multi-threaded (see that module for why, and why not multiprocessing). It receives its arguments
+pickled (the graph's structure, :meth:`Graph.structure_copy`, without weights) and sends
 length-prefixed pickled messages on a pipe of its own; its stdout and stderr (OR-Tools' native
 messages) go to a file the parent reads when it dies.
 
 Interrupts: a :class:`~solverfuse.errors.Interrupted` (or KeyboardInterrupt) raised while
 waiting kills the child before it propagates; ``Interrupted.groups`` then holds the best
 partition known so far (at worst every op alone), so the caller may write it. The child ignores SIGINT (a terminal's
-Ctrl-C reaches the whole process group) and dies with its parent (Linux ``PR_SET_PDEATHSIG``).
+Ctrl-C reaches the whole process group) and dies with the zygote, which exits with the caller.
 
 >>> from solverfuse.graph import load_graph
 >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
@@ -44,7 +41,6 @@ import pickle
 import select
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,13 +48,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
-from . import cost, errors, greedy
+from . import cost, errors, greedy, zygote
 from .arguments import check_seed, check_time_limit, check_workers
 from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan
-from .solve import best_hint, solve_report, solve_time  # imported here, once: a forked child inherits it
+from .solve import best_hint, solve_report, solve_time  # the zygote imports them once
 
 #: Seconds the parent waits past the time limit before it stops the worker.
 GRACE = 1.0
@@ -91,14 +87,6 @@ class _HintTimeout(Exception):
 
 def _out_of_hint_time(signum, frame):
     raise _HintTimeout()
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's finally still kills us
-        pass
 
 
 def _fault(kind: Optional[str]) -> None:
@@ -167,43 +155,23 @@ class _Receiver:
         os.close(self.fd)
 
 
-def _start(args: tuple, errfile) -> tuple[subprocess.Popen, _Receiver]:
-    """A fresh ``python -m solverfuse.worker`` given ``args`` (module doc, *Processes*)."""
-    import solverfuse
-    root = os.path.dirname(os.path.dirname(os.path.abspath(solverfuse.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    env.pop("PYTHONFAULTHANDLER", None)  # a fault handler would print our abort's traceback
+def _start(args: tuple, errfile) -> tuple[zygote.Child, _Receiver]:
+    """A solver child running :func:`_child` on ``args`` (module doc, *Processes*)."""
     r, w = os.pipe()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "solverfuse.worker", str(w)], env=env,
-                                stdin=subprocess.PIPE, stdout=errfile, stderr=errfile, pass_fds=(w,))
+        child = zygote.launch("solverfuse.worker:child_main", args, msg_fd=w, err_fd=errfile.fileno())
     except BaseException:
         os.close(r)
         raise
     finally:
         os.close(w)
-    receiver = _Receiver(r)
-    try:
-        proc.stdin.write(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
-        proc.stdin.close()
-    except BrokenPipeError:  # it died before reading: the caller sees the death
-        pass
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        receiver.close()
-        raise
-    return proc, receiver
+    return child, _Receiver(r)
 
 
-def _serve() -> None:
-    """The child's entry point (``python -m solverfuse.worker FD``)."""
-    conn = _Sender(int(sys.argv[1]))
+def child_main(fd: int, *args) -> None:
+    """The solver child's entry point (the zygote calls it): :func:`_child` sending on ``fd``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group
-    _die_with_parent()
-    args = pickle.load(sys.stdin.buffer)
-    _child(conn, *args)
+    _child(_Sender(fd), *args)
 
 
 def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
@@ -442,6 +410,3 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
 
 __all__ = ["solve_in_worker", "WorkerResult", "GRACE", "FAULT"]
 
-
-if __name__ == "__main__":
-    _serve()

@@ -3,6 +3,11 @@ there gives the best greedy plan, status feasible and the reason, never a dead c
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +19,7 @@ from solverfuse.errors import ArgumentError
 from solverfuse.plans import validate
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +109,43 @@ def test_the_worker_does_not_inherit_a_lock_another_thread_of_the_caller_holds(g
         t.join()
     assert p.status == "optimal" and p.reason is None
     validate(p)
+
+
+def zygotes() -> list[int]:
+    """This process's solver zygotes (children running ``-m solverfuse.zygote``)."""
+    out = []
+    for task in Path("/proc/self/task").glob("*"):
+        for pid in (task / "children").read_text().split():
+            try:
+                if b"solverfuse.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_a_killed_zygote_is_replaced(graph):
+    make_plan(graph, "nvidia-h100", time_limit=20, workers=1)
+    before = zygotes()
+    assert before
+    for pid in before:
+        os.kill(pid, signal.SIGKILL)
+    p = make_plan(graph, "nvidia-h100", time_limit=20, workers=1)
+    assert p.status == "optimal" and p.reason is None
+    assert zygotes() and not set(zygotes()) & set(before)
+
+
+def test_a_script_without_a_main_guard_calls_the_library_once(tmp_path):
+    """multiprocessing's spawn/forkserver would re-run this script in the worker."""
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import solverfuse\n"
+        "g = {'tensors': {'x': {'shape': [64]}}, 'inputs': ['x'], 'outputs': ['y'],\n"
+        "     'nodes': [{'name': 'a', 'op': 'Relu', 'inputs': ['x'], 'outputs': ['h']},\n"
+        "               {'name': 'b', 'op': 'Exp', 'inputs': ['h'], 'outputs': ['y']}]}\n"
+        "print('plan', solverfuse.plan(g, 'nvidia-h100', time_limit=20).status)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["plan optimal"]
