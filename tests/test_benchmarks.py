@@ -25,7 +25,7 @@ def _load(name: str):
 def test_plan_all_scores_every_strategy_with_the_cost_model():
     run = _load("run")
     g = zoo.elementwise_chain(8, 32)
-    row = run.plan_all(g, load_hardware("nvidia-h100"), time_limit=5, workers=1)
+    row = run.plan_all(g, load_hardware("nvidia-h100"), time_limit=30, workers=1)
     assert row["unfused"] == cost.unfused_traffic(g) and row["q_min"] == cost.q_min(g)
     assert row["optimal"]["status"] == "optimal"
     # a single elementwise chain fuses into one kernel: optimal traffic is exactly Q_min
