@@ -544,7 +544,7 @@ def inductor(graph, hw) -> list[list[str]]:
 
 # Ops Inductor lowers to index expressions and never makes a kernel of.
 INDUCTOR_VIEWS = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Identity", "Flatten",
-                  "Slice", "Select"}
+                  "Slice", "Select", "Split"}
 
 
 def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:

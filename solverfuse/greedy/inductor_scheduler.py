@@ -15,9 +15,10 @@ from .merging import Partition, has_role
 INDUCTOR_MAX_FUSION_SIZE = 64
 INDUCTOR_ROUNDS = 10
 INDUCTOR_PAIRWISE_ATTEMPTS = 64
-#: Ops Inductor never makes a kernel of: views and no-op copies, lowered as index expressions.
+#: Ops Inductor never makes a kernel of: views and no-op copies, lowered as index expressions
+#: (``split`` lowers to one slice view per output).
 INDUCTOR_VIEW_OPS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Identity",
-                               "Flatten", "Slice", "Select"})
+                               "Flatten", "Slice", "Select", "Split"})
 #: ``config.realize_reads_threshold``: a pointwise value read by several consumers is stored
 #: (realised) when its inlined expression reads more buffers than this; else each recomputes it.
 INDUCTOR_REALIZE_READS = 4
