@@ -231,23 +231,31 @@ EXPLAIN = [
     "expression reads more than 4 buffers) are scheduler nodes; everything else runs inside its "
     "consumer's loop (recomputed in each when several read it: a partition keeps it in the first). The "
     "CPU backend fuses two nodes only over one loop size, so llama's rotary halves (8 columns), the "
-    "two-head query and the one-head key stay apart. Remaining disagreements: a clone Inductor removes "
-    "as a no-op when its strides equal its input's (strides are not in our graph), and gpt2's split.",
+    "two-head query and the one-head key stay apart; `split` is slice views. Remaining disagreements "
+    "(t5): a clone Inductor removes as a no-op when its strides equal its input's (strides are not in "
+    "our graph). The ops still moved out of real kernels are views Inductor computes in two kernels, "
+    "which a partition holds once (convexity), never a fusion rule or a capacity limit.",
     "- **Planned traffic is not what Inductor runs.** The optimal plan fuses GEMM/conv epilogues; "
     "Inductor on CPU calls GEMM and convolution as extern library kernels (no `max_autotune` "
-    "templates) that take no epilogue, so such a planned group becomes two kernels and the backend's "
-    "run moves about the bytes default Inductor moves. Where the plan merges more memory-bound ops "
-    "(LayerNorm/RMSNorm with residual chains) the backend makes fewer kernels; at these sizes "
-    "(hidden 32, 8 tokens) the difference is within the call overhead.",
-    "- **Call overhead dominates the tiny models.** A torch.compile call costs tens of microseconds "
-    "in dynamo's guards and the Python wrapper before any kernel runs. 'our C (Python call)' pays a "
-    "Python call too (ctypes, output allocation) and is the like-for-like column; 'in C' is the "
-    "kernels alone, a lower bound. The memory-bound motifs (64x128 floats) are the fairer "
-    "comparison of the generated code; on the models the C's win is mostly dynamo/Inductor's "
-    "per-call overhead and ATen's per-op dispatch for small GEMMs/convolutions.",
+    "templates) that take no epilogue, so such a planned group becomes two kernels (the list above) "
+    "and the backend's run moves about the bytes default Inductor moves. Where the plan merges more "
+    "memory-bound ops (LayerNorm/RMSNorm with residual chains) the backend makes one or two kernels "
+    "fewer; at these sizes (hidden 32, 8 tokens) that is far below the noise, and the default and "
+    "backend columns show no consistent difference: medians of the same variant moved by 2-7x "
+    "between runs of this benchmark on the loaded box (bert, 1 thread, default: 0.2 ms on a quieter "
+    "run, 1.5 ms here).",
+    "- **Our C** runs where the C emitter has every op (resnet and five of the six motifs; the "
+    "transformer graphs use ATen's `VarMean`/`Rsqrt` rows, which it has no kernel for yet: `n/a`). "
+    "'in C' is the kernels alone (`clock_gettime` inside the library): microseconds on the motifs, "
+    "tens on resnet, against tens to hundreds for a torch.compile call, most of which is dynamo's "
+    "guards and the Python wrapper, not kernels. The like-for-like column is 'Python call' "
+    "(`Program.run`: a ctypes call whose Python side checks every input/weight buffer and allocates "
+    "the outputs): cheaper than a torch.compile call on the motifs, and on resnet (about 60 weight "
+    "buffers checked per call) close to it.",
     "- **2 threads.** Inductor's kernels and ATen run OpenMP teams of 2 on a 2-core box shared with "
-    "other jobs; when a core is taken the team waits, so 2-thread medians can be far slower than "
-    "1-thread ones, eager included. A slower result is reported as measured.",
+    "other jobs (load average above); when a core is taken the team waits, so 2-thread medians can "
+    "be milliseconds where 1-thread ones are microseconds, eager included. A slower result is "
+    "reported as measured.",
 ]
 
 
