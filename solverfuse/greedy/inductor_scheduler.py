@@ -102,7 +102,16 @@ def realised_ops(graph: Graph) -> set[str]:
 def inline_homes(graph: Graph, stored: set[str]) -> dict[str, str]:
     """For each op Inductor inlines (a view read in some loop included): the stored op whose loop
     computes it -- that of its first in-loop consumer (graph order, through views); stored ops map
-    to themselves; a view only memory-reading calls read has none."""
+    to themselves; a view only memory-reading calls read has none.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "r", "op": "Relu", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "n", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> sorted(inline_homes(g, realised_ops(g)).items())
+    [('e', 'r'), ('n', 'n'), ('r', 'r')]
+    """
     node, order, pos = graph.index.node, graph.index.order, graph.index.position
     eff = _through_views(graph)
     home: dict[str, str] = {}
@@ -141,8 +150,8 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     op first, when our rules accept it and the group stays within 64 ops). A value several
     kernels read is recomputed in each by Inductor; a partition holds it once, in the first.
 
-    Then the scheduler. Reproduced rules: up to 10 rounds of ``fuse_nodes_once`` until the number of nodes stops
-    changing. Each round collects candidate pairs among nodes that use a common buffer (within
+    Then the scheduler. Reproduced rules: up to 10 rounds of ``fuse_nodes_once`` until the
+    number of nodes stops changing. Each round collects candidate pairs among nodes that use a common buffer (within
     each buffer's user list, in order, at most 64 pairwise attempts per node --
     ``max_fusion_buffer_group_pairwise_attempts``), keeps the pairs ``can_fuse`` accepts, sorts
     them by ``score_fusion``: (both or neither a reduction and sharing data, shared bytes,
