@@ -414,11 +414,90 @@ INDUCTOR_ROUNDS = 10
 INDUCTOR_PAIRWISE_ATTEMPTS = 64
 
 
+def _users_through_views(p: Plain, v: str) -> list[tuple[str, str]]:
+    """(consumer, tensor) pairs reading ``v``'s value, a view's consumers standing for it; ('', '')
+    for a graph output or an op nobody reads."""
+    out = []
+    if any(t in p.outputs for t in p.node[v].outputs) or not any(
+            p.consumers.get(t) for t in p.node[v].outputs if t):
+        out.append(("", ""))
+    for w in dict.fromkeys(w for t in p.node[v].outputs if t for w in p.consumers.get(t, [])):
+        if p.node[w].op in INDUCTOR_VIEWS:
+            out += _users_through_views(p, w)
+        else:
+            out += [(w, t) for t in p.node[w].inputs if t in p.node[v].outputs]
+    return list(dict.fromkeys(out))
+
+
+def _needs_buffer(p: Plain, w: str, t: str) -> bool:
+    """An extern call, a ConcatKernel, a window op or a gather's data reads ``t`` from memory."""
+    info = OPS.get(p.node[w].op)
+    if p.node[w].op == "Concat" or info is None or info.materialised_inputs:
+        return True
+    return info.gather_data_input and p.node[w].inputs[0] == t
+
+
+def inductor_lowering(p: Plain) -> tuple[set, dict]:
+    """(ops stored to a buffer, op -> the stored op whose loop computes it): stored are
+    reductions, extern/window calls, Concat, graph outputs, ops some consumer (through views)
+    reads from memory, and ops with several consumers whose expression reads more than 4
+    buffers; any other op (a view with an in-loop consumer too) runs in its first in-loop
+    consumer's loop."""
+    stored, reads = set(), {}
+    for v in p.order:
+        if p.node[v].op in INDUCTOR_VIEWS:
+            src = p.node[v].inputs[0] if p.node[v].inputs else ""
+            q = p.producer.get(src)
+            reads[v] = reads[q] if q is not None and q not in stored else ({src} - {""})
+            continue
+        mine = set()
+        for t in p.node[v].inputs:
+            q = p.producer.get(t) if t else None
+            if q is not None and q not in stored:
+                mine |= reads[q]
+            elif t and p.graph.tensors[t].shape:
+                mine.add(t)
+        reads[v] = mine
+        users = _users_through_views(p, v)
+        if p.node[v].op == "Concat" or p.role(v) in ("reduction", "anchor", "opaque", "window") \
+                or any(w == "" or _needs_buffer(p, w, t) for w, t in users) \
+                or (len({w for w, _ in users}) > 1 and len(mine) > 4):
+            stored.add(v)
+    home = {}
+    for v in reversed(p.order):
+        users = _users_through_views(p, v)
+        if p.node[v].op in INDUCTOR_VIEWS:
+            ins = [w for w, t in users if w and not _needs_buffer(p, w, t)]
+            if ins:
+                home[v] = home[min(ins, key=p.pos.__getitem__)]
+        elif v in stored:
+            home[v] = v
+        else:
+            ins = [w for w, _ in users if w]
+            home[v] = home[min(ins, key=p.pos.__getitem__)] if ins else v
+    return stored, home
+
+
 def inductor(graph, hw) -> list[list[str]]:
-    """``fuse_nodes``: rounds of candidate pairs among users of a common buffer, ranked by
-    (same reduction-ness and sharing, shared bytes, proximity), fused while still fusible; extern
-    calls (anchors) and Concat (a ConcatKernel on CPU) never fuse."""
+    """Lowering first: every inlined op joins the kernel of the stored op whose loop computes it
+    (latest op first, when legal and within 64 ops). Then ``fuse_nodes``: rounds of candidate
+    pairs among users of a common buffer, ranked by (same reduction-ness and sharing, shared
+    bytes, proximity), fused while still fusible -- both groups' stored ops running one loop size
+    (a reduction's: its input's); extern calls (anchors) and Concat (a ConcatKernel on CPU) never
+    fuse."""
     p = Plain(graph, hw)
+    stored, home = inductor_lowering(p)
+    for v in reversed(p.order):
+        if v in home and home[v] != v:
+            a, b = p.gid[v], p.gid[home[v]]
+            if a != b and len(p.members[a]) + len(p.members[b]) <= INDUCTOR_MAX_FUSION_SIZE and p.legal([a, b]):
+                p.merge([a, b])
+
+    def loop(v):
+        n = p.node[v]
+        t = n.inputs[0] if p.role(v) == "reduction" and n.inputs and n.inputs[0] else n.outputs[0]
+        return math.prod(graph.tensors[t].shape)
+    loops = lambda g: {loop(v) for v in p.members[g] if v in stored}  # noqa: E731
     accessed = lambda g: set(p.reads(p.members[g])) | set(p.writes(p.members[g]))
     shared = lambda a, b: sum(p.nbytes(t) for t in accessed(a) & accessed(b))
 
@@ -429,6 +508,8 @@ def inductor(graph, hw) -> list[list[str]]:
         if a == b or extern(a) or extern(b):
             return False
         if len(p.members[a]) + len(p.members[b]) > INDUCTOR_MAX_FUSION_SIZE:
+            return False
+        if len(loops(a) | loops(b)) > 1:
             return False
         return shared(a, b) >= 1 and cost.group_violation(graph, p.nodes([a, b]), hw) is None
 
@@ -463,7 +544,7 @@ def inductor(graph, hw) -> list[list[str]]:
 
 # Ops Inductor lowers to index expressions and never makes a kernel of.
 INDUCTOR_VIEWS = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Identity", "Flatten",
-                  "Slice", "Select"}
+                  "Slice", "Select", "Split"}
 
 
 def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
@@ -474,17 +555,30 @@ def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
     (each memory-reading op's views their own group); in such a group that reshapes after a
     transpose, the views before the transpose reading a memory-reading op's output are each a
     kernel of their own (a copy). A view with no consumer, or a graph output
-    read by nobody, stays alone. A group our rules then reject loses its views (each alone); a
+    read by nobody, stays alone -- except a view (not a clone) nobody reads of an in-loop op's
+    value, which that op's kernel writes; a view read only by Concats (or by such views) is
+    alone (each ConcatKernel input a kernel of its own); a clone between the transpose and the
+    reshape is the copy (no head is copied then). A group our rules then reject loses its views (each alone); a
     view that makes its group non-convex stays alone; if the plan stays cyclic, nothing moves."""
     views = [v for v in p.order if p.node[v].op in INDUCTOR_VIEWS]
     if not views:
         return groups
     label = {v: ("g", i) for i, g in enumerate(groups) for v in g}
     mem_group: set = set()
+    to_concat: set = set()
     for v in reversed(views):
         cons = [w for t in p.node[v].outputs if t for w in p.consumers.get(t, [])]
         cons = list(dict.fromkeys(cons))
+        src = p.producer.get(p.node[v].inputs[0]) if p.node[v].inputs else None
+        if not cons and p.node[v].op != "Identity" and src is not None and src not in views \
+                and OPS.get(p.node[src].op) is not None and not OPS[p.node[src].op].materialised_inputs:
+            label[v] = label[src]
+            continue
         if not cons:
+            label[v] = ("v", v)
+            continue
+        if all(p.node[w].op == "Concat" or w in to_concat for w in cons):
+            to_concat.add(v)
             label[v] = ("v", v)
             continue
         in_kernel = [w for w in cons if not (OPS.get(p.node[w].op) and OPS[p.node[w].op].materialised_inputs)
@@ -501,7 +595,9 @@ def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
     for lab in list(mem_group):  # a reshape after a transpose: the head before it is copied
         members = [v for v in views if label[v] == lab]
         t = [p.pos[v] for v in members if p.node[v].op == "Transpose"]
-        if not t or not any(p.node[v].op in ("Reshape", "Flatten") and p.pos[v] > min(t) for v in members):
+        clones = [p.pos[v] for v in members if p.node[v].op == "Identity"]
+        if not t or not any(p.node[v].op in ("Reshape", "Flatten") and p.pos[v] > min(t)
+                            and not any(min(t) < c < p.pos[v] for c in clones) for v in members):
             continue
         for v in members:
             src = p.producer.get(p.node[v].inputs[0])

@@ -43,8 +43,14 @@ def test_real_plan_is_a_valid_plan_over_the_imported_graph(name, hw):
         anchors = [v for v in grp.nodes if real.graph.index.node[v].op in ("Gemm", "MatMul", "Conv")]
         assert len(anchors) <= 1
         assert all(v in extern_ops for v in anchors)
+    # A real kernel is legal under our rules: none is rejected, no op is moved out of one for a
+    # fusion rule or a capacity limit (registers, L1). What remains is convexity: a view Inductor
+    # recomputes in two kernels, which a partition holds in one group only.
+    assert not real.illegal, real.illegal
+    assert all("not convex" in r for r in real.repaired), real.repaired
+    # The reproduction agrees with the real scheduler on >= 95% of producer->consumer edges.
     agree, edges = st.edge_agreement(real.graph, real.plan.group_nodes(), inductor(real.graph, hw))
-    assert 0 <= agree <= edges
+    assert agree >= 0.95 * edges, f"{name}: {agree}/{edges}"
 
 
 def _launches(source: str) -> tuple[int, int]:

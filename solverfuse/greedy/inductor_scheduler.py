@@ -7,7 +7,7 @@ from .. import cost
 from ..errors import PlanError
 from ..graph import Graph
 from ..hardware import Hardware
-from ..ops import MATERIALISED_INPUT_ROLES
+from ..ops import MATERIALISED_INPUT_ROLES, OPS, numel
 from ..plans import order_groups
 from .merging import Partition, has_role
 
@@ -15,9 +15,126 @@ from .merging import Partition, has_role
 INDUCTOR_MAX_FUSION_SIZE = 64
 INDUCTOR_ROUNDS = 10
 INDUCTOR_PAIRWISE_ATTEMPTS = 64
-#: Ops Inductor never makes a kernel of: views and no-op copies, lowered as index expressions.
+#: Ops Inductor never makes a kernel of: views and no-op copies, lowered as index expressions
+#: (``split`` lowers to one slice view per output).
 INDUCTOR_VIEW_OPS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Identity",
-                               "Flatten", "Slice", "Select"})
+                               "Flatten", "Slice", "Select", "Split"})
+#: ``config.realize_reads_threshold``: a pointwise value read by several consumers is stored
+#: (realised) when its inlined expression reads more buffers than this; else each recomputes it.
+INDUCTOR_REALIZE_READS = 4
+#: Roles Inductor always stores to a buffer of their own (reductions, extern and window calls).
+INDUCTOR_STORED_ROLES = frozenset({"reduction", "anchor", "opaque", "window"})
+
+
+def _reads_from_memory(graph: Graph, consumer: str, tensor: str) -> bool:
+    """Whether ``consumer`` needs ``tensor`` in a buffer (an extern call's or a ConcatKernel's
+    argument, a gather's data); an in-loop consumer computes it in place instead."""
+    n = graph.index.node[consumer]
+    if n.op == "Concat" or cost.role(graph, consumer) in MATERIALISED_INPUT_ROLES:
+        return True
+    info = OPS.get(n.op)
+    return bool(info is not None and info.gather_data_input and n.inputs and n.inputs[0] == tensor)
+
+
+def _through_views(graph: Graph) -> dict[str, list[tuple[str, str]]]:
+    """For every op: (consumer, tensor it reads) pairs, looking through views (a view's
+    consumers read its source), in graph order; a graph output or an unread view reads as ('', '')."""
+    node, succs, order = graph.index.node, graph.index.succs, graph.index.order
+    outputs = set(graph.outputs)
+    eff: dict[str, list[tuple[str, str]]] = {}
+    for v in reversed(order):
+        out: list[tuple[str, str]] = []
+        if any(t in outputs for t in node[v].outputs) or not succs[v]:
+            out.append(("", ""))
+        for w in succs[v]:
+            if node[w].op in INDUCTOR_VIEW_OPS:
+                out += eff[w] if eff[w] else [("", "")]
+            else:
+                out += [(w, t) for t in node[w].inputs if t in node[v].outputs]
+        eff[v] = list(dict.fromkeys(out))
+    return eff
+
+
+def realised_ops(graph: Graph) -> set[str]:
+    """The non-view ops Inductor's lowering stores to a buffer -- its scheduler nodes; every other
+    op is inlined into the loops of its consumers (recomputed in each when there are several).
+
+    Stored: reductions, extern and window calls (and a Concat), graph outputs, an op an extern
+    call, a ConcatKernel or a gather's data needs in memory (:func:`_reads_from_memory`, looking
+    through views), and an op read by several consumers whose inlined expression reads more than
+    ``realize_reads_threshold`` = 4 buffers (``StorageBox.mark_reuse``).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "r", "op": "Relu", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "n", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> sorted(realised_ops(g))
+    ['n', 'r']
+    """
+    node, order = graph.index.node, graph.index.order
+    eff = _through_views(graph)
+    producer = graph.index.producer
+    stored: set[str] = set()
+    reads: dict[str, frozenset[str]] = {}   # buffers the op's inlined expression reads
+    for v in order:
+        if node[v].op in INDUCTOR_VIEW_OPS:
+            src = node[v].inputs[0] if node[v].inputs else ""
+            p = producer.get(src)
+            reads[v] = reads[p] if p is not None and p not in stored else frozenset({src} - {""})
+            continue
+        mine: set[str] = set()
+        for t in node[v].inputs:
+            p = producer.get(t) if t else None
+            if p is not None and p not in stored:
+                mine |= reads[p]
+            elif t and graph.tensors[t].shape:  # a scalar constant is an immediate
+                mine.add(t)
+        reads[v] = frozenset(mine)
+        users = eff[v]
+        if (node[v].op == "Concat" or cost.role(graph, v) in INDUCTOR_STORED_ROLES
+                or any(w == "" or _reads_from_memory(graph, w, t) for w, t in users)
+                or (len({w for w, _ in users}) > 1 and len(reads[v]) > INDUCTOR_REALIZE_READS)):
+            stored.add(v)
+    return stored
+
+
+def inline_homes(graph: Graph, stored: set[str]) -> dict[str, str]:
+    """For each op Inductor inlines (a view read in some loop included): the stored op whose loop
+    computes it -- that of its first in-loop consumer (graph order, through views); stored ops map
+    to themselves; a view only memory-reading calls read has none.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "r", "op": "Relu", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "n", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> sorted(inline_homes(g, realised_ops(g)).items())
+    [('e', 'r'), ('n', 'n'), ('r', 'r')]
+    """
+    node, order, pos = graph.index.node, graph.index.order, graph.index.position
+    eff = _through_views(graph)
+    home: dict[str, str] = {}
+    for v in reversed(order):
+        if node[v].op in INDUCTOR_VIEW_OPS:
+            users = sorted({w for w, t in eff[v] if w in home and not _reads_from_memory(graph, w, t)},
+                           key=pos.__getitem__)
+            if users:
+                home[v] = home[users[0]]
+            continue
+        if v in stored:
+            home[v] = v
+            continue
+        users = sorted({w for w, _ in eff[v] if w in home}, key=pos.__getitem__)
+        home[v] = home[users[0]] if users else v
+    return home
+
+
+def _iteration_numel(graph: Graph, v: str) -> int:
+    """The loop a stored op runs: its output's elements, a reduction's input's."""
+    n = graph.index.node[v]
+    t = n.inputs[0] if cost.role(graph, v) == "reduction" and n.inputs and n.inputs[0] else n.outputs[0]
+    return numel(graph.tensors[t].shape)
 
 
 def _accessed(graph: Graph, nodes: list[str]) -> set[str]:
@@ -27,8 +144,14 @@ def _accessed(graph: Graph, nodes: list[str]) -> set[str]:
 def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     """PyTorch Inductor's scheduler fusion (``torch/_inductor/scheduler.py``, ``fuse_nodes``).
 
-    Reproduced rules: up to 10 rounds of ``fuse_nodes_once`` until the number of nodes stops
-    changing. Each round collects candidate pairs among nodes that use a common buffer (within
+    Lowering first (``GraphLowering``): only the ops :func:`realised_ops` names are stored to a
+    buffer and become scheduler nodes; every other op (pointwise values, views) is computed inside
+    the loop of the stored op :func:`inline_homes` names, so it starts in that op's group (latest
+    op first, when our rules accept it and the group stays within 64 ops). A value several
+    kernels read is recomputed in each by Inductor; a partition holds it once, in the first.
+
+    Then the scheduler. Reproduced rules: up to 10 rounds of ``fuse_nodes_once`` until the
+    number of nodes stops changing. Each round collects candidate pairs among nodes that use a common buffer (within
     each buffer's user list, in order, at most 64 pairwise attempts per node --
     ``max_fusion_buffer_group_pairwise_attempts``), keeps the pairs ``can_fuse`` accepts, sorts
     them by ``score_fusion``: (both or neither a reduction and sharing data, shared bytes,
@@ -42,6 +165,11 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     Shared bytes (``score_fusion_memory``) are the bytes of the tensors both groups access in
     global memory (:func:`cost.group_reads` / :func:`cost.group_writes` of each).
 
+    The CPU backend's ``can_fuse`` (``_can_fuse_horizontal_impl`` / outer-loop fusion) needs
+    both nodes to run one loop: here the stored ops of both groups iterate over the same number
+    of elements (a reduction: its input's) -- llama's rotary ``neg`` half (8 columns) never joins
+    the full-width (16) query kernel, nor the one-head key kernel the two-head query kernel.
+
     Adaptations: Conv/MatMul/Gemm are extern kernels (aten/cuBLAS/cuDNN) in Inductor's default
     mode (no ``max_autotune`` templates) and so never fused; so is a Concat (on CPU ``aten.cat``
     lowers to a ``ConcatKernel``: each input's kernel writes its slice of the output buffer, and
@@ -50,7 +178,22 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
     capacity model, :func:`cost.group_violation`.
     """
     part = Partition(graph, hw)
+    stored = realised_ops(graph)
+    home = inline_homes(graph, stored)
+    for v in reversed(graph.index.order):  # lowering: an inlined op runs in its consumer's loop
+        if v in home and home[v] != v:
+            a, b = part.gid[v], part.gid[home[v]]
+            if a != b and len(part.members[a]) + len(part.members[b]) <= INDUCTOR_MAX_FUSION_SIZE \
+                    and part.why_not([a, b]) is None:
+                part.merge([a, b])
+    loop_numel = {v: _iteration_numel(graph, v) for v in stored}
     accessed_memo, reduction_memo, extern_memo = part.memo(), part.memo(), part.memo()
+    loops_memo = part.memo()
+
+    def loops(g: int) -> set[int]:
+        if g not in loops_memo:
+            loops_memo[g] = {loop_numel[v] for v in part.members[g] if v in loop_numel}
+        return loops_memo[g]
 
     def accessed(g: int) -> set[str]:
         if g not in accessed_memo:
@@ -80,6 +223,8 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
             return False
         if len(part.members[a]) + len(part.members[b]) > INDUCTOR_MAX_FUSION_SIZE:
             return False
+        if len(loops(a) | loops(b)) > 1:
+            return False  # the backend's can_fuse: both run the same loop (same numel)
         # The answer depends on the two groups only: kept until either changes (most pairs
         # are asked again, unchanged, in every round).
         va, vb = part.version.get(a, 0), part.version.get(b, 0)
@@ -159,10 +304,21 @@ def fold_views(graph: Graph, hw: Hardware, groups: list[list[str]]) -> list[list
     where: dict[str, int] = {v: i for i, g in enumerate(groups) for v in g}
     is_view = set(views)
     view_group: set[int] = set()
+    to_concat: set[str] = set()
     fresh = len(groups)
     for v in reversed(views):
         cons = succs[v]
+        src = graph.index.producer.get(node[v].inputs[0]) if node[v].inputs else None
+        if not cons and node[v].op != "Identity" and src is not None and src in where and src not in is_view \
+                and cost.role(graph, src) not in MATERIALISED_INPUT_ROLES:
+            where[v] = where[src]  # an output view: the kernel computing its source writes it
+            # (an output clone is a no-op Inductor removes: it stays alone)
+            continue
         if not cons or any(w not in where for w in cons):
+            where[v], fresh = fresh, fresh + 1
+            continue
+        if all(node[w].op == "Concat" or w in to_concat for w in cons):
+            to_concat.add(v)  # each ConcatKernel input is a kernel writing its slice
             where[v], fresh = fresh, fresh + 1
             continue
         plain = [w for w in cons if cost.role(graph, w) not in MATERIALISED_INPUT_ROLES
@@ -180,8 +336,11 @@ def fold_views(graph: Graph, hw: Hardware, groups: list[list[str]]) -> list[list
     for gid in view_group:
         members = [v for v in views if where[v] == gid]
         first_t = min((pos[v] for v in members if node[v].op == "Transpose"), default=None)
-        if first_t is None or not any(node[v].op in ("Reshape", "Flatten") and pos[v] > first_t for v in members):
-            continue
+        if first_t is None or not any(node[v].op in ("Reshape", "Flatten") and pos[v] > first_t
+                                      and not any(node[c].op == "Identity" and first_t < pos[c] < pos[v]
+                                                  for c in members)
+                                      for v in members):
+            continue  # no reshape after the transpose, or a clone (a copy) already between them
         for v in members:  # a reshape after a transpose is no stride: the chain's head is copied
             p = graph.index.producer.get(node[v].inputs[0]) if node[v].inputs else None
             if p is not None and cost.role(graph, p) in MATERIALISED_INPUT_ROLES and pos[v] < first_t:

@@ -28,6 +28,9 @@ from .fx_import import from_graph_module
 from .inductor_real import Kernel, record_kernels
 
 _LAST: list["Report"] = []
+#: Plans made in this process, by (graph digest, hardware, strategy, time limit, workers): torch
+#: compiles one model again for each thread count or dynamo reset; the plan does not change.
+_PLANS: dict[tuple, Plan] = {}
 
 
 @dataclass
@@ -162,7 +165,13 @@ def solverfuse_backend(gm: "torch.fx.GraphModule", example_inputs, options: Opti
     def inner(gm2, example_inputs2, **kwargs):
         graph = from_graph_module(gm2, {}, name="torch_compile")
         start = time.perf_counter()
-        plan = make_plan(graph, hardware, strategy=strategy, time_limit=time_limit, workers=workers)
+        key = (graph.digest(), str(getattr(hardware, "name", hardware)), strategy, time_limit, workers)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _PLANS[key] = make_plan(graph, hardware, strategy=strategy, time_limit=time_limit,
+                                           workers=workers)
+            if len(_PLANS) > 64:
+                del _PLANS[next(iter(_PLANS))]
         seconds = time.perf_counter() - start
         group_of = {v: i for i, g in enumerate(plan.groups) for v in g.nodes}
         producer = graph.index.producer
