@@ -24,7 +24,7 @@ from ..errors import EmitError
 from ..ops import OPS, numel, transpose_perm
 from . import anchors, reductions
 from .anchors import MAX_TILE
-from .cexpr import ctype, delinearize, linear
+from .cexpr import ctype, linear, reshape_index
 from .kernel import Kernel, UntiledRead
 from .lowering import SUPPORTED
 
@@ -135,10 +135,7 @@ def _forward_index(k: Kernel, node, idx: tuple) -> tuple:
         return tuple(idx[p] for p in perm)
     if node.op in ("Identity", "Dropout"):
         return tuple(idx)
-    if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
-        it = iter([i for i, d in zip(idx, xs) if d != 1])
-        return tuple("0" if d == 1 else next(it) for d in os_)
-    return delinearize(k.index(linear(xs, idx)), os_)
+    return reshape_index(idx, xs, os_, k.index)
 
 
 def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:

@@ -1,0 +1,180 @@
+"""GEMM/convolution kernels and whole plans of the emitted C, side by side with ONNX Runtime (MLAS).
+
+Two sections, both at 1 and 2 threads, each case timed interleaved with ONNX Runtime (every graph
+optimisation, IO binding, the same intra-op thread count, workers not spinning) in rotated order:
+
+* **kernels**: one GEMM/conv with a ReLU epilogue per case (``emit_speed_cases.kernel_flops``
+  shapes: FC layers, attention's QK^T, 1x1/3x3/grouped/depthwise convs of ResNet/ShuffleNet/
+  SqueezeNet), GFLOP/s of ours and of ORT on the same shape;
+* **plans**: memory-bound motifs and the ONNX light models, the optimal plan's C and the unfused
+  plan's C (one op per kernel) against ORT: is fusion ever slower than no fusion?
+
+Thread scaling (time at 1 thread / time at 2) is reported for both runtimes. Results go to
+``benchmarks/results/gemm.md``; a full run takes about a minute on a quiet machine (the compile
+cache under ``--cache`` makes reruns faster).
+
+    PYTHONPATH=. python benchmarks/gemm_speed.py [--rounds 7] [--section kernels|plans|all]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
+sys.path.insert(0, str(HERE.parent))
+
+import machine  # noqa: E402  (benchmarks/machine.py)
+import run as bench  # noqa: E402  (benchmarks/run.py: ORT runner, interleaving)
+from emit_speed import HW, ort_session  # noqa: E402
+from emit_speed_cases import CASES, KERNELS, kernel_flops, make_graph  # noqa: E402
+
+from solverfuse import api  # noqa: E402
+from solverfuse.emit.build import compile_plan  # noqa: E402
+from solverfuse.emit.data import constants, random_inputs  # noqa: E402
+from solverfuse.greedy import greedy_plan  # noqa: E402
+
+#: Kernel shapes: emit_speed's set plus the grouped 1x1 and strided depthwise convs of ShuffleNet,
+#: its 3-channel stem and a SqueezeNet expand conv.
+GEMM_KERNELS = KERNELS + ["conv:136x28x28x136x1x1x4", "conv:272x14x14x272x1x1x4", "conv:544x7x7x544x1x1x4",
+                          "conv:112x56x56x112x3x2x112", "conv:272x14x14x272x3x2x272",
+                          "conv:3x224x224x24x3x2x1", "conv:16x55x55x64x3x1x1"]
+
+
+def time_case(spec: str, threads: int, rounds: int, cache: str, variants: tuple) -> dict:
+    """Median ms of each plan variant's C and of ORT on one case."""
+    g = make_graph(spec)
+    x, cs = random_inputs(g, seed=0), constants(g, seed=0)
+    row = {"case": spec, "threads": threads}
+    runners = {}
+    for name in variants:
+        plan = (api.plan(g, HW, strategy="optimal", time_limit=20, workers=1) if name == "optimal"
+                else greedy_plan(g, HW, "unfused"))
+        row[name + "_groups"] = len(plan.groups)
+        prog = compile_plan(plan, g, threads=threads, cache_dir=cache)
+        runners[name] = (lambda prog=prog: prog.time(x, cs, repeats=2)[1])
+    runners["ort"] = bench.ort_runner(ort_session(g, cs, threads), x)
+    for k, v in bench.time_side_by_side(runners, rounds).items():
+        row[k + "_ms"] = 1e3 * statistics.median(v)
+    return row
+
+
+def kernel_table(rows: list[dict]) -> str:
+    out = ["| kernel | threads | ORT ms | ours ms | ours/ORT | ORT GFLOP/s | ours GFLOP/s |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['case']} | {r['threads']} | error: {r['error']} | | | | |")
+            continue
+        fl = kernel_flops(r["case"]) / 1e6
+        o, a = r["ort_ms"], r["optimal_ms"]
+        out.append(f"| {r['case']} | {r['threads']} | {o:.3f} | {a:.3f} | {a / o:.2f} | {fl / o:.1f} | {fl / a:.1f} |")
+    return "\n".join(out)
+
+
+def plan_table(rows: list[dict]) -> str:
+    out = ["| case | threads | groups opt/unf | ORT ms | optimal ms | unfused ms | optimal/ORT | unfused/ORT | optimal/unfused |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['case']} | {r['threads']} | error: {r['error']} | | | | | | |")
+            continue
+        o, a, u = r["ort_ms"], r["optimal_ms"], r["unfused_ms"]
+        out.append(f"| {r['case']} | {r['threads']} | {r['optimal_groups']}/{r['unfused_groups']} | {o:.2f} | {a:.2f} "
+                   f"| {u:.2f} | {a / o:.2f} | {u / o:.2f} | {a / u:.2f} |")
+    return "\n".join(out)
+
+
+def scaling(rows: list[dict]) -> str:
+    """Per case: time at 1 thread / time at 2 threads, ours (optimal plan) and ORT."""
+    by = {(r["case"], r["threads"]): r for r in rows if "error" not in r}
+    out = ["| case | ORT 1t/2t | ours 1t/2t |", "|---|---|---|"]
+    for (case, th), r in by.items():
+        r2 = by.get((case, 2))
+        if th == 1 and r2:
+            out.append(f"| {case} | {r['ort_ms'] / r2['ort_ms']:.2f} | {r['optimal_ms'] / r2['optimal_ms']:.2f} |")
+    return "\n".join(out)
+
+
+def summary(rows: list[dict], kinds) -> str:
+    out = ["| set | threads | cases | median optimal/ORT | median unfused/ORT | median optimal/unfused | worst optimal/unfused |",
+           "|---|---|---|---|---|---|---|"]
+    for kind, pred in kinds:
+        for th in (1, 2):
+            sel = [r for r in rows if pred(r["case"]) and r["threads"] == th and "error" not in r]
+            if not sel:
+                continue
+            med = lambda f: f"{statistics.median(f(r) for r in sel):.2f}"  # noqa: E731
+            unf = [r for r in sel if "unfused_ms" in r]
+            out.append(f"| {kind} | {th} | {len(sel)} | {med(lambda r: r['optimal_ms'] / r['ort_ms'])} | "
+                       + (f"{statistics.median(r['unfused_ms'] / r['ort_ms'] for r in unf):.2f} | "
+                          f"{statistics.median(r['optimal_ms'] / r['unfused_ms'] for r in unf):.2f} | "
+                          f"{max(r['optimal_ms'] / r['unfused_ms'] for r in unf):.2f} |" if unf else "n/a | n/a | n/a |"))
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--section", default="all", choices=["kernels", "plans", "all"])
+    ap.add_argument("--cases", help="comma-separated specs instead of the section's set")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-gemm-speed"))
+    ap.add_argument("--out", default=str(HERE / "results" / "gemm.md"))
+    args = ap.parse_args(argv)
+    threads = [int(t) for t in args.threads.split(",")]
+    started, load0 = time.time(), os.getloadavg()
+    text = [f"# GEMM/conv kernels and plans of the emitted C vs ONNX Runtime ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+            "", "Written by `benchmarks/gemm_speed.py`. Times: medians of "
+            f"{args.rounds} interleaved rounds (rotated order), each the second of two back-to-back runs, timed "
+            "inside C for ours; ONNX Runtime with all graph optimisations, IO binding, the same intra-op thread "
+            "count; worker threads of neither runtime spin between runs. Ours = the optimal plan's C (kernels: "
+            "one group, the GEMM/conv with its ReLU epilogue); GFLOP/s = 2 x multiply-adds / median time.", ""]
+    sections = []
+    if args.section in ("kernels", "all"):
+        specs = args.cases.split(",") if args.cases else GEMM_KERNELS
+        rows = []
+        for spec in specs:
+            for th in threads:
+                try:
+                    rows.append(time_case(spec, th, args.rounds, args.cache, ("optimal",)))
+                except Exception as e:  # report the case, keep measuring the others
+                    rows.append({"case": spec, "threads": th, "error": str(e)[:120]})
+                print(rows[-1], flush=True)
+        sections += ["## Kernels", "", summary(rows, [("kernels", lambda c: True)]), "", kernel_table(rows), "",
+                     "Thread scaling (time at 1 thread / time at 2 threads):", "", scaling(rows), ""]
+    if args.section in ("plans", "all"):
+        specs = args.cases.split(",") if args.cases and args.section == "plans" else CASES
+        rows = []
+        for spec in specs:
+            for th in threads:
+                try:
+                    rows.append(time_case(spec, th, args.rounds, args.cache, ("optimal", "unfused")))
+                except Exception as e:
+                    rows.append({"case": spec, "threads": th, "error": str(e)[:120]})
+                print(rows[-1], flush=True)
+        sections += ["## Plans: optimal vs unfused vs ORT", "",
+                     summary(rows, [("motifs", lambda c: c.startswith("zoo:")),
+                                    ("light models", lambda c: c.startswith("light:"))]), "",
+                     plan_table(rows), "", "Thread scaling (time at 1 thread / time at 2 threads):", "",
+                     scaling(rows), ""]
+    load1 = os.getloadavg()
+    text += [f"Machine: {json.dumps(machine.describe())}", "",
+             f"**Noise:** a shared machine (2 cores, other jobs running): load average {load0[0]:.1f} at the start, "
+             f"{load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; run time {time.time() - started:.0f} s. "
+             "With a load above 2 single rows can be off by 2x; ratios of interleaved runs less so.", "", *sections]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(text))
+    print("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
