@@ -94,3 +94,22 @@ def test_channel_shuffle_stored_forward_from_the_conv_tile(cache):
     store = next(line for line in body.splitlines() if line.strip().startswith("b") and "] = v" in line)
     # the store index is linear in the row position (before: re-derived by / and % from a flat index)
     assert f"+ {col}]" in store, store
+
+
+@pytest.mark.parametrize("shape,kernel,attrs", [
+    ((1, 6, 9, 9), (120, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),                # 60 per group
+    ((2, 8, 7, 8), (124, 4, 1, 1), {"group": 2, "strides": [2, 1]}),                    # 62 per group
+    ((1, 59, 6, 6), (59, 59, 3, 3), {"pads": [0, 1, 2, 1]}),                            # ungrouped, 59
+])
+def test_conv_blocks_padded_past_the_group(shape, kernel, attrs, cache):
+    """Output channels per group not a multiple of 8 (but near one): blocks of 8 with the last
+    one padded with zero weights; its extra channels get no bias and no epilogue store (they
+    would write into the next group's channels or past the buffer); matches ONNX Runtime, also
+    under the sanitizers and at 2 threads."""
+    t = {"x": list(shape), "w": _const(kernel), "bb": _const([kernel[0]]), "res": [shape[0], kernel[0], 1, 1]}
+    g = graph(t, ["x", "res"], ["y"], [("c", "Conv", ["x", "w", "bb"], ["h"], attrs), ("ad", "Add", ["h", "res"], ["a"]),
+                                       ("r", "Relu", ["a"], ["y"])])
+    plan, _, _ = check(g, [["c", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
+    src = render(plan, g)["model.c"]
+    assert "sf_conv_tile8(" in src and ">= t" in src  # blocks of 8 with a valid-channel guard
+    check(g, [["c", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)

@@ -372,13 +372,19 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
                 }
 }
 """,
-        "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
-SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
+        "sf_conv_pack": """/* Conv weights [G*MG][C][taps] repacked as [G][B][C][taps][mb], B = ceil(MG/mb) blocks of mb
+   output channels per group, zero past the group's MG channels. */
+SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float *restrict w, long G, long MG, long C,
+    long taps, long mb)
 {
-    for (long mi = 0; mi < M / mb; mi++)
-        for (long c = 0; c < C; c++)
-            for (long t = 0; t < taps; t++)
-                for (long a = 0; a < mb; a++) *dst++ = w[((mi*mb + a)*C + c)*taps + t];
+    for (long g = 0; g < G; g++)
+        for (long j = 0; j < (MG + mb - 1) / mb; j++)
+            for (long c = 0; c < C; c++)
+                for (long t = 0; t < taps; t++)
+                    for (long a = 0; a < mb; a++, dst++) {
+                        const long m = j*mb + a;
+                        *dst = m < MG ? w[((g*MG + m)*C + c)*taps + t] : 0.0f;
+                    }
 }
 """,
         "sf_pack_b": """/* MatMul/Gemm B ([nb][K][N], or [N][K] when trans) packed in panels of P columns:

@@ -204,11 +204,22 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body) -> None
     view = anchors.conv_input_view(k, node, blk)
     weights = anchors.conv_weight_view(k, node, blk)
     bands = shape[2] // blk.rows
-    with k.loops((shape[0], shape[1] // blk.mb, bands), parallel=True) as (n, mi, band):
-        m0 = k.index(f"{mi}*{blk.mb}") if mi != "0" else "0"
+    nblocks = shape[1] // blk.mg * blk.blocks
+    with k.loops((shape[0], nblocks, bands), parallel=True) as (n, mi, band):
+        valid = ""
+        if mi == "0":
+            m0 = "0"
+        elif blk.padded:  # block j of group g: channels g*mg + j*mb ..., the last part padding
+            j = k.index(f"{mi} % {blk.blocks}")
+            m0 = k.index(f"({mi} / {blk.blocks})*{blk.mg} + {j}*{blk.mb}")
+            valid = k.index(f"sf_min({blk.mb}, {blk.mg} - {j}*{blk.mb})")
+        else:
+            m0 = k.index(f"{mi}*{blk.mb}")
         r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
-        arr = anchors.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi)
+        arr = anchors.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi, valid)
         with k.loops((blk.mb, blk.rows)) as (a, r):
+            if valid:
+                k.line(f"if ({a} >= {valid}) break;")
             m = a if m0 == "0" else k.index(f"{m0} + {a}")
             oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
             prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
