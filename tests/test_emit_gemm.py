@@ -113,3 +113,23 @@ def test_conv_blocks_padded_past_the_group(shape, kernel, attrs, cache):
     src = render(plan, g)["model.c"]
     assert "sf_conv_tile8(" in src and ">= t" in src  # blocks of 8 with a valid-channel guard
     check(g, [["c", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
+
+
+@pytest.mark.parametrize("kernel,attrs", [((12, 4, 3, 3), {"pads": [1, 1, 1, 1]}), ((12, 1, 3, 3), {"group": 4})])
+def test_conv_epilogue_loads_channel_constants_before_the_row_loops(kernel, attrs, cache):
+    """Conv + BatchNorm + a [C, 1, 1] bias + ReLU: the per-channel constants are loaded once per
+    channel, before the loops over its rows (inside them, BatchNorm's scale / sqrt(var) was
+    recomputed per element); matches ONNX Runtime."""
+    c = kernel[0]
+    t = {"x": [2, 4, 7, 9], "w": _const(kernel), "s": _const([c]), "bn_b": _const([c]), "mean": _const([c]),
+         "var": _const([c]), "bias": _const([c, 1, 1])}
+    g = graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w"], ["h"], attrs),
+                                ("bn", "BatchNormalization", ["h", "s", "bn_b", "mean", "var"], ["n"]),
+                                ("ad", "Add", ["n", "bias"], ["a"]), ("r", "Relu", ["a"], ["y"])])
+    plan, _, _ = check(g, [["c", "bn", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
+    src = render(plan, g)["model.c"]
+    assert "sf_conv_tile" in src
+    line = next(ln for ln in src.splitlines() if "sqrt(" in ln)
+    var = re.search(r"sqrt\((v\d+) ", line).group(1)
+    between = src[src.index(f"const float {var} = "):src.index(line)]
+    assert "for (long" in between, between  # loaded outside the row loops
