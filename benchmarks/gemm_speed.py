@@ -42,10 +42,12 @@ from solverfuse.emit.data import constants, random_inputs  # noqa: E402
 from solverfuse.greedy import greedy_plan  # noqa: E402
 
 #: Kernel shapes: emit_speed's set plus the grouped 1x1 and strided depthwise convs of ShuffleNet,
-#: its 3-channel stem and a SqueezeNet expand conv.
+#: its 3-channel stem, a SqueezeNet expand conv, and the pooling windows of ShuffleNet/SqueezeNet
+#: (no GFLOP/s: times only).
 GEMM_KERNELS = KERNELS + ["conv:136x28x28x136x1x1x4", "conv:272x14x14x272x1x1x4", "conv:544x7x7x544x1x1x4",
                           "conv:112x56x56x112x3x2x112", "conv:272x14x14x272x3x2x272",
-                          "conv:3x224x224x24x3x2x1", "conv:16x55x55x64x3x1x1"]
+                          "conv:3x224x224x24x3x2x1", "conv:16x55x55x64x3x1x1",
+                          "pool:max:24x112x112x3x2", "pool:max:96x109x109x3x2", "pool:avg:136x28x28x3x2"]
 
 
 #: Plan cases: emit_speed's motifs and light models, T5's MatMul + RMSNorm (the group the issue
@@ -71,7 +73,21 @@ def t5_matmul_rmsnorm(rows: int = 256, hidden: int = 512):
     return load_graph({"name": "t5_matmul_rmsnorm", "tensors": ts, "inputs": ["x"], "outputs": ["y"], "nodes": nodes})
 
 
+def pool_graph(spec: str):
+    """``pool:max|avg:CxHxWxkxstride`` (batch 1, padding k//2) with a ReLU epilogue."""
+    from solverfuse.graph import load_graph
+    _, kind, dims = spec.split(":")
+    c, h, w, k, s = (int(v) for v in dims.split("x"))
+    op = "MaxPool" if kind == "max" else "AveragePool"
+    at = {"kernel_shape": [k, k], "strides": [s, s], "pads": [k // 2] * 4}
+    return load_graph({"name": spec.replace(":", "_"), "tensors": {"a": {"shape": [1, c, h, w]}}, "inputs": ["a"],
+                       "outputs": ["y"], "nodes": [{"name": "p", "op": op, "inputs": ["a"], "outputs": ["h"], "attributes": at},
+                                                   {"name": "r", "op": "Relu", "inputs": ["h"], "outputs": ["y"]}]})
+
+
 def graph_for(spec: str):
+    if spec.startswith("pool:"):
+        return pool_graph(spec)
     if spec == "t5:matmul_rmsnorm":
         return t5_matmul_rmsnorm()
     if spec == "zoo:bert_block":
@@ -107,7 +123,8 @@ def kernel_table(rows: list[dict]) -> str:
             continue
         fl = kernel_flops(r["case"]) / 1e6
         o, a = r["ort_ms"], r["optimal_ms"]
-        out.append(f"| {r['case']} | {r['threads']} | {o:.3f} | {a:.3f} | {a / o:.2f} | {fl / o:.1f} | {fl / a:.1f} |")
+        gf = f"{fl / o:.1f} | {fl / a:.1f}" if fl else "- | -"
+        out.append(f"| {r['case']} | {r['threads']} | {o:.3f} | {a:.3f} | {a / o:.2f} | {gf} |")
     return "\n".join(out)
 
 

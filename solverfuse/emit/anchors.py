@@ -150,9 +150,10 @@ MAX_TILE = 16384
 
 
 def tile_rank(k, node) -> int:
-    """How many trailing output dims an anchor's tile spans: a Conv tiles its whole output plane
-    when it fits (the per-tap loop overhead is paid once per plane), everything else one row."""
-    if node.op != "Conv":
+    """How many trailing output dims an anchor's tile spans: a Conv or pooling tiles its whole
+    output plane when it fits (the per-tap loop overhead is paid once per plane), everything else
+    one row."""
+    if node.op not in ("Conv", "MaxPool", "AveragePool"):
         return 1
     out = k.shape(node.outputs[0])
     d = len(out) - 2
@@ -280,7 +281,97 @@ def tile_conv(k, t, outer, d=1):
     _tile_done(k, t, outer, arr, d)
 
 
-TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv}
+def _pool_counts(node, x, out, e: int, inclusive: bool) -> list[int]:
+    """Per output position along spatial dim ``e``: how many window taps fall inside the input
+    (``inclusive``: inside the padded input, AveragePool's count_include_pad; with ceil_mode a
+    window may run past the end padding too)."""
+    kernel = list(node.attributes["kernel_shape"])
+    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
+    pads = list(node.attributes.get("pads", [0] * (2 * len(kernel))))
+    lo = -pb[e] if inclusive else 0
+    hi = x[2 + e] + (pads[len(kernel) + e] if inclusive and len(pads) > e else 0)
+    return [sum(1 for r in range(kernel[e]) if lo <= o * st[e] - pb[e] + r * dil[e] < hi) for o in range(out[2 + e])]
+
+
+def tile_pool(k, t, outer, d=1):
+    """The last ``d`` spatial dims of a MaxPool/AveragePool output at (n, c, outer spatial...), as
+    :func:`tile_conv`: per kernel tap one bounds-free loop nest over the output positions whose
+    tap is inside the input, so no per-element bounds checks; an average divides by the
+    per-position tap counts (static tables). A MaxPool with a window wholly in the padding
+    (output 0) or its Indices output keeps the per-element form."""
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    x, out = k.shape(node.inputs[0]), k.shape(t)
+    kernel = list(node.attributes["kernel_shape"])
+    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
+    nsp, fixed = len(kernel), len(kernel) - d
+    ct = k.ct(t)
+    avg = node.op == "AveragePool"
+    counts = [_pool_counts(node, x, out, e, avg and bool(node.attributes.get("count_include_pad", 0)))
+              for e in range(nsp)]
+    if node.outputs.index(t) != 0 or (not avg and any(0 in c for c in counts)) or ct not in ("float", "double"):
+        arr, ct, n = _tile_open(k, t, d)
+        js = [k.fresh("j") for _ in range(d)]
+        for j, size in zip(js, out[-d:]):
+            k.open(f"for (long {j} = 0; {j} < {size}; {j}++)")
+        v = SPECIAL_ANCHORS[node.op](k, node, node.outputs.index(t), tuple(outer) + tuple(js))
+        k.line(f"{arr}[{_linear(out[-d:], js)}] = {v};")
+        for _ in js:
+            k.close()
+        return _tile_done(k, t, outer, arr, d)
+    n = numel(out[-d:])
+    arr, j0 = k.fresh("T"), k.fresh("j")
+    k.line(f"{ct} {arr}[{n}];")
+    k.line(f"for (long {j0} = 0; {j0} < {n}; {j0}++) {arr}[{j0}] = {'0' if avg else '-INFINITY'};")
+    nn, c, osp = outer[0], outer[1], outer[2:]
+    opened = 0
+    src = []
+    for e in range(fixed):
+        r, p = k.fresh("r"), k.fresh("p")
+        k.open(f"for (long {r} = 0; {r} < {kernel[e]}; {r}++)")
+        opened += 1
+        k.line(f"const long {p} = {osp[e]}*{st[e]} - {pb[e]} + {r}*{dil[e]};")
+        k.line(f"if ({p} < 0 || {p} >= {x[2 + e]}) continue;")
+        src.append(p)
+    ranges = []
+    for e in range(fixed, nsp):
+        r, lo, hi = k.fresh("r"), k.fresh("lo"), k.fresh("hi")
+        k.open(f"for (long {r} = 0; {r} < {kernel[e]}; {r}++)")
+        opened += 1
+        k.line(f"const long {lo} = sf_max(0, sf_cdiv({pb[e]} - {r}*{dil[e]}, {st[e]}));")
+        k.line(f"const long {hi} = sf_min({out[2 + e]}, sf_fdiv({x[2 + e] - 1 + pb[e]} - {r}*{dil[e]}, {st[e]}) + 1);")
+        ranges.append((r, lo, hi))
+    js = []
+    for e, (r, lo, hi) in zip(range(fixed, nsp), ranges):
+        j = k.fresh("j")
+        k.open(f"for (long {j} = {lo}; {j} < {hi}; {j}++)")
+        opened += 1
+        js.append(j)
+        src.append(f"{j}*{st[e]} - {pb[e]} + {r}*{dil[e]}")
+    xv = k.value(node.inputs[0], (nn, c) + tuple(src))
+    cell = f"{arr}[{_linear(out[-d:], js)}]"
+    k.line(f"{cell} += {xv};" if avg else f"{cell} = {xv} > {cell} ? {xv} : {cell};")
+    for _ in range(opened):
+        k.close()
+    if avg:
+        # the divisor of a position is the product of its per-dim tap counts
+        tabs = []
+        for e in range(nsp):
+            tab = k.fresh("cnt")
+            k.line(f"static const int {tab}[{out[2 + e]}] = {{{', '.join(map(str, counts[e]))}}};")
+            tabs.append(tab)
+        fixed_div = " * ".join(f"{tabs[e]}[{osp[e]}]" for e in range(fixed)) or "1"
+        js = [k.fresh("j") for _ in range(d)]
+        for j, size in zip(js, out[-d:]):
+            k.open(f"for (long {j} = 0; {j} < {size}; {j}++)")
+        div = f"({ct})(" + " * ".join([fixed_div] + [f"{tabs[e]}[{j}]" for e, j in zip(range(fixed, nsp), js)]) + ")"
+        cell = f"{arr}[{_linear(out[-d:], js)}]"
+        k.line(f"{cell} = ({div}) != 0 ? {cell} / ({div}) : 0;")
+        for _ in js:
+            k.close()
+    _tile_done(k, t, outer, arr, d)
+
+
+TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv, "MaxPool": tile_pool, "AveragePool": tile_pool}
 
 @dataclass(frozen=True)
 class ConvBlocking:
