@@ -13,7 +13,7 @@ Thread scaling (time at 1 thread / time at 2) is reported for both runtimes. Res
 ``benchmarks/results/gemm.md``; a full run takes about a minute on a quiet machine (the compile
 cache under ``--cache`` makes reruns faster).
 
-    PYTHONPATH=. python benchmarks/gemm_speed.py [--rounds 7] [--section kernels|plans|all]
+    PYTHONPATH=. python benchmarks/gemm_speed.py [--rounds 9] [--section kernels|plans|all]
 """
 from __future__ import annotations
 
@@ -110,7 +110,10 @@ def time_case(spec: str, threads: int, rounds: int, cache: str, variants: tuple)
         runners[name] = (lambda prog=prog: prog.time(x, cs, repeats=2)[1])
     runners["ort"] = bench.ort_runner(ort_session(g, cs, threads), x)
     for k, v in bench.time_side_by_side(runners, rounds).items():
-        row[k + "_ms"] = 1e3 * statistics.median(v)
+        # the fastest round: on a shared machine other jobs only ever add time, so the minimum
+        # is the steadiest estimate of what the code takes (the median moved 2x between runs)
+        row[k + "_ms"] = 1e3 * min(v)
+        row[k + "_median_ms"] = 1e3 * statistics.median(v)
     return row
 
 
@@ -171,7 +174,7 @@ def summary(rows: list[dict], kinds) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--section", default="all", choices=["kernels", "plans", "all"])
     ap.add_argument("--cases", help="comma-separated specs instead of the section's set")
@@ -181,11 +184,12 @@ def main(argv=None) -> int:
     threads = [int(t) for t in args.threads.split(",")]
     started, load0 = time.time(), os.getloadavg()
     text = [f"# GEMM/conv kernels and plans of the emitted C vs ONNX Runtime ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
-            "", "Written by `benchmarks/gemm_speed.py`. Times: medians of "
-            f"{args.rounds} interleaved rounds (rotated order), each the second of two back-to-back runs, timed "
+            "", "Written by `benchmarks/gemm_speed.py`. Times: the fastest of "
+            f"{args.rounds} interleaved rounds (rotated order; on this shared machine other jobs only add time, and "
+            "medians moved 2x between runs), each the second of two back-to-back runs, timed "
             "inside C for ours; ONNX Runtime with all graph optimisations, IO binding, the same intra-op thread "
             "count; worker threads of neither runtime spin between runs. Ours = the optimal plan's C (kernels: "
-            "one group, the GEMM/conv with its ReLU epilogue); GFLOP/s = 2 x multiply-adds / median time.", ""]
+            "one group, the GEMM/conv with its ReLU epilogue); GFLOP/s = 2 x multiply-adds / time.", ""]
     sections = []
     if args.section in ("kernels", "all"):
         specs = args.cases.split(",") if args.cases else GEMM_KERNELS
