@@ -133,3 +133,25 @@ def test_conv_epilogue_loads_channel_constants_before_the_row_loops(kernel, attr
     var = re.search(r"sqrt\((v\d+) ", line).group(1)
     between = src[src.index(f"const float {var} = "):src.index(line)]
     assert "for (long" in between, between  # loaded outside the row loops
+
+
+@pytest.mark.parametrize("other,flat", [
+    ([2, 16, 64, 64], True),     # a residual: the band runs as one loop of 32 rows x 64
+    ([1, 1, 64, 64], True),      # a per-position map, broadcast over channels
+    ([64], False),               # broadcast along the rows: its index needs the column
+    ([64, 1], False),            # broadcast along the columns: needs the row
+])
+def test_conv_1x1_epilogue_over_a_flat_band(other, flat, cache):
+    """A 1x1 conv's tile rows lie back to back: a pointwise epilogue whose tensors all span the
+    output's (H, W) (or neither) runs as one loop over the band (two bands of 32 rows here, batch
+    2); one reading a tensor broadcast along only one of H, W keeps the row loops; matches ONNX
+    Runtime either way."""
+    t = {"x": [2, 8, 64, 64], "w": _const([16, 8, 1, 1]), "s": _const([16]), "bb": _const([16]),
+         "mean": _const([16]), "var": _const([16]), "o": other}
+    g = graph(t, ["x", "o"], ["y"], [("c", "Conv", ["x", "w"], ["h"]),
+                                     ("bn", "BatchNormalization", ["h", "s", "bb", "mean", "var"], ["n"]),
+                                     ("ad", "Add", ["n", "o"], ["a"]), ("r", "Relu", ["a"], ["y"])])
+    plan, _, _ = check(g, [["c", "bn", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
+    src = render(plan, g)["model.c"]
+    assert "sf_conv_tile8(" in src
+    assert (f"< {32 * 64}; " in src) == flat

@@ -25,8 +25,8 @@ from ..ops import OPS, numel, transpose_perm
 from . import anchors, reductions
 from .anchors import MAX_TILE
 from .cexpr import bmap, ctype, linear, reshape_index
-from .elementwise import NARY
-from .indexing import NARY_MORE
+from .elementwise import NARY, STRUCTURED, UNARY
+from .indexing import NARY_MORE, UNARY_MORE
 from .kernel import Kernel, UntiledRead
 from .lowering import SUPPORTED
 
@@ -223,15 +223,47 @@ def _prime_channel_reads(k: Kernel, deps: frozenset, shape: tuple, n: str, m: st
                 k.value(u, idx)
 
 
+#: Ops whose C form reads every input at the broadcast index of its own (bmap or per channel).
+_POINTWISE = set(NARY) | set(UNARY) | set(STRUCTURED) | set(NARY_MORE) | set(UNARY_MORE)
+
+
+def _flat_band(k: Kernel, t: str, shape: tuple, blk, deps: frozenset) -> bool:
+    """Whether the epilogue of a blocked conv tile may run as ONE loop over its band of rows
+    (index (n, m, first row, q) with q < rows * W): the tile's rows lie back to back (row pitch =
+    output width: 1x1 convolutions at stride 1) and the epilogue is pointwise, every tensor it
+    touches having the output's trailing (H, W) or (1, 1) -- then the row-major offset of
+    (r0, q) is that of every (r0 + q / W, q % W). A 7- or 14-wide row loop vectorised poorly."""
+    if len(shape) != 4 or blk.wq != shape[3] or shape[3] == 1:
+        return False
+    g = k.graph
+    for d in deps:
+        if d == t:
+            continue
+        node = g.index.node[g.index.producer[d]]
+        if node.op not in _POINTWISE or k.shape(d) != shape:
+            return False
+        ins = [u for u in node.inputs if u]
+        if node.op == "BatchNormalization":
+            ins = ins[:1]  # the statistics are read per channel
+        for u in ins:
+            if u in deps:
+                continue
+            tail = ((1, 1) + tuple(k.shape(u)))[-2:]
+            if tail not in ((1, 1), tuple(shape[2:])):
+                return False
+    return True
+
+
 def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: frozenset) -> None:
     """A pass over a Conv output with the register-blocked tile: loops over (batch, block of mb
     output channels, band of output rows), the tile, then per channel (its constants loaded,
-    :func:`_prime_channel_reads`) and row of the tile the epilogue's loop over the row (read as
-    ``(T[a] + r*wq)[j]``)."""
+    :func:`_prime_channel_reads`) the epilogue: one loop over the band (:func:`_flat_band`) or,
+    per row of the tile, a loop over the row (read as ``(T[a] + r*wq)[j]``)."""
     view = anchors.conv_input_view(k, node, blk)
     weights = anchors.conv_weight_view(k, node, blk)
     bands = shape[2] // blk.rows
     nblocks = shape[1] // blk.mg * blk.blocks
+    flat = _flat_band(k, t, shape, blk, deps)
     with k.loops((shape[0], nblocks, bands), parallel=True) as (n, mi, band):
         valid = ""
         if mi == "0":
@@ -249,13 +281,27 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
                 k.line(f"if ({a} >= {valid}) break;")
             m = a if m0 == "0" else k.index(f"{m0} + {a}")
             _prime_channel_reads(k, deps, shape, n if shape[0] != 1 else "0", m if shape[1] != 1 else "0")
-            with k.loops((blk.rows,)) as (r,):
-                oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
-                prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
-                k.set_tile(t, prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
-                with k.loops(shape[3:]) as (j,):
-                    body((n, m, oh, j))
+            if flat:
+                prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, r0), shape[:3]))
+                k.set_tile(t, prefix, f"{arr}[{a}]", 1)
+                with k.loops((blk.rows * shape[3],)) as (q,):
+                    body((n, m, r0, q))
                 k.drop_tile(t)
+            else:
+                _conv_rows(k, t, shape, blk, body, arr, (n, m, a, r0))
+
+
+def _conv_rows(k: Kernel, t: str, shape: tuple, blk, body, arr: str, at: tuple) -> None:
+    """The epilogue of one channel of a blocked conv tile, row by row (``at``: batch, channel,
+    channel in the block, first row of the band)."""
+    n, m, a, r0 = at
+    with k.loops((blk.rows,)) as (r,):
+        oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
+        prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
+        k.set_tile(t, prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
+        with k.loops(shape[3:]) as (j,):
+            body((n, m, oh, j))
+        k.drop_tile(t)
 
 
 def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body) -> None:
