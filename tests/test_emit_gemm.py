@@ -155,3 +155,52 @@ def test_conv_1x1_epilogue_over_a_flat_band(other, flat, cache):
     src = render(plan, g)["model.c"]
     assert "sf_conv_tile8(" in src
     assert (f"< {32 * 64}; " in src) == flat
+
+
+def _host_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((ln for ln in f if ln.startswith("flags")), "").split())
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")
+def test_avx2_register_blocks_match_onnxruntime(tmp_path, cache):
+    """The tiles' AVX2 form (4 x 16 register blocks, intrinsics), built for this host without
+    AVX-512 (as on an AVX2-only CPU): Gemm past one K block, a batched MatMul, convs in blocks of
+    8 and 2 channels and a padded group; matches ONNX Runtime. The compiler wrapper records that
+    the -march=native build (the one with SF_AVX2_TILES) succeeded, not the portable fallback."""
+    import os
+    import stat
+
+    import numpy as np
+
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.emit.data import constants, random_inputs
+    from solverfuse.emit.reference import reference_outputs
+    from solverfuse.plans import build_plan
+
+    from .emit_helpers import HW
+    log = tmp_path / "cc.log"
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\ncc "$@" -mno-avx512f\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    t = {"a": [13, 300], "b": _const([70, 300]), "c": _const([70]), "q": [2, 5, 17], "k": [2, 17, 40],
+         "x": [1, 6, 9, 9], "w8": _const([16, 6, 3, 3]), "w2": _const([6, 6, 1, 1]), "wg": _const([120, 3, 3, 3])}
+    g = graph(t, ["a", "q", "k", "x"], ["y1", "y2", "y3", "y4", "y5"], [
+        ("g", "Gemm", ["a", "b", "c"], ["h1"], {"transB": 1}), ("r1", "Relu", ["h1"], ["y1"]),
+        ("mm", "MatMul", ["q", "k"], ["h2"]), ("r2", "Relu", ["h2"], ["y2"]),
+        ("c8", "Conv", ["x", "w8"], ["y3"], {"pads": [1, 1, 1, 1]}),
+        ("c2", "Conv", ["x", "w2"], ["y4"]),
+        ("cg", "Conv", ["x", "wg"], ["y5"], {"group": 2, "pads": [1, 1, 1, 1]})])
+    plan = build_plan(g, HW, [["g", "r1"], ["mm", "r2"], ["c8"], ["c2"], ["cg"]], strategy="test")
+    prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path / "cache", cc=str(cc))
+    assert any(ln.startswith("0 ") and "-march=native" in ln for ln in log.read_text().splitlines())
+    ins, cs = random_inputs(g, seed=1), constants(g, seed=1)
+    out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
+    for name in g.outputs:
+        np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    src = "".join(open(os.path.join(os.path.dirname(prog.path), f)).read()
+                  for f in os.listdir(os.path.dirname(prog.path)) if f.endswith(".c"))
+    assert "SF_AVX2_TILES" in src and "sf_mm_tile" in src and "sf_conv_tile8(" in src and "sf_conv_tile2(" in src
