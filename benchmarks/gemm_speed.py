@@ -10,8 +10,8 @@ optimisation, IO binding, the same intra-op thread count, workers not spinning) 
   plan's C (one op per kernel) against ORT: is fusion ever slower than no fusion?
 
 Thread scaling (time at 1 thread / time at 2) is reported for both runtimes. Results go to
-``benchmarks/results/gemm.md``; a full run takes about a minute on a quiet machine (the compile
-cache under ``--cache`` makes reruns faster).
+``benchmarks/results/gemm.md``; a full run takes 2-3 minutes (the compile cache under ``--cache``
+makes reruns faster).
 
     PYTHONPATH=. python benchmarks/gemm_speed.py [--rounds 9] [--section kernels|plans|all]
 """
@@ -180,10 +180,12 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", help="comma-separated specs instead of the section's set")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-gemm-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "gemm.md"))
+    ap.add_argument("--append", action="store_true", help="add this run's section to --out")
+    ap.add_argument("--title", default="GEMM/conv kernels and plans of the emitted C vs ONNX Runtime")
     args = ap.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
     started, load0 = time.time(), os.getloadavg()
-    text = [f"# GEMM/conv kernels and plans of the emitted C vs ONNX Runtime ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+    text = [f"# {args.title} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
             "", "Written by `benchmarks/gemm_speed.py`. Times: the fastest of "
             f"{args.rounds} interleaved rounds (rotated order; on this shared machine other jobs only add time, and "
             "medians moved 2x between runs), each the second of two back-to-back runs, timed "
@@ -225,6 +227,8 @@ def main(argv=None) -> int:
              f"{load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; run time {time.time() - started:.0f} s. "
              "With a load above 2 single rows can be off by 2x; ratios of interleaved runs less so.", "", *sections]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    if args.append and Path(args.out).exists():
+        text = [Path(args.out).read_text(), "", "---", ""] + text
     Path(args.out).write_text("\n".join(text))
     print("\n".join(text))
     return 0

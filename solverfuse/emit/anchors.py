@@ -11,7 +11,8 @@ in helper functions shared by all kernels of a program (``sf_conv_tile<mb>``, ``
 the epilogue then reads the block row by row. Weights are packed once at load: Conv filters by
 output-channel block, MatMul/Gemm B (transposed linear-layer weights too) in 32-column panels; a
 computed B (attention) is packed per run. One-row/one-channel tiles (GEMV, depthwise conv) are
-GNU-vector loops. Instrumented (counter) builds keep the plain tiles.
+GNU-vector loops. Pooling windows (MaxPool/AveragePool) get plane tiles too (:func:`tile_pool`:
+per tap one bounds-free loop). Instrumented (counter) builds keep the plain tiles.
 
 >>> window_geometry({"pads": [1, 0, 2, 1]}, [5, 5], [3, 3], [5, 3])
 ([1, 1], [1, 1], [1, 0])
