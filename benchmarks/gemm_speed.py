@@ -96,7 +96,7 @@ def graph_for(spec: str):
     return make_graph(spec)
 
 
-def time_case(spec: str, threads: int, rounds: int, cache: str, variants: tuple) -> dict:
+def time_case(spec: str, threads: int, rounds: int, cache: str, variants: tuple, cc: str | None = None) -> dict:
     """Median ms of each plan variant's C and of ORT on one case."""
     g = graph_for(spec)
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
@@ -106,7 +106,7 @@ def time_case(spec: str, threads: int, rounds: int, cache: str, variants: tuple)
         plan = (api.plan(g, HW, strategy="optimal", time_limit=20, workers=1) if name == "optimal"
                 else greedy_plan(g, HW, "unfused"))
         row[name + "_groups"] = len(plan.groups)
-        prog = compile_plan(plan, g, threads=threads, cache_dir=cache)
+        prog = compile_plan(plan, g, threads=threads, cache_dir=cache, cc=cc)
         runners[name] = (lambda prog=prog: prog.time(x, cs, repeats=2)[1])
     runners["ort"] = bench.ort_runner(ort_session(g, cs, threads), x)
     for k, v in bench.time_side_by_side(runners, rounds).items():
@@ -181,6 +181,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-gemm-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "gemm.md"))
     ap.add_argument("--append", action="store_true", help="add this run's section to --out")
+    ap.add_argument("--cc", help="C compiler for our C (e.g. a wrapper adding -mno-avx512f: the AVX2 tiles)")
     ap.add_argument("--title", default="GEMM/conv kernels and plans of the emitted C vs ONNX Runtime")
     args = ap.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
@@ -191,7 +192,8 @@ def main(argv=None) -> int:
             "medians moved 2x between runs), each the second of two back-to-back runs, timed "
             "inside C for ours; ONNX Runtime with all graph optimisations, IO binding, the same intra-op thread "
             "count; worker threads of neither runtime spin between runs. Ours = the optimal plan's C (kernels: "
-            "one group, the GEMM/conv with its ReLU epilogue); GFLOP/s = 2 x multiply-adds / time.", ""]
+            "one group, the GEMM/conv with its ReLU epilogue); GFLOP/s = 2 x multiply-adds / time."
+            + (f" Our C compiled with `{args.cc}`." if args.cc else ""), ""]
     sections = []
     if args.section in ("kernels", "all"):
         specs = args.cases.split(",") if args.cases else GEMM_KERNELS
@@ -199,7 +201,7 @@ def main(argv=None) -> int:
         for spec in specs:
             for th in threads:
                 try:
-                    rows.append(time_case(spec, th, args.rounds, args.cache, ("optimal",)))
+                    rows.append(time_case(spec, th, args.rounds, args.cache, ("optimal",), args.cc))
                 except Exception as e:  # report the case, keep measuring the others
                     rows.append({"case": spec, "threads": th, "error": str(e)[:120]})
                 print(rows[-1], flush=True)
@@ -211,7 +213,7 @@ def main(argv=None) -> int:
         for spec in specs:
             for th in threads:
                 try:
-                    rows.append(time_case(spec, th, args.rounds, args.cache, ("optimal", "unfused")))
+                    rows.append(time_case(spec, th, args.rounds, args.cache, ("optimal", "unfused"), args.cc))
                 except Exception as e:
                     rows.append({"case": spec, "threads": th, "error": str(e)[:120]})
                 print(rows[-1], flush=True)

@@ -194,14 +194,16 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
     d = anchors.tile_rank(k, node)
     with k.loops(shape[:-d], parallel=True) as outer:
         anchors.TILES[node.op](k, t, outer, d)
+        if node.op in ("Conv", "MaxPool", "AveragePool"):  # outer = (batch, channel, ...)
+            _prime_channel_reads(k, deps, shape, outer[0], outer[1])
         with k.loops(shape[-d:]) as inner:
             body(tuple(outer) + tuple(inner))
     k.drop_tile(t)
 
 
 def _prime_channel_reads(k: Kernel, deps: frozenset, shape: tuple, n: str, m: str) -> None:
-    """Before the row loops of one output channel's epilogue, load the constants it reads per
-    channel (BatchNorm's statistics, a [C, 1, 1] bias) once: read inside the loops they were
+    """Before the row loops of one output channel's epilogue (a conv or pooling tile's), load the
+    constants it reads per channel (BatchNorm's statistics, a [C, 1, 1] bias) once: read inside the loops they were
     loaded -- and BatchNorm's scale / sqrt(var + eps) recomputed -- per element, as GCC does not
     hoist loads through the kernel's restrict locals past the stores (ShuffleNet's conv + BN
     kernels ran 3-5x slower than their tile)."""
