@@ -297,8 +297,8 @@ def _pool_counts(node, x, out, e: int, inclusive: bool) -> list[int]:
 def tile_pool(k, t, outer, d=1):
     """The last ``d`` spatial dims of a MaxPool/AveragePool output at (n, c, outer spatial...), as
     :func:`tile_conv`: per kernel tap one bounds-free loop nest over the output positions whose
-    tap is inside the input, so no per-element bounds checks; an average divides by the
-    per-position tap counts (static tables). A MaxPool with a window wholly in the padding
+    tap is inside the input, so no per-element bounds checks -- a plane in two 1-D passes
+    (:func:`_pool_separable`); an average divides by the per-position tap counts (static tables). A MaxPool with a window wholly in the padding
     (output 0) or its Indices output keeps the per-element form."""
     node = k.graph.index.node[k.graph.index.producer[t]]
     x, out = k.shape(node.inputs[0]), k.shape(t)
@@ -324,6 +324,12 @@ def tile_pool(k, t, outer, d=1):
     k.line(f"{ct} {arr}[{n}];")
     k.line(f"for (long {j0} = 0; {j0} < {n}; {j0}++) {arr}[{j0}] = {'0' if avg else '-INFINITY'};")
     nn, c, osp = outer[0], outer[1], outer[2:]
+    # measured: 24x112x112 MaxPool 3x3/2 0.105 -> 0.087 ms (ORT 0.086); 96x109x109 no change;
+    # 136x28x28 AveragePool 0.06 -> 0.11 ms (14-wide rows): only for rows of 32+ outputs
+    separable = d == 2 and out[-1] >= 32 and x[-2] * out[-1] <= MAX_TILE
+    if separable:
+        rows = k.fresh("R")
+        k.line(f"{ct} {rows}[{x[-2] * out[-1]}];")
     opened = 0
     src = []
     for e in range(fixed):
@@ -333,26 +339,32 @@ def tile_pool(k, t, outer, d=1):
         k.line(f"const long {p} = {osp[e]}*{st[e]} - {pb[e]} + {r}*{dil[e]};")
         k.line(f"if ({p} < 0 || {p} >= {x[2 + e]}) continue;")
         src.append(p)
+    if separable:
+        _pool_separable(k, node, (nn, c) + tuple(src), rows, arr, (x, out, kernel, st, dil, pb), avg)
+        for _ in range(opened):
+            k.close()
+        opened = 0
     ranges = []
-    for e in range(fixed, nsp):
+    for e in range(fixed, nsp) if not separable else ():
         r, lo, hi = k.fresh("r"), k.fresh("lo"), k.fresh("hi")
         k.open(f"for (long {r} = 0; {r} < {kernel[e]}; {r}++)")
         opened += 1
         k.line(f"const long {lo} = sf_max(0, sf_cdiv({pb[e]} - {r}*{dil[e]}, {st[e]}));")
         k.line(f"const long {hi} = sf_min({out[2 + e]}, sf_fdiv({x[2 + e] - 1 + pb[e]} - {r}*{dil[e]}, {st[e]}) + 1);")
         ranges.append((r, lo, hi))
-    js = []
-    for e, (r, lo, hi) in zip(range(fixed, nsp), ranges):
-        j = k.fresh("j")
-        k.open(f"for (long {j} = {lo}; {j} < {hi}; {j}++)")
-        opened += 1
-        js.append(j)
-        src.append(f"{j}*{st[e]} - {pb[e]} + {r}*{dil[e]}")
-    xv = k.value(node.inputs[0], (nn, c) + tuple(src))
-    cell = f"{arr}[{_linear(out[-d:], js)}]"
-    k.line(f"{cell} += {xv};" if avg else f"{cell} = {xv} > {cell} ? {xv} : {cell};")
-    for _ in range(opened):
-        k.close()
+    if not separable:
+        js = []
+        for e, (r, lo, hi) in zip(range(fixed, nsp), ranges):
+            j = k.fresh("j")
+            k.open(f"for (long {j} = {lo}; {j} < {hi}; {j}++)")
+            opened += 1
+            js.append(j)
+            src.append(f"{j}*{st[e]} - {pb[e]} + {r}*{dil[e]}")
+        xv = k.value(node.inputs[0], (nn, c) + tuple(src))
+        cell = f"{arr}[{_linear(out[-d:], js)}]"
+        k.line(f"{cell} += {xv};" if avg else f"{cell} = {xv} > {cell} ? {xv} : {cell};")
+        for _ in range(opened):
+            k.close()
     if avg:
         # the divisor of a position is the product of its per-dim tap counts
         tabs = []
@@ -370,6 +382,37 @@ def tile_pool(k, t, outer, d=1):
         for _ in js:
             k.close()
     _tile_done(k, t, outer, arr, d)
+
+
+def _pool_separable(k, node, prefix: tuple, rows: str, arr: str, geom, avg: bool) -> None:
+    """A 2-D window in two 1-D passes (max and sum are separable): per input row, the window
+    along the columns into ``rows[H][OW]``; then per output row, the window along the rows of
+    that. 3 + 3 taps per output instead of 3 x 3 for a 3x3 window; each pass one bounds-free
+    loop per tap over the positions whose tap is inside the input."""
+    x, out, kernel, st, dil, pb = geom
+    hh, ow = x[-2], out[-1]
+    ct = k.ct(node.outputs[0])
+
+    def update(cell, v):
+        k.line(f"{cell} += {v};" if avg else f"{cell} = {v} > {cell} ? {v} : {cell};")
+    p, j = k.fresh("p"), k.fresh("j")
+    with k.block(f"for (long {p} = 0; {p} < {hh}; {p}++)"):
+        k.line(f"for (long {j} = 0; {j} < {ow}; {j}++) {rows}[{p}*{ow} + {j}] = {'0' if avg else '-INFINITY'};")
+        r, lo, hi = k.fresh("r"), k.fresh("lo"), k.fresh("hi")
+        with k.block(f"for (long {r} = 0; {r} < {kernel[-1]}; {r}++)"):
+            k.line(f"const long {lo} = sf_max(0, sf_cdiv({pb[-1]} - {r}*{dil[-1]}, {st[-1]}));")
+            k.line(f"const long {hi} = sf_min({ow}, sf_fdiv({x[-1] - 1 + pb[-1]} - {r}*{dil[-1]}, {st[-1]}) + 1);")
+            with k.block(f"for (long {j} = {lo}; {j} < {hi}; {j}++)"):
+                update(f"{rows}[{p}*{ow} + {j}]", k.value(node.inputs[0], prefix + (p, f"{j}*{st[-1]} - {pb[-1]} + {r}*{dil[-1]}")))
+    r, lo, hi, o, q = (k.fresh(v) for v in ("r", "lo", "hi", "o", "q"))
+    with k.block(f"for (long {r} = 0; {r} < {kernel[-2]}; {r}++)"):
+        k.line(f"const long {lo} = sf_max(0, sf_cdiv({pb[-2]} - {r}*{dil[-2]}, {st[-2]}));")
+        k.line(f"const long {hi} = sf_min({out[-2]}, sf_fdiv({hh - 1 + pb[-2]} - {r}*{dil[-2]}, {st[-2]}) + 1);")
+        with k.block(f"for (long {o} = {lo}; {o} < {hi}; {o}++)"):
+            k.line(f"const {ct} *{q} = {rows} + ({o}*{st[-2]} - {pb[-2]} + {r}*{dil[-2]})*{ow};")
+            j = k.fresh("j")
+            with k.block(f"for (long {j} = 0; {j} < {ow}; {j}++)"):
+                update(f"{arr}[{o}*{ow} + {j}]", f"{q}[{j}]")
 
 
 TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv, "MaxPool": tile_pool, "AveragePool": tile_pool}
