@@ -4,6 +4,8 @@ batch dims), depthwise and grouped convolutions with stride, padding and dilatio
 fused epilogue, and each checking that the fast tile was emitted (else the test proves nothing)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from solverfuse.emit.program import render
@@ -71,3 +73,136 @@ def test_blocked_tiles_under_sanitizer(cache):
     g = graph(t, ["a", "x"], ["y", "z"], [("g", "Gemm", ["a", "b", "c"], ["y"], {"transB": 1}),
                                           ("c", "Conv", ["x", "w"], ["z"], {"group": 3, "pads": [1, 1, 1, 1]})])
     check(g, [["g"], ["c"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
+
+
+def test_channel_shuffle_stored_forward_from_the_conv_tile(cache):
+    """ShuffleNet's grouped 1x1 conv + ReLU + channel shuffle written from the conv's tile (the
+    forward-mapped store): the shuffled channel index is split once per channel, so the store's
+    inner loop over the row has no division or modulo (it did: 4 per element, 4x slower than the
+    unfused plan on ShuffleNet); matches ONNX Runtime."""
+    t = {"x": [1, 8, 6, 6], "w": _const([8, 2, 1, 1]), "bb": _const([8]),
+         "s1": {"shape": [5], "dtype": "int64", "constant": True, "value": [1, 4, 2, 6, 6]}}
+    nodes = [("c", "Conv", ["x", "w", "bb"], ["h"], {"group": 4}), ("r", "Relu", ["h"], ["a"]),
+             ("r1", "Reshape", ["a", "s1"], ["b"]), ("tr", "Transpose", ["b"], ["y"], {"perm": [0, 2, 1, 3, 4]})]
+    g = graph(t, ["x"], ["y"], nodes)
+    plan, _, _ = check(g, [[n[0] for n in nodes]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
+    src = render(plan, g)["model.c"]
+    assert "to a mapped store" in src
+    body = src[src.index("to a mapped store"):]
+    body = body[body.index("sf_conv_tile"):body.index("return 0;")]
+    col = re.findall(r"for \(long (i\d+) = 0;", body)[-1]  # the innermost loop: along the row
+    store = next(line for line in body.splitlines() if line.strip().startswith("b") and "] = v" in line)
+    # the store index is linear in the row position (before: re-derived by / and % from a flat index)
+    assert f"+ {col}]" in store, store
+
+
+@pytest.mark.parametrize("shape,kernel,attrs", [
+    ((1, 6, 9, 9), (120, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),                # 60 per group
+    ((2, 8, 7, 8), (124, 4, 1, 1), {"group": 2, "strides": [2, 1]}),                    # 62 per group
+    ((1, 59, 6, 6), (59, 59, 3, 3), {"pads": [0, 1, 2, 1]}),                            # ungrouped, 59
+])
+def test_conv_blocks_padded_past_the_group(shape, kernel, attrs, cache):
+    """Output channels per group not a multiple of 8 (but near one): blocks of 8 with the last
+    one padded with zero weights; its extra channels get no bias and no epilogue store (they
+    would write into the next group's channels or past the buffer); matches ONNX Runtime, also
+    under the sanitizers and at 2 threads."""
+    t = {"x": list(shape), "w": _const(kernel), "bb": _const([kernel[0]]), "res": [shape[0], kernel[0], 1, 1]}
+    g = graph(t, ["x", "res"], ["y"], [("c", "Conv", ["x", "w", "bb"], ["h"], attrs), ("ad", "Add", ["h", "res"], ["a"]),
+                                       ("r", "Relu", ["a"], ["y"])])
+    plan, _, _ = check(g, [["c", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
+    src = render(plan, g)["model.c"]
+    assert "sf_conv_tile8(" in src and ">= t" in src  # blocks of 8 with a valid-channel guard
+    check(g, [["c", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
+
+
+@pytest.mark.parametrize("kernel,attrs", [((12, 4, 3, 3), {"pads": [1, 1, 1, 1]}), ((12, 1, 3, 3), {"group": 4}),
+                                          ((4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]})])
+def test_conv_epilogue_loads_channel_constants_before_the_row_loops(kernel, attrs, cache):
+    """Conv + BatchNorm + a [C, 1, 1] bias + ReLU, with the blocked tile and (strided depthwise)
+    the plain one: the per-channel constants are loaded once per channel, before the loops over
+    its rows (inside them, BatchNorm's scale / sqrt(var) was recomputed per element); matches
+    ONNX Runtime."""
+    c = kernel[0]
+    t = {"x": [2, 4, 7, 9], "w": _const(kernel), "s": _const([c]), "bn_b": _const([c]), "mean": _const([c]),
+         "var": _const([c]), "bias": _const([c, 1, 1])}
+    g = graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w"], ["h"], attrs),
+                                ("bn", "BatchNormalization", ["h", "s", "bn_b", "mean", "var"], ["n"]),
+                                ("ad", "Add", ["n", "bias"], ["a"]), ("r", "Relu", ["a"], ["y"])])
+    plan, _, _ = check(g, [["c", "bn", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
+    src = render(plan, g)["model.c"]
+    assert ("sf_conv_tile" in src) == (kernel[0] == 12)
+    line = next(ln for ln in src.splitlines() if "sqrt(" in ln)
+    var = re.search(r"sqrt\((v\d+) ", line).group(1)
+    between = src[src.index(f"const float {var} = "):src.index(line)]
+    assert "for (long" in between, between  # loaded outside the row loops
+
+
+@pytest.mark.parametrize("other,flat", [
+    ([2, 16, 64, 64], True),     # a residual: the band runs as one loop of 32 rows x 64
+    ([1, 1, 64, 64], True),      # a per-position map, broadcast over channels
+    ([64], False),               # broadcast along the rows: its index needs the column
+    ([64, 1], False),            # broadcast along the columns: needs the row
+])
+def test_conv_1x1_epilogue_over_a_flat_band(other, flat, cache):
+    """A 1x1 conv's tile rows lie back to back: a pointwise epilogue whose tensors all span the
+    output's (H, W) (or neither) runs as one loop over the band (two bands of 32 rows here, batch
+    2); one reading a tensor broadcast along only one of H, W keeps the row loops; matches ONNX
+    Runtime either way."""
+    t = {"x": [2, 8, 64, 64], "w": _const([16, 8, 1, 1]), "s": _const([16]), "bb": _const([16]),
+         "mean": _const([16]), "var": _const([16]), "o": other}
+    g = graph(t, ["x", "o"], ["y"], [("c", "Conv", ["x", "w"], ["h"]),
+                                     ("bn", "BatchNormalization", ["h", "s", "bb", "mean", "var"], ["n"]),
+                                     ("ad", "Add", ["n", "o"], ["a"]), ("r", "Relu", ["a"], ["y"])])
+    plan, _, _ = check(g, [["c", "bn", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
+    src = render(plan, g)["model.c"]
+    assert "sf_conv_tile8(" in src
+    assert (f"< {32 * 64}; " in src) == flat
+
+
+def _host_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((ln for ln in f if ln.startswith("flags")), "").split())
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")
+def test_avx2_register_blocks_match_onnxruntime(tmp_path, cache):
+    """The tiles' AVX2 form (4 x 16 register blocks, intrinsics), built for this host without
+    AVX-512 (as on an AVX2-only CPU): Gemm past one K block, a batched MatMul, convs in blocks of
+    8 and 2 channels and a padded group; matches ONNX Runtime. The compiler wrapper records that
+    the -march=native build (the one with SF_AVX2_TILES) succeeded, not the portable fallback."""
+    import os
+    import stat
+
+    import numpy as np
+
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.emit.data import constants, random_inputs
+    from solverfuse.emit.reference import reference_outputs
+    from solverfuse.plans import build_plan
+
+    from .emit_helpers import HW
+    log = tmp_path / "cc.log"
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\ncc "$@" -mno-avx512f\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    t = {"a": [13, 300], "b": _const([70, 300]), "c": _const([70]), "q": [2, 5, 17], "k": [2, 17, 40],
+         "x": [1, 6, 9, 9], "w8": _const([16, 6, 3, 3]), "w2": _const([6, 6, 1, 1]), "wg": _const([120, 3, 3, 3])}
+    g = graph(t, ["a", "q", "k", "x"], ["y1", "y2", "y3", "y4", "y5"], [
+        ("g", "Gemm", ["a", "b", "c"], ["h1"], {"transB": 1}), ("r1", "Relu", ["h1"], ["y1"]),
+        ("mm", "MatMul", ["q", "k"], ["h2"]), ("r2", "Relu", ["h2"], ["y2"]),
+        ("c8", "Conv", ["x", "w8"], ["y3"], {"pads": [1, 1, 1, 1]}),
+        ("c2", "Conv", ["x", "w2"], ["y4"]),
+        ("cg", "Conv", ["x", "wg"], ["y5"], {"group": 2, "pads": [1, 1, 1, 1]})])
+    plan = build_plan(g, HW, [["g", "r1"], ["mm", "r2"], ["c8"], ["c2"], ["cg"]], strategy="test")
+    prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path / "cache", cc=str(cc))
+    assert any(ln.startswith("0 ") and "-march=native" in ln for ln in log.read_text().splitlines())
+    ins, cs = random_inputs(g, seed=1), constants(g, seed=1)
+    out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
+    for name in g.outputs:
+        np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    src = "".join(open(os.path.join(os.path.dirname(prog.path), f)).read()
+                  for f in os.listdir(os.path.dirname(prog.path)) if f.endswith(".c"))
+    assert "SF_AVX2_TILES" in src and "sf_mm_tile" in src and "sf_conv_tile8(" in src and "sf_conv_tile2(" in src

@@ -121,6 +121,26 @@ def delinearize(lin: str, shape: Sequence[int]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def reshape_index(idx: Sequence[str], src: Sequence[int], dst: Sequence[int], name) -> tuple[str, ...]:
+    """Index in ``dst`` of the element at ``idx`` in ``src`` (same elements, row-major): dims both
+    shapes share at the front and back keep their index; only the middle is linearised (through
+    ``name``, which binds an expression to a simple one) and split. A channel shuffle's [C] <->
+    [g, C/g] then costs one division per channel, hoisted out of the row loops, not a chain of
+    them per element.
+
+    >>> reshape_index(("n", "c", "h"), (1, 6, 5), (1, 2, 3, 5), lambda e: "t")
+    ('n', 't / 3', '(t) % 3', 'h')
+    """
+    if [d for d in src if d != 1] == [d for d in dst if d != 1]:
+        it = iter([i for i, d in zip(idx, src) if d != 1])
+        return tuple("0" if d == 1 else next(it) for d in dst)
+    n = min(len(src), len(dst))
+    p = next((i for i in range(n) if src[i] != dst[i]), n)
+    q = next((i for i in range(n - p) if src[-1 - i] != dst[-1 - i]), n - p)
+    mid = delinearize(name(linear(src[p:len(src) - q], idx[p:len(idx) - q])), dst[p:len(dst) - q])
+    return tuple(idx[:p]) + mid + tuple(idx[len(idx) - q:])
+
+
 def attr_str(v, default: str) -> str:
     """A string attribute (ONNX may give bytes).
 

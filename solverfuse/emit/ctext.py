@@ -59,6 +59,11 @@ SF_SIMD float powf(float, float);
 
 /* Accumulation inside an anchor's tile: a fused multiply-add where the hardware has one (the
    order of a dot product's roundings is the implementation's choice; between ops it is not). */
+#if defined(__GNUC__) && defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+/* the register-blocked tiles' AVX2 form (see their #if) */
+#define SF_AVX2_TILES 1
+#include <immintrin.h>
+#endif
 #if defined(__FMA__)
 #define SF_FMA(a, b, c) fmaf(a, b, c)
 #else
@@ -235,12 +240,38 @@ int sf_counters(long long *out);
 
 
 
-def acc_lines(mb: int, a: str) -> str:
+def acc_lines(mb: int, a: str, cols: int = CHUNK) -> str:
     """The unrolled multiply-add lines of a register-blocked tile (``a`` formats row ``i``'s weight)."""
     # unrolled over the block's rows/channels: constant accumulator addresses, which the
     # compiler keeps in vector registers across the whole reduction loop
-    return "\n".join(f"                for (int e = 0; e < {CHUNK}; e++) acc[{i}][e] = SF_FMA({a.format(i=i)}, xt[e], acc[{i}][e]);"
+    return "\n".join(f"                for (int e = 0; e < {cols}; e++) acc[{i}][e] = SF_FMA({a.format(i=i)}, xt[e], acc[{i}][e]);"
                      for i in range(mb))
+
+
+def _register_blocks(mb: int, body, avx2) -> str:
+    """The loop nest of a register-blocked tile for the target the compiler builds for:
+    ``body(mb, CHUNK)`` (``mb`` x CHUNK accumulators, auto-vectorised: 16 zmm with AVX-512, and
+    the portable form) unless the target has AVX2 + FMA without AVX-512 (``SF_AVX2_TILES``); there
+    ``avx2(rows)`` -- blocks of ``rows`` <= 4 x 16 accumulators, AVX2 intrinsics: 16 vector
+    registers do not hold 8 x 32 accumulators (spilled: 25 GFLOP/s on a 3x3 conv where AVX-512
+    reaches 105, on the same Zen 4 core built with -mno-avx512f; the 4 x 16 blocks: 48, and 105
+    with the inputs pinned in registers), and GCC 12 leaves 4 x 16 float arrays in memory."""
+    return f"#if defined(SF_AVX2_TILES)\n{avx2(min(mb, 4))}#else\n{body(mb, CHUNK)}#endif\n"
+
+
+def _v8_block(rows: int, weight: str, xptr: str, indent: str) -> tuple[str, str]:
+    """(declarations, multiply-adds) of ``rows`` x 2 eight-lane accumulators ``c<i>_<v>`` (AVX2):
+    row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr``."""
+    decl = indent + " ".join(f"__m256 c{i}_0 = _mm256_setzero_ps(), c{i}_1 = _mm256_setzero_ps();"
+                             for i in range(rows))
+    # the empty asm pins the two input vectors in registers: else GCC folds them into every
+    # multiply-add as a memory operand -- 3 loads per 2 FMAs, load-bound at half the FMA rate
+    body = [f"{indent}    __m256 x0 = _mm256_loadu_ps({xptr}), x1 = _mm256_loadu_ps({xptr} + 8);",
+            f'{indent}    __asm__("" : "+x"(x0), "+x"(x1));']
+    for i in range(rows):
+        body.append(f"{indent}    {{ const __m256 wv = _mm256_broadcast_ss({weight.format(i=i)}); "
+                    f"c{i}_0 = _mm256_fmadd_ps(wv, x0, c{i}_0); c{i}_1 = _mm256_fmadd_ps(wv, x1, c{i}_1); }}")
+    return decl, "\n".join(body)
 
 
 def helper_text(name: str) -> str:
@@ -274,24 +305,46 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
 """
     if name.startswith("sf_conv_tile"):
         mb = int(name[len("sf_conv_tile"):])
+
+        def conv_body(rows, cols):
+            return f"""    for (long q = 0; q < span; q += {CHUNK})
+        for (int a0 = 0; a0 < {mb}; a0 += {rows})
+            for (int e0 = 0; e0 < {CHUNK}; e0 += {cols}) {{
+        float acc[{rows}][{cols}];
+        for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) acc[a][e] = 0;
+        for (long c = 0; c < C; c++) {{
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict xt = x + c*cplane + off[t] + q + e0;
+                const float *restrict w = wp + (c*taps + t)*{mb} + a0;
+{acc_lines(rows, "w[{i}]", cols)}
+            }}
+        }}
+        for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) T[(a0 + a)*span + q + e0 + e] = acc[a][e];
+            }}
+"""
+        def conv_avx2(rows):
+            decl, fma = _v8_block(rows, "w + {i}", "xt", "            ")
+            store = "\n".join(f"            _mm256_storeu_ps(T + (a0 + {i})*span + q + e0, c{i}_0); "
+                              f"_mm256_storeu_ps(T + (a0 + {i})*span + q + e0 + 8, c{i}_1);" for i in range(rows))
+            return f"""    for (long q = 0; q < span; q += {CHUNK})
+        for (int a0 = 0; a0 < {mb}; a0 += {rows})
+            for (int e0 = 0; e0 < {CHUNK}; e0 += 16) {{
+{decl}
+            for (long c = 0; c < C; c++)
+                for (long t = 0; t < taps; t++) {{
+                    const float *restrict xt = x + c*cplane + off[t] + q + e0;
+                    const float *restrict w = wp + (c*taps + t)*{mb} + a0;
+{fma}
+                }}
+{store}
+            }}
+"""
         return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
 SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
     const float *restrict wp, long C, long taps, const long *restrict off)
 {{
-    for (long q = 0; q < span; q += {CHUNK}) {{
-        float acc[{mb}][{CHUNK}];
-        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) acc[a][e] = 0;
-        for (long c = 0; c < C; c++) {{
-            for (long t = 0; t < taps; t++) {{
-                const float *restrict xt = x + c*cplane + off[t] + q;
-                const float *restrict w = wp + (c*taps + t)*{mb};
-{acc_lines(mb, "w[{i}]")}
-            }}
-        }}
-        for (int a = 0; a < {mb}; a++) for (int e = 0; e < {CHUNK}; e++) T[a*span + q + e] = acc[a][e];
-    }}
-}}
+{_register_blocks(mb, conv_body, conv_avx2)}}}
 """
     if name == "sf_mm_tile1":
         return f"""/* Matmul tile of one row (a matrix-vector product): T[j] = sum over r < K of a[r] * b[r*n2 + j]
@@ -322,6 +375,39 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
 """
     if name.startswith("sf_mm_tile"):
         mb = int(name[len("sf_mm_tile"):])
+
+        def mm_body(rows, cols):
+            return f"""        for (long q = 0; q < n2; q += {CHUNK})
+            for (int i0 = 0; i0 < {mb}; i0 += {rows})
+                for (int e0 = 0; e0 < {CHUNK}; e0 += {cols}) {{
+            float acc[{rows}][{cols}];
+            for (int i = 0; i < {rows}; i++) for (int e = 0; e < {cols}; e++) acc[i][e] = 0;
+            for (long r = 0; r < kn; r++) {{
+                const float *restrict xt = b + q*K + (k0 + r)*{CHUNK} + e0;
+                const float *restrict ar = ap[r] + i0;
+{acc_lines(rows, "ar[{i}]", cols)}
+            }}
+            for (int i = 0; i < {rows}; i++) for (int e = 0; e < {cols}; e++) T[(i0 + i)*n2 + q + e0 + e] += acc[i][e];
+                }}
+"""
+        def mm_avx2(rows):
+            decl, fma = _v8_block(rows, "ar + {i}", "xt", "                ")
+            store = "\n".join(
+                f"                {{ float *p = T + (i0 + {i})*n2 + q + e0; "
+                f"_mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c{i}_0)); "
+                f"_mm256_storeu_ps(p + 8, _mm256_add_ps(_mm256_loadu_ps(p + 8), c{i}_1)); }}" for i in range(rows))
+            return f"""        for (long q = 0; q < n2; q += {CHUNK})
+            for (int i0 = 0; i0 < {mb}; i0 += {rows})
+                for (int e0 = 0; e0 < {CHUNK}; e0 += 16) {{
+{decl}
+                for (long r = 0; r < kn; r++) {{
+                    const float *restrict xt = b + q*K + (k0 + r)*{CHUNK} + e0;
+                    const float *restrict ar = ap[r] + i0;
+{fma}
+                }}
+{store}
+                }}
+"""
         return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * B[r][j], i < {mb},
    B packed in panels of {CHUNK} columns (B[r][q + e] at b[q*K + r*{CHUNK} + e]: one contiguous
    stream per chunk); the A block is transposed 256 columns at a time (its rows may share an L1 set). */
@@ -333,16 +419,7 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float
     for (long k0 = 0; k0 < K; k0 += 256) {{
         const long kn = K - k0 < 256 ? K - k0 : 256;
         for (long r = 0; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = a[i*lda + k0 + r];
-        for (long q = 0; q < n2; q += {CHUNK}) {{
-            float acc[{mb}][{CHUNK}];
-            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) acc[i][e] = 0;
-            for (long r = 0; r < kn; r++) {{
-                const float *restrict xt = b + q*K + (k0 + r)*{CHUNK};
-{acc_lines(mb, "ap[r][{i}]")}
-            }}
-            for (int i = 0; i < {mb}; i++) for (int e = 0; e < {CHUNK}; e++) T[i*n2 + q + e] += acc[i][e];
-        }}
-    }}
+{_register_blocks(mb, mm_body, mm_avx2)}    }}
 }}
 """
     return {
@@ -372,13 +449,19 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
                 }
 }
 """,
-        "sf_conv_pack": """/* Conv weights [M][C][taps] repacked as [M/mb][C][taps][mb]. */
-SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float *restrict w, long M, long C, long taps, long mb)
+        "sf_conv_pack": """/* Conv weights [G*MG][C][taps] repacked as [G][B][C][taps][mb], B = ceil(MG/mb) blocks of mb
+   output channels per group, zero past the group's MG channels. */
+SF_NOINLINE SF_UNUSED static void sf_conv_pack(float *restrict dst, const float *restrict w, long G, long MG, long C,
+    long taps, long mb)
 {
-    for (long mi = 0; mi < M / mb; mi++)
-        for (long c = 0; c < C; c++)
-            for (long t = 0; t < taps; t++)
-                for (long a = 0; a < mb; a++) *dst++ = w[((mi*mb + a)*C + c)*taps + t];
+    for (long g = 0; g < G; g++)
+        for (long j = 0; j < (MG + mb - 1) / mb; j++)
+            for (long c = 0; c < C; c++)
+                for (long t = 0; t < taps; t++)
+                    for (long a = 0; a < mb; a++, dst++) {
+                        const long m = j*mb + a;
+                        *dst = m < MG ? w[((g*MG + m)*C + c)*taps + t] : 0.0f;
+                    }
 }
 """,
         "sf_pack_b": """/* MatMul/Gemm B ([nb][K][N], or [N][K] when trans) packed in panels of P columns:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ..ops import slice_params, transpose_perm
-from .cexpr import attr_str, bmap, delinearize, linear, lit
+from .cexpr import attr_str, bmap, lit, reshape_index
 
 
 def input_specs(k, node) -> list:
@@ -105,18 +105,7 @@ def _reshape_like(k, node, pos, idx):
     for t in node.inputs[1:]:
         if t:
             k.param_values(t)
-    xs, os_ = k.shape(x), k.shape(out)
-    if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
-        it = iter([i for i, d in zip(idx, os_) if d != 1])
-        return k.value(x, tuple("0" if d == 1 else next(it) for d in xs))
-    # dims both shapes share at the front and back keep their index; only the middle is
-    # linearised and split (a channel shuffle's [C] <-> [g, C/g] then costs one division per
-    # channel, hoisted out of the row loops, not a chain of them per element)
-    n = min(len(xs), len(os_))
-    p = next((i for i in range(n) if xs[i] != os_[i]), n)
-    q = next((i for i in range(n - p) if xs[-1 - i] != os_[-1 - i]), n - p)
-    mid = delinearize(k.index(linear(os_[p:len(os_) - q], idx[p:len(idx) - q])), xs[p:len(xs) - q])
-    return k.value(x, tuple(idx[:p]) + mid + tuple(idx[len(idx) - q:]))
+    return k.value(x, reshape_index(idx, k.shape(out), k.shape(x), k.index))
 
 
 def _transpose(k, node, pos, idx):

@@ -24,7 +24,9 @@ from ..errors import EmitError
 from ..ops import OPS, numel, transpose_perm
 from . import anchors, reductions
 from .anchors import MAX_TILE
-from .cexpr import ctype, delinearize, linear
+from .cexpr import bmap, ctype, linear, reshape_index
+from .elementwise import NARY, STRUCTURED, UNARY
+from .indexing import NARY_MORE, UNARY_MORE
 from .kernel import Kernel, UntiledRead
 from .lowering import SUPPORTED
 
@@ -135,10 +137,7 @@ def _forward_index(k: Kernel, node, idx: tuple) -> tuple:
         return tuple(idx[p] for p in perm)
     if node.op in ("Identity", "Dropout"):
         return tuple(idx)
-    if [d for d in xs if d != 1] == [d for d in os_ if d != 1]:
-        it = iter([i for i, d in zip(idx, xs) if d != 1])
-        return tuple("0" if d == 1 else next(it) for d in os_)
-    return delinearize(k.index(linear(xs, idx)), os_)
+    return reshape_index(idx, xs, os_, k.index)
 
 
 def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
@@ -188,37 +187,123 @@ def _emit_loop(k: Kernel, shape: tuple, deps: frozenset, body) -> None:
     node = k.graph.index.node[k.graph.index.producer[t]]
     blocking = anchors.conv_blocking(k, node) if node.op == "Conv" else None
     if blocking is not None:
-        return _emit_conv_blocked(k, t, node, shape, blocking, body)
+        return _emit_conv_blocked(k, t, node, shape, blocking, body, deps)
     mb = anchors.matmul_blocking(k, node) if node.op in ("MatMul", "Gemm") else None
     if mb is not None:
         return _emit_matmul_blocked(k, t, node, shape, mb, body)
     d = anchors.tile_rank(k, node)
     with k.loops(shape[:-d], parallel=True) as outer:
         anchors.TILES[node.op](k, t, outer, d)
+        if node.op in ("Conv", "MaxPool", "AveragePool"):  # outer = (batch, channel, ...)
+            _prime_channel_reads(k, deps, shape, outer[0], outer[1])
         with k.loops(shape[-d:]) as inner:
             body(tuple(outer) + tuple(inner))
     k.drop_tile(t)
 
 
-def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body) -> None:
+def _prime_channel_reads(k: Kernel, deps: frozenset, shape: tuple, n: str, m: str) -> None:
+    """Before the row loops of one output channel's epilogue (a conv or pooling tile's), load the
+    constants it reads per channel (BatchNorm's statistics, a [C, 1, 1] bias) once: read inside the loops they were
+    loaded -- and BatchNorm's scale / sqrt(var + eps) recomputed -- per element, as GCC does not
+    hoist loads through the kernel's restrict locals past the stores (ShuffleNet's conv + BN
+    kernels ran 3-5x slower than their tile)."""
+    rows = ("<row>", "<col>")[:len(shape) - 2]  # placeholders: the row loops' indices
+    full = (n, m) + rows
+    for d in sorted(deps):
+        node = k.graph.index.node[k.graph.index.producer[d]]
+        if k.shape(d) != shape:
+            continue
+        if node.op == "BatchNormalization":
+            reads = [(u, (m,)) for u in node.inputs[1:5]]
+        elif node.op in NARY or node.op in NARY_MORE:
+            reads = [(u, bmap(full, shape, k.shape(u))) for u in node.inputs if u]
+        else:
+            continue
+        for u, idx in reads:
+            if not any(i in rows for i in idx) and u not in k.scratch and not k.has_tile(u) \
+                    and k.graph.index.producer.get(u) not in k.members:
+                k.value(u, idx)
+
+
+#: Ops whose C form reads every input at the broadcast index of its own (bmap or per channel).
+_POINTWISE = set(NARY) | set(UNARY) | set(STRUCTURED) | set(NARY_MORE) | set(UNARY_MORE)
+
+
+def _flat_band(k: Kernel, t: str, shape: tuple, blk, deps: frozenset) -> bool:
+    """Whether the epilogue of a blocked conv tile may run as ONE loop over its band of rows
+    (index (n, m, first row, q) with q < rows * W): the tile's rows lie back to back (row pitch =
+    output width: 1x1 convolutions at stride 1) and the epilogue is pointwise, every tensor it
+    touches having the output's trailing (H, W) or (1, 1) -- then the row-major offset of
+    (r0, q) is that of every (r0 + q / W, q % W). A 7- or 14-wide row loop vectorised poorly."""
+    if len(shape) != 4 or blk.wq != shape[3] or shape[3] == 1:
+        return False
+    g = k.graph
+    for d in deps:
+        if d == t:
+            continue
+        node = g.index.node[g.index.producer[d]]
+        if node.op not in _POINTWISE or k.shape(d) != shape:
+            return False
+        ins = [u for u in node.inputs if u]
+        if node.op == "BatchNormalization":
+            ins = ins[:1]  # the statistics are read per channel
+        for u in ins:
+            if u in deps:
+                continue
+            tail = ((1, 1) + tuple(k.shape(u)))[-2:]
+            if tail not in ((1, 1), tuple(shape[2:])):
+                return False
+    return True
+
+
+def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: frozenset) -> None:
     """A pass over a Conv output with the register-blocked tile: loops over (batch, block of mb
-    output channels, band of output rows), the tile, then per channel and row of the tile the
-    epilogue's loop over the row (read as ``(T[a] + r*wq)[j]``)."""
+    output channels, band of output rows), the tile, then per channel (its constants loaded,
+    :func:`_prime_channel_reads`) the epilogue: one loop over the band (:func:`_flat_band`) or,
+    per row of the tile, a loop over the row (read as ``(T[a] + r*wq)[j]``)."""
     view = anchors.conv_input_view(k, node, blk)
     weights = anchors.conv_weight_view(k, node, blk)
     bands = shape[2] // blk.rows
-    with k.loops((shape[0], shape[1] // blk.mb, bands), parallel=True) as (n, mi, band):
-        m0 = k.index(f"{mi}*{blk.mb}") if mi != "0" else "0"
+    nblocks = shape[1] // blk.mg * blk.blocks
+    flat = _flat_band(k, t, shape, blk, deps)
+    with k.loops((shape[0], nblocks, bands), parallel=True) as (n, mi, band):
+        valid = ""
+        if mi == "0":
+            m0 = "0"
+        elif blk.padded:  # block j of group g: channels g*mg + j*mb ..., the last part padding
+            j = k.index(f"{mi} % {blk.blocks}")
+            m0 = k.index(f"({mi} / {blk.blocks})*{blk.mg} + {j}*{blk.mb}")
+            valid = k.index(f"sf_min({blk.mb}, {blk.mg} - {j}*{blk.mb})")
+        else:
+            m0 = k.index(f"{mi}*{blk.mb}")
         r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
-        arr = anchors.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi)
-        with k.loops((blk.mb, blk.rows)) as (a, r):
+        arr = anchors.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi, valid)
+        with k.loops((blk.mb,)) as (a,):
+            if valid:
+                k.line(f"if ({a} >= {valid}) break;")
             m = a if m0 == "0" else k.index(f"{m0} + {a}")
-            oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
-            prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
-            k.set_tile(t, prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
-            with k.loops(shape[3:]) as (j,):
-                body((n, m, oh, j))
-            k.drop_tile(t)
+            _prime_channel_reads(k, deps, shape, n if shape[0] != 1 else "0", m if shape[1] != 1 else "0")
+            if flat:
+                prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, r0), shape[:3]))
+                k.set_tile(t, prefix, f"{arr}[{a}]", 1)
+                with k.loops((blk.rows * shape[3],)) as (q,):
+                    body((n, m, r0, q))
+                k.drop_tile(t)
+            else:
+                _conv_rows(k, t, shape, blk, body, arr, (n, m, a, r0))
+
+
+def _conv_rows(k: Kernel, t: str, shape: tuple, blk, body, arr: str, at: tuple) -> None:
+    """The epilogue of one channel of a blocked conv tile, row by row (``at``: batch, channel,
+    channel in the block, first row of the band)."""
+    n, m, a, r0 = at
+    with k.loops((blk.rows,)) as (r,):
+        oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
+        prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
+        k.set_tile(t, prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
+        with k.loops(shape[3:]) as (j,):
+            body((n, m, oh, j))
+        k.drop_tile(t)
 
 
 def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body) -> None:

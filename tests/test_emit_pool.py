@@ -1,0 +1,62 @@
+"""The pooling tiles (bounds-free loops per window tap over a row or plane of outputs) against
+ONNX Runtime: MaxPool/AveragePool in 1-D, 2-D and 3-D with stride, padding, dilation, ceil_mode
+and count_include_pad, each with a fused epilogue, one under the sanitizers; each checks that
+the tile was emitted (else the test proves nothing)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from solverfuse.emit.program import render
+
+from .emit_helpers import check, graph
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("emit-pool-cache")
+
+
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("MaxPool", (2, 3, 11, 12), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 2, 13, 10), {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1],
+                                 "dilations": [2, 1], "ceil_mode": 1}),
+    ("MaxPool", (1, 4, 17), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ("AveragePool", (1, 3, 9, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (2, 2, 8, 7), {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", (1, 2, 7, 9), {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [0, 1, 0, 1], "ceil_mode": 1}),
+    ("AveragePool", (1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 3], "strides": [1, 2, 2], "pads": [0, 1, 1, 1, 1, 1]}),
+])
+def test_pool_tile_with_epilogue(op, shape, attrs, cache):
+    t = {"x": list(shape)}
+    g = graph(t, ["x"], ["y"], [("p", op, ["x"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
+    plan, _, _ = check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
+    src = render(plan, g)["model.c"]
+    assert ("static const int cnt" in src) if op == "AveragePool" else ("-INFINITY" in src)
+    assert "if (p" not in src.split("/* pass")[1].split("for (long j")[-1]  # no per-element bounds check
+
+
+def test_pool_tiles_under_sanitizer(cache):
+    t = {"x": [1, 2, 7, 6]}
+    g = graph(t, ["x"], ["y", "z"], [
+        ("mp", "MaxPool", ["x"], ["y"], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+        ("ap", "AveragePool", ["x"], ["z"], {"kernel_shape": [3, 2], "pads": [1, 1, 1, 0], "count_include_pad": 1})])
+    check(g, [["mp"], ["ap"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
+
+
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("MaxPool", (2, 3, 9, 70), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 2, 11, 67), {"kernel_shape": [2, 3], "strides": [2, 2], "dilations": [2, 1], "ceil_mode": 1}),
+    ("AveragePool", (1, 2, 8, 66), {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [1, 0, 1, 1],
+                                    "count_include_pad": 1}),
+    ("AveragePool", (1, 1, 40, 30, 70), {"kernel_shape": [2, 3, 3], "strides": [1, 2, 2], "pads": [0, 1, 1, 1, 1, 1]}),
+])
+def test_pool_separable_rows(op, shape, attrs, cache):
+    """Rows of 32+ outputs: the window in two 1-D passes (along the columns per input row, then
+    along the rows), also under a 3-D pool's outer taps and under the sanitizers; matches ONNX Runtime."""
+    t = {"x": list(shape)}
+    g = graph(t, ["x"], ["y"], [("p", op, ["x"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
+    plan, _, _ = check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
+    assert re.search(r"float R\d+\[", render(plan, g)["model.c"])
+    check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
