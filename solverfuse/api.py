@@ -48,13 +48,19 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
         raise SolverfuseError("objective 'time' is supported by strategy 'optimal' only")
     if not isinstance(strategy, str):
         raise SolverfuseError(f"strategy must be a string, got {type(strategy).__name__}")
+    if strategy in ("optimal", "covering"):
+        from .worker import prestart, solve_in_worker
+        child = prestart()  # its start-up overlaps the graph's loading
+        try:
+            g = load_graph(graph)
+            hw = load_hardware(hardware)
+            return solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
+                                   progress=progress, started=start, covering=strategy == "covering",
+                                   objective=objective, worker=child).plan
+        finally:
+            child.close()
     g = load_graph(graph)
     hw = load_hardware(hardware)
-    if strategy in ("optimal", "covering"):
-        from .worker import solve_in_worker
-        return solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                               progress=progress, started=start, covering=strategy == "covering",
-                               objective=objective).plan
     if strategy not in greedy.STRATEGIES:
         raise SolverfuseError(f"unknown strategy {strategy!r} (optimal, covering, {', '.join(greedy.STRATEGIES)})")
     return greedy.greedy_plan(g, hw, strategy)

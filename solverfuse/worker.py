@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Callable, Optional, Union
 
 from . import cost, errors, greedy
@@ -58,7 +59,6 @@ from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import Plan, build_plan
-from .solve import best_hint, solve_report, solve_time  # imported here, once: a forked child inherits it
 
 #: Seconds the parent waits past the time limit before it stops the worker.
 GRACE = 1.0
@@ -67,8 +67,18 @@ GRACE = 1.0
 RESERVE = 0.2
 VALIDATE_PER_OP = 100e-6
 MIN_RESERVE = 0.3
+#: Seconds the solve needs at least to be worth starting after the hints (else the best hint,
+#: which the parent validates meanwhile, is the plan).
+MIN_SOLVE = 0.5
+#: Seconds the parent waits, past the deadline, for the validation of the latest hint before it
+#: returns an earlier one already validated.
+FALLBACK_WAIT = 1.0
 #: Share of the time limit the greedy baselines (hints) may take before the solve starts.
 HINT_SHARE = 0.4
+#: The order the child runs the baselines in: cheapest first (measured on random DAGs of
+#: 5,000-20,000 ops, ``benchmarks/scale.py``), so the hint budget cuts off the slow ones, not a
+#: good cheap one; each better hint reaches the parent at once.
+HINT_ORDER = ("unfused", "tvm", "xla", "guide", "inductor")
 #: Test hook: "abort", "kill" or "hang" makes the child fail that way once it has sent its hints
 #: (every attempt; with a "-once" suffix only the first).
 FAULT: Optional[str] = None
@@ -167,34 +177,64 @@ class _Receiver:
         os.close(self.fd)
 
 
-def _start(args: tuple, errfile) -> tuple[subprocess.Popen, _Receiver]:
-    """A fresh ``python -m solverfuse.worker`` given ``args`` (module doc, *Processes*)."""
-    import solverfuse
-    root = os.path.dirname(os.path.dirname(os.path.abspath(solverfuse.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    env.pop("PYTHONFAULTHANDLER", None)  # a fault handler would print our abort's traceback
-    r, w = os.pipe()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "solverfuse.worker", str(w)], env=env,
-                                stdin=subprocess.PIPE, stdout=errfile, stderr=errfile, pass_fds=(w,))
-    except BaseException:
-        os.close(r)
-        raise
-    finally:
-        os.close(w)
-    receiver = _Receiver(r)
-    try:
-        proc.stdin.write(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
-        proc.stdin.close()
-    except BrokenPipeError:  # it died before reading: the caller sees the death
-        pass
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        receiver.close()
-        raise
-    return proc, receiver
+class WorkerProcess:
+    """A solver worker started ahead of its work (:func:`prestart`): a fresh interpreter that
+    imports solverfuse, OR-Tools and the rest (a second or more) while the caller still loads
+    its graph, then waits for its arguments. :meth:`close` ends it if it was never used."""
+
+    def __init__(self):
+        import solverfuse
+        root = os.path.dirname(os.path.dirname(os.path.abspath(solverfuse.__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        env.pop("PYTHONFAULTHANDLER", None)  # a fault handler would print our abort's traceback
+        self.errfile = tempfile.TemporaryFile()
+        r, w = os.pipe()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "solverfuse.worker", str(w)], env=env,
+                                         stdin=subprocess.PIPE, stdout=self.errfile, stderr=self.errfile,
+                                         pass_fds=(w,))
+        except BaseException:
+            os.close(r)
+            self.errfile.close()
+            raise
+        finally:
+            os.close(w)
+        self.recv = _Receiver(r)
+        self.used = False
+
+    def send_args(self, args: tuple) -> None:
+        """Hand the worker its arguments (once)."""
+        self.used = True
+        try:
+            self.proc.stdin.write(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
+            self.proc.stdin.close()
+        except BrokenPipeError:  # it died before reading: the caller sees the death
+            pass
+
+    def close(self) -> None:
+        """Kill the worker if it still runs; release its pipe and error file."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, ):
+            try:
+                f.close()
+            except (OSError, BrokenPipeError):
+                pass
+        if self.recv.fd >= 0:
+            self.recv.close()
+            self.recv.fd = -1
+        self.errfile.close()
+
+
+def prestart() -> WorkerProcess:
+    """Start a solver worker now, for :func:`solve_in_worker` to use later (``worker=``): its
+    start-up then overlaps whatever the caller does meanwhile (loading the graph).
+
+    >>> w = prestart(); w.close()
+    """
+    return WorkerProcess()
 
 
 def _serve() -> None:
@@ -202,6 +242,7 @@ def _serve() -> None:
     conn = _Sender(int(sys.argv[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group
     _die_with_parent()
+    import_module("solverfuse.solve")  # OR-Tools and the formulations load before the arguments arrive
     args = pickle.load(sys.stdin.buffer)
     _child(conn, *args)
 
@@ -209,30 +250,38 @@ def _serve() -> None:
 def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
            with_hints: bool, hint: Optional[list], fault: Optional[str], covering: bool = False,
            objective: str = "traffic") -> None:
+    from .solve import best_hint, solve_report, solve_time
     faulthandler.disable()
     try:
         best = best_hint(graph, hw, [hint] if hint else [])
         best_traffic = cost.plan_traffic(graph, best)  # the parent has this one already
         if with_hints:
-            # the baselines get at most HINT_SHARE of the time; one that runs over is cut off
-            # by SIGALRM (nothing else runs in this process yet) and the solve starts from the
-            # best hint so far
+            # the baselines get at most HINT_SHARE of the time between them (their own running
+            # time: checking a hint is not counted); one that runs over is cut off by SIGALRM
+            # (nothing else runs in this process yet) and the solve starts from the best hint so far
             alarm = {signal.SIGALRM}
             signal.pthread_sigmask(signal.SIG_BLOCK, alarm)  # only a baseline itself is cut off
             signal.signal(signal.SIGALRM, _out_of_hint_time)
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, HINT_SHARE * (deadline - time.monotonic())))
-            todo = list(greedy.STRATEGIES)
+            budget = HINT_SHARE * (deadline - time.monotonic())
+            todo = sorted(greedy.STRATEGIES, key=lambda n: (HINT_ORDER + (n,)).index(n))
             try:
-                for name, make in greedy.STRATEGIES.items():
+                for name in list(todo):
+                    if budget <= 1e-3:
+                        raise _HintTimeout()
+                    began = time.monotonic()
+                    signal.setitimer(signal.ITIMER_REAL, budget)
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
-                    h = make(graph, hw)
+                    h = greedy.STRATEGIES[name](graph, hw)
                     signal.pthread_sigmask(signal.SIG_BLOCK, alarm)
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.sigtimedwait(alarm, 0)  # an alarm that came just as it returned: spent
+                    budget -= time.monotonic() - began
                     todo.remove(name)
                     better = best_hint(graph, hw, [best, h])
                     t = cost.plan_traffic(graph, better)
                     if t < best_traffic:
                         best, best_traffic = better, t
-                        conn.send(("hint", best))
+                        conn.send(("hint", best, name))
             except _HintTimeout:
                 conn.send(("cut", todo))
             finally:
@@ -243,6 +292,10 @@ def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed
         _fault(fault)
         left = deadline - time.monotonic()
         reserve = max(RESERVE * left, MIN_RESERVE + VALIDATE_PER_OP * len(graph.nodes))
+        if left - reserve < MIN_SOLVE:  # the parent validates the best hint already: no second copy
+            conn.send(("skip", f"no time was left to solve after the hints ({max(left, 0):.1f} s of "
+                               f"{reserve:.1f} s needed to validate)"))
+            return
         if objective == "time":
             plan = solve_time(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
                               hints=[best]).model_copy(update={"graph": None})
@@ -300,15 +353,18 @@ class _Spare:
             with self.lock:
                 self.built = (groups, plan)
 
-    def get(self, groups: list) -> Plan:
+    def get(self, groups: list, wait: Optional[float] = None) -> tuple[list, Plan]:
+        """The plan of ``groups`` -- or, when its validation is under way but not done within
+        ``wait`` seconds, of the latest groups already validated (an earlier, worse hint): the
+        caller is past its deadline. Returns (groups, plan)."""
         with self.lock:
             thread = self.thread if self.latest is groups else None
         if thread is not None:
-            thread.join()  # it is validating these very groups: wait rather than start over
+            thread.join(wait)  # it is validating these very groups: wait rather than start over
         with self.lock:
-            if self.built[0] is groups:
-                return self.built[1].model_copy()
-        return _fallback_plan(self.graph, self.hw, groups)
+            if self.built[0] is groups or (self.built[0] is not None and thread is not None and thread.is_alive()):
+                return self.built[0], self.built[1].model_copy()
+        return groups, _fallback_plan(self.graph, self.hw, groups)
 
 
 def _native_message(errfile) -> str:
@@ -342,7 +398,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                     workers: int = 2, seed: int = 0, hints: bool = True,
                     progress: Optional[Callable[[float, int, int], None]] = None,
                     started: Optional[float] = None, covering: bool = False,
-                    objective: str = "traffic") -> WorkerResult:
+                    objective: str = "traffic", worker: Optional[WorkerProcess] = None) -> WorkerResult:
     """The optimal plan of ``graph``, solved in a child process; never dies with the solver.
 
     ``hints``: compute every greedy baseline as a hint (in the child). ``progress(seconds,
@@ -350,6 +406,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     clock started (default: now); the time limit counts from there. ``covering``: allow
     recomputation and looped reductions (``formulations/covering.md``); the fallbacks stay partitions.
     ``objective="time"``: least predicted run time (:func:`solverfuse.solve.solve_time`).
+    ``worker``: a worker :func:`prestart` started earlier, used for the first attempt (and closed).
     """
     start = time.monotonic() if started is None else started
     time_limit = check_time_limit(time_limit)
@@ -363,19 +420,21 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     attempts = 0
     log: list = []
     cut: list[str] = []  # baselines the hint budget cut off
-    spare = _Spare(graph, hw)
-    graph.digest()  # once, here: the cached digest travels with the copy the child receives
+    names = {id(alone): "every op alone"}  # id of a partition -> where it came from
     structure = graph.structure_copy()
+    # the fallback's validation starts first, in a thread, while the child starts and reads
+    # its arguments (it computes the graph's digest itself: nothing is done twice in a row)
+    spare = _Spare(graph, hw)
+    spare.offer(best)
     while result is None and attempts < 2:
         attempts += 1
         n_workers = workers if attempts == 1 else 1
-        errfile = tempfile.TemporaryFile()
-        proc = recv = None
+        child = None
         try:
-            proc, recv = _start((structure, hw, deadline, n_workers, seed, hints and attempts == 1, best,
-                                 _fault_for(attempts), covering, objective), errfile)
-            if attempts == 1:
-                spare.offer(best)
+            child = worker if attempts == 1 and worker is not None and not worker.used else WorkerProcess()
+            proc, recv, errfile = child.proc, child.recv, child.errfile
+            child.send_args((structure, hw, deadline, n_workers, seed, hints and attempts == 1, best,
+                             _fault_for(attempts), covering, objective))
             while True:
                 wait = deadline + GRACE - time.monotonic()
                 if wait <= 0:
@@ -393,7 +452,11 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                     break
                 if msg[0] == "hint":
                     best = msg[1]
+                    names[id(best)] = f"the best greedy plan ({msg[2]})"
                     spare.offer(best)
+                elif msg[0] == "skip":
+                    reason = msg[1]
+                    break
                 elif msg[0] == "cut":
                     cut = msg[1]
                 elif msg[0] == "progress":
@@ -416,18 +479,17 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
             e.groups = best  # type: ignore[attr-defined]
             raise
         finally:
-            if proc is not None:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait()
-            if recv is not None:
-                recv.close()
-            errfile.close()
-        if result is None and (time.monotonic() >= deadline or reason.startswith("the solver did not stop")):
+            if child is not None:
+                child.close()
+        if result is None and (time.monotonic() >= deadline or reason.startswith(("the solver did not stop", "no time"))):
             break
     if result is None:
-        plan = spare.get(best)
-        what = "the best greedy plan" if best is not alone else "every op alone (no better hint was ready)"
+        used, plan = spare.get(best, max(FALLBACK_WAIT, deadline + GRACE - time.monotonic()))
+        what = names.get(id(used), "the best greedy plan")
+        if used is alone:
+            what += " (no better hint was ready)"
+        elif used is not best:
+            what += f" (validating the better {names.get(id(best), 'hint')} did not finish in time)"
         plan.reason = f"{reason}; returned {what}"
         result = WorkerResult(plan)
     result.attempts, result.log = attempts, log
@@ -440,7 +502,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     return result
 
 
-__all__ = ["solve_in_worker", "WorkerResult", "GRACE", "FAULT"]
+__all__ = ["solve_in_worker", "prestart", "WorkerProcess", "WorkerResult", "GRACE", "FAULT"]
 
 
 if __name__ == "__main__":

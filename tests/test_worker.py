@@ -95,7 +95,8 @@ def test_the_worker_does_not_inherit_a_lock_another_thread_of_the_caller_holds(g
     def solve_behind_the_lock(*args, **kwargs):
         with held:
             raise AssertionError("unreachable while the lock is held")
-    monkeypatch.setattr(worker, "solve_report", solve_behind_the_lock)
+    import solverfuse.solve
+    monkeypatch.setattr(solverfuse.solve, "solve_report", solve_behind_the_lock)
     try:
         p = make_plan(graph, "nvidia-h100", time_limit=20, workers=1)
     finally:

@@ -163,8 +163,11 @@ def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
     for i in range(n):
         for j in reach.succs[i]:
             link(i, j)
-    for t, cons in graph.index.consumers.items():
-        idx = sorted({pos[c] for c in cons if c in pos})
+    consumers = graph.index.consumers
+    # a window's presolve looks at the tensors its own ops read, not at every tensor of the graph
+    read = consumers if nodes is None else dict.fromkeys(t for v in order for t in graph.index.node[v].inputs if t)
+    for t in read:
+        idx = sorted({pos[c] for c in consumers[t] if c in pos})
         if len(idx) < 2:
             continue
         later = sum(1 << i for i in idx)

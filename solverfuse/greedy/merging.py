@@ -7,6 +7,7 @@ acyclic).
 """
 from __future__ import annotations
 
+import bisect
 from typing import Collection, Iterable, Optional
 
 from .. import cost, dag
@@ -77,7 +78,14 @@ class Partition:
 
     def nodes(self, gs: Iterable[int]) -> list[str]:
         """The ops of several groups together, in graph order."""
-        return sorted((v for g in set(gs) for v in self.members[g]), key=self.pos.__getitem__)
+        lists = sorted((self.members[g] for g in set(gs)), key=len)
+        out = list(lists.pop())
+        if sum(map(len, lists)) * 8 < len(out):  # a few ops joining a long group: insert them
+            for members in lists:
+                for v in members:
+                    bisect.insort(out, v, key=self.pos.__getitem__)
+            return out
+        return sorted(out + [v for members in lists for v in members], key=self.pos.__getitem__)
 
     def succ(self, g: int) -> set[int]:
         """Groups that read a tensor group ``g`` writes (a live view: do not modify)."""
@@ -165,11 +173,20 @@ class Partition:
             self._succ[h] -= gset
             self._succ[h].add(keep)
         self._succ[keep], self._pred[keep] = succ, pred
+        # the merged group's bitsets are the OR of its parts' (when all are known): a group
+        # grown one op at a time (a chain) is not rescanned at every merge
+        parts = [self._bits.get(g) for g in gs]
         for m in self._memos:
             for g in gs:
                 m.pop(g, None)
+        if all(b is not None for b in parts):
+            mask = desc = anc = 0
+            for m_, d, a in parts:
+                mask, desc, anc = mask | m_, desc | d, anc | a
+            self._bits[keep] = (mask, desc, anc)
         for v in nodes:
-            self.gid[v] = keep
+            if self.gid[v] != keep:
+                self.gid[v] = keep
         self.members[keep] = nodes
         self.first[keep] = self.pos[nodes[0]]
         self._merges += 1
