@@ -339,7 +339,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     if objective == "time" and recompute:
         fail("--objective time does not support --recompute yet")
     from .worker import prestart
-    child = prestart()  # its imports (OR-Tools: a second or more) overlap the graph's loading
+    child = prestart(graph)  # its imports (OR-Tools: a second or more) overlap the graph's loading
     try:
         _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_partial, recompute,
                    objective, as_json, start)
@@ -352,8 +352,9 @@ def _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_p
     from .hardware import load_hardware
     from .plans import build_plan, plan_to_json, save_plan
     from .summary import format_plan, human_bytes
-    from .worker import solve_in_worker
+    from .worker import file_stamp, solve_in_worker
     g = load_input_graph(graph)
+    stamp = file_stamp(graph)
     hw = load_hardware(hardware)
     live = sys.stderr.isatty()
 
@@ -366,7 +367,7 @@ def _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_p
     try:
         report = solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
                                  progress=progress if live else None, started=start, covering=recompute,
-                                 objective=objective, worker=child)
+                                 objective=objective, worker=child, source_stamp=stamp)
     except Interrupted as e:
         groups = getattr(e, "groups", None)
         if groups is None:

@@ -84,6 +84,9 @@ def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, w
 
 #: Graphs with more ops skip the exact presolve and are planned in windows (no optimality claim).
 EXACT_OPS = 20000
+#: Seconds of presolve per op, about (random DAGs of 5,000-20,000 ops on a busy machine): with
+#: less than twice that left, the graph is planned in windows without the whole presolve.
+PRESOLVE_PER_OP = 150e-6
 #: A part with more candidate pairs than this is planned in windows too (its model would be too
 #: weak to prove anything); the plan is then ``feasible`` and its bound the part's traffic floor.
 MAX_PAIRS = 6000
@@ -137,8 +140,8 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         if run:
             units.append(_Unit(None, run, len(regions) - 1))
 
-    if len(graph.nodes) > exact_ops:
-        add_windows(list(graph.index.order))
+    if len(graph.nodes) > exact_ops or time_limit < 2 * PRESOLVE_PER_OP * len(graph.nodes):
+        add_windows(list(graph.index.order))  # (too large, or no time for the whole presolve)
     else:
         pre = presolve(graph, hw, max_part=MAX_PART_OPS)
         for part in pre.parts:

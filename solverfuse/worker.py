@@ -73,8 +73,11 @@ MIN_SOLVE = 0.5
 #: Seconds the parent waits, past the deadline, for the validation of the latest hint before it
 #: returns an earlier one already validated.
 FALLBACK_WAIT = 1.0
-#: Share of the time limit the greedy baselines (hints) may take before the solve starts.
-HINT_SHARE = 0.4
+#: Share of the time left the greedy baselines (hints) may take, together, before the solve
+#: starts. On graphs of a few hundred ops they take milliseconds and the share does not matter;
+#: it binds on graphs of thousands of ops, where CP-SAT proves nothing in seconds either and the
+#: best baseline is most of the plan's quality.
+HINT_SHARE = 0.6
 #: The order the child runs the baselines in: cheapest first (measured on random DAGs of
 #: 5,000-20,000 ops, ``benchmarks/scale.py``), so the hint budget cuts off the slow ones, not a
 #: good cheap one; each better hint reaches the parent at once.
@@ -182,8 +185,12 @@ class WorkerProcess:
     imports solverfuse, OR-Tools and the rest (a second or more) while the caller still loads
     its graph, then waits for its arguments. :meth:`close` ends it if it was never used."""
 
-    def __init__(self):
+    def __init__(self, source=None):
         import solverfuse
+        # a graph JSON file the worker may load itself, in parallel with the caller: its
+        # (size, mtime) now, which the caller checks again after its own load (file_stamp)
+        self.stamp = file_stamp(source) if source is not None and str(source).endswith(".json") else None
+        extra = [os.fspath(source), self.stamp] if self.stamp else []
         root = os.path.dirname(os.path.dirname(os.path.abspath(solverfuse.__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -191,7 +198,7 @@ class WorkerProcess:
         self.errfile = tempfile.TemporaryFile()
         r, w = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "solverfuse.worker", str(w)], env=env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "solverfuse.worker", str(w), *extra], env=env,
                                          stdin=subprocess.PIPE, stdout=self.errfile, stderr=self.errfile,
                                          pass_fds=(w,))
         except BaseException:
@@ -228,13 +235,26 @@ class WorkerProcess:
         self.errfile.close()
 
 
-def prestart() -> WorkerProcess:
+def prestart(source=None) -> WorkerProcess:
     """Start a solver worker now, for :func:`solve_in_worker` to use later (``worker=``): its
-    start-up then overlaps whatever the caller does meanwhile (loading the graph).
+    start-up then overlaps whatever the caller does meanwhile (loading the graph). ``source``: the
+    graph JSON file the caller is about to load; the worker loads it too, at the same time, and
+    is then sent no graph if the file did not change in between (pickling a 20,000-op graph
+    across and unpickling it took seconds).
 
     >>> w = prestart(); w.close()
     """
-    return WorkerProcess()
+    return WorkerProcess(source)
+
+
+def file_stamp(path) -> Optional[str]:
+    """The size and modification time of a file (None if it cannot be read): a file whose stamp
+    is the same before and after a load was not changed during it."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _serve() -> None:
@@ -243,7 +263,21 @@ def _serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group
     _die_with_parent()
     import_module("solverfuse.solve")  # OR-Tools and the formulations load before the arguments arrive
+    own = None
+    if len(sys.argv) > 3 and file_stamp(sys.argv[2]) == sys.argv[3]:
+        try:
+            own = import_module("solverfuse.sources").load_graph(sys.argv[2])
+        except Exception:  # noqa: BLE001 -- the caller loads it too and reports the error
+            own = None
+        if file_stamp(sys.argv[2]) != sys.argv[3]:  # changed while it was read
+            own = None
     args = pickle.load(sys.stdin.buffer)
+    if args[0] is None:  # the caller found the file unchanged: this worker's own copy is the graph
+        if own is None:
+            conn.send(("bug", "the worker could not load the graph file the caller loaded"))
+            conn.close()
+            os._exit(0)
+        args = (own,) + tuple(args[1:])
     _child(conn, *args)
 
 
@@ -398,7 +432,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                     workers: int = 2, seed: int = 0, hints: bool = True,
                     progress: Optional[Callable[[float, int, int], None]] = None,
                     started: Optional[float] = None, covering: bool = False,
-                    objective: str = "traffic", worker: Optional[WorkerProcess] = None) -> WorkerResult:
+                    objective: str = "traffic", worker: Optional[WorkerProcess] = None,
+                    source_stamp: Optional[str] = None) -> WorkerResult:
     """The optimal plan of ``graph``, solved in a child process; never dies with the solver.
 
     ``hints``: compute every greedy baseline as a hint (in the child). ``progress(seconds,
@@ -406,7 +441,9 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     clock started (default: now); the time limit counts from there. ``covering``: allow
     recomputation and looped reductions (``formulations/covering.md``); the fallbacks stay partitions.
     ``objective="time"``: least predicted run time (:func:`solverfuse.solve.solve_time`).
-    ``worker``: a worker :func:`prestart` started earlier, used for the first attempt (and closed).
+    ``worker``: a worker :func:`prestart` started earlier, used for the first attempt (and closed);
+    ``source_stamp``: :func:`file_stamp` of the graph's file right after the caller loaded it --
+    equal to the worker's, the worker uses the copy it loaded itself.
     """
     start = time.monotonic() if started is None else started
     time_limit = check_time_limit(time_limit)
@@ -433,8 +470,9 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
         try:
             child = worker if attempts == 1 and worker is not None and not worker.used else WorkerProcess()
             proc, recv, errfile = child.proc, child.recv, child.errfile
-            child.send_args((structure, hw, deadline, n_workers, seed, hints and attempts == 1, best,
-                             _fault_for(attempts), covering, objective))
+            same = child.stamp is not None and child.stamp == source_stamp
+            child.send_args((None if same else structure, hw, deadline, n_workers, seed, hints and attempts == 1,
+                             best, _fault_for(attempts), covering, objective))
             while True:
                 wait = deadline + GRACE - time.monotonic()
                 if wait <= 0:
@@ -502,7 +540,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     return result
 
 
-__all__ = ["solve_in_worker", "prestart", "WorkerProcess", "WorkerResult", "GRACE", "FAULT"]
+__all__ = ["solve_in_worker", "prestart", "file_stamp", "WorkerProcess", "WorkerResult", "GRACE", "FAULT"]
 
 
 if __name__ == "__main__":
