@@ -59,8 +59,8 @@ def load() -> str:
         return "?"
 
 
-def env() -> dict:
-    return dict(os.environ, PYTHONPATH=str(ROOT))
+def env(root: Path = ROOT) -> dict:
+    return dict(os.environ, PYTHONPATH=str(root))
 
 
 def write_graphs(d: Path) -> list[tuple[str, Path]]:
@@ -97,16 +97,16 @@ def overshoot(graphs, runs: int, time_limit: float) -> list[dict]:
     return rows
 
 
-def stages(graphs, cap: float) -> list[dict]:
+def stages(graphs, cap: float, root: Path = ROOT, label: str = "this tree") -> list[dict]:
     rows = []
     for name, path in graphs:
         if name.startswith("random DAG, 1,000"):
             continue
-        row = {"graph": name, "load": load()}
+        row = {"graph": name, "code": label, "load": load()}
         for stage in STAGES:
             try:
-                r = subprocess.run([sys.executable, "-c", STAGE_SCRIPT, str(path), stage], env=env(),
-                                   capture_output=True, text=True, timeout=cap)
+                r = subprocess.run([sys.executable, "-c", STAGE_SCRIPT, str(path), stage], env=env(root),
+                                   capture_output=True, text=True, timeout=cap, cwd=root)
                 row[stage] = f"{float(r.stdout.strip().splitlines()[-1]):.2f}" if r.returncode == 0 else "error"
             except subprocess.TimeoutExpired:
                 row[stage] = f"> {cap:g} (incl. load)"
@@ -137,9 +137,9 @@ def markdown(rows: list[dict], stage_rows: list[dict], runs: int, seconds: float
               "op alone) when no hint was ready.", ""]
     if stage_rows:
         lines += ["## Stages alone (seconds; each in a fresh process, graph load excluded)", "",
-                  "| graph | load avg | " + " | ".join(STAGES) + " |", "|---|---|" + "---:|" * len(STAGES)]
+                  "| graph | code | load avg | " + " | ".join(STAGES) + " |", "|---|---|---|" + "---:|" * len(STAGES)]
         for r in stage_rows:
-            lines.append(f"| {r['graph']} | {r['load']} | " + " | ".join(r[s] for s in STAGES) + " |")
+            lines.append(f"| {r['graph']} | {r['code']} | {r['load']} | " + " | ".join(r[s] for s in STAGES) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -150,6 +150,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--stages", action="store_true", help="also time the baselines and the presolve alone")
     ap.add_argument("--stage-cap", type=float, default=60.0, help="seconds per stage before it is cut")
+    ap.add_argument("--before", type=Path, help="a checkout of older code whose stages are timed too")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     start = time.monotonic()
@@ -157,6 +158,8 @@ def main() -> None:
         graphs = write_graphs(Path(d))
         rows = overshoot(graphs, args.runs, args.time_limit)
         stage_rows = stages(graphs, args.stage_cap) if args.stages else []
+        if args.stages and args.before:
+            stage_rows += stages(graphs, args.stage_cap, args.before, f"before ({args.before.name})")
     text = markdown(rows, stage_rows, args.runs, time.monotonic() - start)
     from solverfuse.files import write_atomic
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,13 @@ each with a share of the remaining time proportional to its size, by the set-par
 formulation (lazy cycle cuts added here) or, when a part has too many candidate groups, the
 representative-assignment one. The plan is ``optimal`` only if every part is proven optimal, and
 its bound is the sum of the parts' bounds. Parts too large to prove anything about, and graphs
-over :data:`EXACT_OPS` ops, are planned in topological windows and reported ``feasible`` with
-their traffic floor as bound (``formulations/set-partitioning.md``, section "Solving, and what
-happens at scale"). Each part's model comes from the first of :data:`FORMULATIONS` that accepts it,
+over :data:`EXACT_OPS` ops (or with too little time for the whole presolve), are planned in
+topological windows and reported ``feasible`` with their traffic floor as bound
+(``formulations/set-partitioning.md``, section "Solving, and what happens at scale"). A window is
+a run of whole hint groups in an executable order, presolved only when its turn comes, so it
+starts at the hint's traffic and running out of time costs nothing; a part whose model would
+take longer to build than its share of the time keeps its hint too. The log's first incumbent is
+the hint. Each part's model comes from the first of :data:`FORMULATIONS` that accepts it,
 driven through the :class:`~solverfuse.formulations.protocol.Formulation` protocol.
 
 >>> from solverfuse.graph import load_graph

@@ -1,17 +1,24 @@
 """The optimal planner run in a worker process, so nothing inside CP-SAT can take the caller down.
 
-:func:`solve_in_worker` forks one child that computes the greedy hints, sends the best legal one
-back, then runs :func:`solverfuse.solve.solve_report` and sends the plan. The parent only waits.
-Whatever happens in the child -- a native abort (OR-Tools ``Check failed``), an out-of-memory
-kill, a hang past the time limit -- the parent returns a validated plan: the solver's, or else the
-best plan it has (the best greedy hint, or every op alone), with status ``feasible`` and
-``plan.reason`` saying what happened in one line. After a crash with time left, the solve is
-retried once with one CP-SAT worker (the known abort class needs several).
+:func:`solve_in_worker` starts one child that computes the greedy hints (cheapest first,
+:data:`HINT_ORDER`), sends each better legal one back, then runs
+:func:`solverfuse.solve.solve_report` and sends the plan. The parent validates the best plan it
+holds in a background thread meanwhile (the fallback) and otherwise only waits. Whatever happens
+in the child -- a native abort (OR-Tools ``Check failed``), an out-of-memory kill, a hang past the
+time limit -- the parent returns a validated plan: the solver's, or else the best plan it has (the
+best greedy hint, named, or every op alone), with status ``feasible`` and ``plan.reason`` saying
+what happened in one line. After a crash with time left, the solve is retried once with one
+CP-SAT worker (the known abort class needs several).
 
 Time: the whole call, from ``started`` (the caller's clock, e.g. before loading the graph), is
-bounded by ``time_limit + GRACE`` plus the time to validate a fallback plan; the child is told to
-stop early enough to validate its own plan inside the limit. ``plan.solve_seconds`` is the wall
-time from ``started`` to the returned plan.
+bounded by ``time_limit + GRACE`` plus, when the child had to be stopped, at most
+``FALLBACK_WAIT`` for the validation of the newest hint (else an earlier validated one is
+returned) -- except that the very first fallback (every op alone) is always waited for. The
+baselines share :data:`HINT_SHARE` of the time; the child skips the solve when no time is left
+for it (message ``skip``) and is told to stop early enough to validate its own plan inside the
+limit. ``plan.solve_seconds`` is the wall time from ``started`` to the returned plan. A caller
+may :func:`prestart` the child before it loads the graph: the child's imports (OR-Tools, a
+second or more) and, for a JSON file, its own load of the graph then overlap the caller's.
 
 Processes: the child is a fresh interpreter (``python -m solverfuse.worker``), never a fork of
 the caller: a caller is often multi-threaded (a test runner, ONNX Runtime's or torch's thread

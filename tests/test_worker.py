@@ -104,3 +104,23 @@ def test_the_worker_does_not_inherit_a_lock_another_thread_of_the_caller_holds(g
         t.join()
     assert p.status == "optimal" and p.reason is None
     validate(p)
+
+
+@pytest.mark.parametrize("stamp_matches", [True, False])
+def test_a_prestarted_worker_that_loads_the_file_itself_plans_the_same(graph, tmp_path, stamp_matches):
+    """The worker started ahead of time loads the graph JSON itself (when the caller's file stamp
+    matches) or is sent the caller's copy (when it does not): the plan is the same either way."""
+    path = tmp_path / "g.json"
+    path.write_text(graph.to_json())
+    child = worker.prestart(path)
+    stamp = worker.file_stamp(path) if stamp_matches else "changed"
+    try:
+        p = worker.solve_in_worker(graph, "nvidia-h100", time_limit=30, workers=1, seed=1, worker=child,
+                                   source_stamp=stamp).plan
+    finally:
+        child.close()
+    q = worker.solve_in_worker(graph, "nvidia-h100", time_limit=30, workers=1, seed=1).plan
+    assert p.reason is None and q.reason is None
+    assert p.status == q.status == "optimal"
+    assert p.traffic_bytes == q.traffic_bytes and p.graph_sha256 == q.graph_sha256
+    validate(p)
