@@ -14,6 +14,7 @@ CP-SAT never shows through this interface.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Optional, Union
 
@@ -48,13 +49,21 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
         raise SolverfuseError("objective 'time' is supported by strategy 'optimal' only")
     if not isinstance(strategy, str):
         raise SolverfuseError(f"strategy must be a string, got {type(strategy).__name__}")
+    if strategy in ("optimal", "covering"):
+        from .worker import file_stamp, prestart, solve_in_worker
+        path = graph if isinstance(graph, (str, os.PathLike)) else None
+        child = prestart(path)  # its start-up (and its own load of a JSON file) overlaps the graph's loading
+        try:
+            g = load_graph(graph)
+            stamp = file_stamp(path) if path is not None else None
+            hw = load_hardware(hardware)
+            return solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
+                                   progress=progress, started=start, covering=strategy == "covering",
+                                   objective=objective, worker=child, source_stamp=stamp).plan
+        finally:
+            child.close()
     g = load_graph(graph)
     hw = load_hardware(hardware)
-    if strategy in ("optimal", "covering"):
-        from .worker import solve_in_worker
-        return solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
-                               progress=progress, started=start, covering=strategy == "covering",
-                               objective=objective).plan
     if strategy not in greedy.STRATEGIES:
         raise SolverfuseError(f"unknown strategy {strategy!r} (optimal, covering, {', '.join(greedy.STRATEGIES)})")
     return greedy.greedy_plan(g, hw, strategy)

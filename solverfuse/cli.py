@@ -6,19 +6,33 @@ it, SIGINT / SIGTERM exit 130 / 143.
 """
 from __future__ import annotations
 
-import functools
-import json
 import os
 import signal
 import sys
-import threading
-import time as _time
-from pathlib import Path
-from typing import Optional
 
-import typer
 
-from .errors import Interrupted, SolverfuseError
+def _interrupted_early(signum, frame):  # pragma: no cover - console entry
+    """SIGINT / SIGTERM before :func:`main` takes over (imports): nothing to clean up yet."""
+    os.write(2, b"error: interrupted\n")
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "solverfuse":
+    # the console entry: signal handling first, before typer, pydantic and numpy load (a second or
+    # so on a busy machine, when a Ctrl-C used to print a KeyboardInterrupt traceback)
+    for _s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_s, _interrupted_early)
+
+import functools  # noqa: E402
+import json  # noqa: E402
+import threading  # noqa: E402
+import time as _time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
+
+import typer  # noqa: E402
+
+from .errors import Interrupted, SolverfuseError  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Optimal operator-fusion planning with CP-SAT.")
@@ -314,15 +328,9 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
 
     --time-limit bounds the whole command (loading, hints, solve, validation) plus about a
     second; a solver crash or hang still gives the best plan found (status feasible, with why)."""
-    from .arguments import check_seed, check_time_limit, check_workers
-    from .sources import load_graph
-    from .hardware import load_hardware
-    from .plans import build_plan, plan_to_json, save_plan
-    from .summary import format_plan, human_bytes
-    from .worker import solve_in_worker
-    from .zygote import prestart
     start = ENTRY[0] if ENTRY[0] is not None else _time.monotonic()
     ENTRY[0] = None
+    from .arguments import check_seed, check_time_limit, check_workers
     check_time_limit(time_limit)
     check_seed(seed)
     check_workers(workers)
@@ -330,8 +338,23 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
         fail(f"unknown objective {objective!r} (traffic or time)")
     if objective == "time" and recompute:
         fail("--objective time does not support --recompute yet")
-    prestart()  # the solver's process starts importing while the graph loads
+    from .worker import prestart
+    child = prestart(graph)  # its imports (OR-Tools: a second or more) overlap the graph's loading
+    try:
+        _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_partial, recompute,
+                   objective, as_json, start)
+    finally:
+        child.close()
+
+
+def _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_partial, recompute, objective,
+               as_json, start):
+    from .hardware import load_hardware
+    from .plans import build_plan, plan_to_json, save_plan
+    from .summary import format_plan, human_bytes
+    from .worker import file_stamp, solve_in_worker
     g = load_input_graph(graph)
+    stamp = file_stamp(graph)
     hw = load_hardware(hardware)
     live = sys.stderr.isatty()
 
@@ -344,7 +367,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     try:
         report = solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
                                  progress=progress if live else None, started=start, covering=recompute,
-                                 objective=objective)
+                                 objective=objective, worker=child, source_stamp=stamp)
     except Interrupted as e:
         groups = getattr(e, "groups", None)
         if groups is None:
@@ -388,18 +411,30 @@ def _exit(code: int) -> None:
         os._exit(code)
 
 
+def _exit_on_signal(signum, frame):  # pragma: no cover - console entry
+    os._exit(128 + signum)
+
+
+def _quiet_exit_on_signal() -> None:
+    """While the one line of an interruption is written: a second signal only exits."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _exit_on_signal)
+
+
 def main(argv: Optional[list] = None) -> None:  # pragma: no cover - console entry
     """The console entry: usage errors are one line too (``error: ...``, exit 2), and a signal
     before a command starts is one line as well."""
     ENTRY[0] = _time.monotonic()
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, _raise_interrupted)
     try:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, _raise_interrupted)
         code = app(args=argv, standalone_mode=False)
     except (Interrupted, KeyboardInterrupt) as e:
+        _quiet_exit_on_signal()
         typer.echo("error: interrupted", err=True)
         code = 128 + getattr(e, "signum", signal.SIGINT)
     except typer.Abort:
+        _quiet_exit_on_signal()
         typer.echo("error: interrupted", err=True)
         code = 130
     except typer.Exit as e:

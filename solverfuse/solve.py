@@ -12,9 +12,13 @@ each with a share of the remaining time proportional to its size, by the set-par
 formulation (lazy cycle cuts added here) or, when a part has too many candidate groups, the
 representative-assignment one. The plan is ``optimal`` only if every part is proven optimal, and
 its bound is the sum of the parts' bounds. Parts too large to prove anything about, and graphs
-over :data:`EXACT_OPS` ops, are planned in topological windows and reported ``feasible`` with
-their traffic floor as bound (``formulations/set-partitioning.md``, section "Solving, and what
-happens at scale"). Each part's model comes from the first of :data:`FORMULATIONS` that accepts it,
+over :data:`EXACT_OPS` ops (or with too little time for the whole presolve), are planned in
+topological windows and reported ``feasible`` with their traffic floor as bound
+(``formulations/set-partitioning.md``, section "Solving, and what happens at scale"). A window is
+a run of whole hint groups in an executable order, presolved only when its turn comes, so it
+starts at the hint's traffic and running out of time costs nothing; a part whose model would
+take longer to build than its share of the time keeps its hint too. The log's first incumbent is
+the hint. Each part's model comes from the first of :data:`FORMULATIONS` that accepts it,
 driven through the :class:`~solverfuse.formulations.protocol.Formulation` protocol.
 
 >>> from solverfuse.graph import load_graph
@@ -84,6 +88,9 @@ def solve(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, w
 
 #: Graphs with more ops skip the exact presolve and are planned in windows (no optimality claim).
 EXACT_OPS = 20000
+#: Seconds of presolve per op, about (random DAGs of 5,000-20,000 ops on a busy machine): with
+#: less than twice that left, the graph is planned in windows without the whole presolve.
+PRESOLVE_PER_OP = 150e-6
 #: A part with more candidate pairs than this is planned in windows too (its model would be too
 #: weak to prove anything); the plan is then ``feasible`` and its bound the part's traffic floor.
 MAX_PAIRS = 6000
@@ -96,8 +103,9 @@ WINDOW = 30
 
 @dataclass
 class _Unit:
-    """One model to solve: a part of a presolve (of the graph, or of one window)."""
-    pre: Presolve
+    """One model to solve: a part of the presolve, or a window (``pre`` None until it is due:
+    a window is presolved only when its turn comes, so running out of time costs nothing)."""
+    pre: Optional[Presolve]
     part: list[str]
     region: int
     groups: list[list[str]] = field(default_factory=list)
@@ -122,13 +130,22 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     regions: list[list] = []
 
     def add_windows(nodes: Sequence[str], floor: Optional[int] = None) -> None:
+        # windows are runs of whole hint groups in an executable order (a topological order of the
+        # ops in which every group is contiguous), so no window cuts a hint group: each starts
+        # at the hint's traffic and solving it can only improve on it
         regions.append([cost.plan_floor(graph, list(nodes)) if floor is None else floor, False])
-        for k in range(0, len(nodes), window):
-            pre_w = presolve(graph, hw, nodes=nodes[k:k + window])
-            units.extend(_Unit(pre_w, part, len(regions) - 1) for part in pre_w.parts)
+        inside = set(nodes)
+        run: list[str] = []
+        for g in order_groups(graph, [g for g in start_groups if g[0] in inside]):
+            if run and len(run) + len(g) > window:
+                units.append(_Unit(None, run, len(regions) - 1))
+                run = []
+            run = run + list(g)
+        if run:
+            units.append(_Unit(None, run, len(regions) - 1))
 
-    if len(graph.nodes) > exact_ops:
-        add_windows(list(graph.index.order))
+    if len(graph.nodes) > exact_ops or time_limit < 2 * PRESOLVE_PER_OP * len(graph.nodes):
+        add_windows(list(graph.index.order))  # (too large, or no time for the whole presolve)
     else:
         pre = presolve(graph, hw, max_part=MAX_PART_OPS)
         for part in pre.parts:
@@ -140,21 +157,16 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     report = SolveReport(plan=None, parts=len(units),  # type: ignore[arg-type]
                          largest_part=max((len(u.part) for u in units), default=0),
                          presolve_seconds=time.monotonic() - start)
-    unit_of = {v: k for k, u in enumerate(units) for v in u.part}
-    pieces: dict[int, list[list[str]]] = {}
-    for g in start_groups:
-        by: dict[int, list[str]] = {}
-        for v in g:
-            by.setdefault(unit_of[v], []).append(v)
-        for k, piece in by.items():
-            pieces.setdefault(k, []).append(piece)
+    pieces = _split(start_groups, {v: k for k, u in enumerate(units) for v in u.part})
     for k, u in enumerate(units):
         u.groups = order_groups(graph, normalise(graph, pieces.get(k, [])))
         u.value = cost.plan_traffic(graph, u.groups)
         if len(u.part) == 1 and regions[u.region][1]:
             regions[u.region][0] = u.value
     status_all = "optimal" if all(exact for _, exact in regions) else "feasible"
-    todo = sorted((k for k, u in enumerate(units) if len(u.part) > 1), key=lambda k: (len(units[k].part), k))
+    # (a window of one hint group larger than a window is left as it is)
+    todo = sorted((k for k, u in enumerate(units) if len(u.part) > 1 and not (u.pre is None and len(u.groups) < 2)),
+                  key=lambda k: (len(units[k].part), k))
     left = sum(len(units[k].part) for k in todo)
 
     def totals(k: int = -1, val: int = 0, bnd: int = 0) -> tuple[int, int]:
@@ -170,6 +182,11 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         if progress:
             progress(time.monotonic() - start, tot_v, min(tot_b, tot_v))
 
+    start_v, start_b = totals()  # the first incumbent: the hint
+    report.log.append(Incumbent(round(time.monotonic() - start, 6), start_v, min(start_b, start_v)))
+    if progress:
+        progress(time.monotonic() - start, start_v, min(start_b, start_v))
+    rate = {"pair": BUILD_PER_PAIR}
     for k in todo:
         u = units[k]
         remaining = max(0.0, time_limit - (time.monotonic() - start))
@@ -178,21 +195,15 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
             continue
         deadline = time.monotonic() + (remaining * len(u.part) / left if left else remaining)
         left -= len(u.part)
-        f = _formulate(graph, hw, u.pre, u.part, max_groups)
-        report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
-        report.variables += len(f.model.Proto().variables)
-        f.hint(u.groups)
-        log = _Log(graph, f, lambda v, b, k=k: notify(k, v, b))
-        while True:
-            status, bnd = _run(f, deadline - time.monotonic(), workers, seed, log)
-            cycle = quotient_cycle(graph, log.last) if log.last is not None else None
-            if cycle is None or time.monotonic() >= deadline:
-                break
-            f.forbid(cycle)  # the relaxation picked a cyclic set of groups: cut it, solve again
-        if status == "optimal" and cycle is not None:
-            status = "feasible"  # optimum of the relaxation only; its bound still holds
-        if log.best is not None and log.best[0] < u.value:
-            u.value, u.groups = log.best
+        if u.pre is None:  # a window: presolved now, its parts solved in turn within its share
+            _solve_window(graph, hw, u, deadline, workers, seed, max_groups, report,
+                          lambda v, b, k=k: notify(k, v, b), rate)
+            continue
+        if not _worth(u, deadline, rate):  # no time to even build its model: it keeps its hint
+            status_all = "feasible"
+            continue
+        status, bnd = _solve_unit(graph, hw, u, deadline, workers, seed, max_groups, report,
+                                  lambda v, b, k=k: notify(k, v, b), rate)
         region = regions[u.region]
         if region[1]:
             region[0] = min(max(bnd, region[0]), u.value)
@@ -200,7 +211,7 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
             status_all = "feasible"
     # a region planned in windows keeps the whole hint instead when that is better (windows
     # cannot fuse across their boundaries)
-    region_of = {v: units[k].region for v, k in unit_of.items()}
+    region_of = {v: u.region for u in units for v in u.part}
     hint_in: dict[int, list[list[str]]] = {}
     for g in start_groups:
         hint_in.setdefault(region_of[g[0]], []).append(g)
@@ -227,6 +238,92 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,
                              bound_bytes=total_bound, solve_seconds=time.monotonic() - start)
     return report
+
+
+def _split(groups: Sequence[Sequence[str]], unit_of: dict) -> dict[int, list[list[str]]]:
+    """The pieces of ``groups`` inside each unit (ops of no unit are left out)."""
+    pieces: dict[int, list[list[str]]] = {}
+    for g in groups:
+        by: dict[int, list[str]] = {}
+        for v in g:
+            k = unit_of.get(v)
+            if k is not None:
+                by.setdefault(k, []).append(v)
+        for k, piece in by.items():
+            pieces.setdefault(k, []).append(piece)
+    return pieces
+
+
+#: Seconds to build a model per candidate pair at first (then as measured): a part whose model
+#: would take longer to build than its share of the time is not started and keeps its hint.
+BUILD_PER_PAIR = 50e-6
+#: Candidate groups the set-partitioning enumeration may reach per second of a part's share
+#: (beyond, the assignment formulation is built): the enumeration must not eat the share.
+GROUPS_PER_SECOND = 5000
+
+
+def _pairs(u: _Unit) -> int:
+    return sum(len(u.pre.cand[v]) - 1 for v in u.part)
+
+
+def _worth(u: _Unit, deadline: float, rate: dict) -> bool:
+    """Whether building ``u``'s model fits well inside the time until ``deadline``."""
+    return 2 * _pairs(u) * rate["pair"] < deadline - time.monotonic()
+
+
+def _solve_unit(graph: Graph, hw: Hardware, u: _Unit, deadline: float, workers: int, seed: int,
+                max_groups: int, report: SolveReport, notify: Callable[[int, int], None],
+                rate: dict) -> tuple[str, int]:
+    """One part's model solved until ``deadline`` (lazy cycle cuts); ``u`` keeps the better of
+    its groups and the solver's. Returns (status, bound). ``rate`` learns the build time per pair."""
+    built = time.monotonic()
+    max_groups = min(max_groups, max(500, int((deadline - built) * GROUPS_PER_SECOND)))
+    f = _formulate(graph, hw, u.pre, u.part, max_groups)
+    pairs = _pairs(u)
+    if pairs >= 50:
+        rate["pair"] = 0.5 * rate["pair"] + 0.5 * (time.monotonic() - built) / pairs
+    report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
+    report.variables += len(f.model.Proto().variables)
+    f.hint(u.groups)
+    log = _Log(graph, f, notify)
+    while True:
+        status, bnd = _run(f, deadline - time.monotonic(), workers, seed, log)
+        cycle = quotient_cycle(graph, log.last) if log.last is not None else None
+        if cycle is None or time.monotonic() >= deadline:
+            break
+        f.forbid(cycle)  # the relaxation picked a cyclic set of groups: cut it, solve again
+    if status == "optimal" and cycle is not None:
+        status = "feasible"  # optimum of the relaxation only; its bound still holds
+    if log.best is not None and log.best[0] < u.value:
+        u.value, u.groups = log.best
+    return status, bnd
+
+
+def _solve_window(graph: Graph, hw: Hardware, w: _Unit, deadline: float, workers: int, seed: int,
+                  max_groups: int, report: SolveReport, notify: Callable[[int, int], None], rate: dict) -> None:
+    """A window presolved and its parts solved one by one until ``deadline``; ``w`` (its groups
+    so far: the hint's pieces) takes their groups when together they are better."""
+    pre_w = presolve(graph, hw, nodes=w.part)
+    subs = [_Unit(pre_w, part, w.region) for part in pre_w.parts]
+    pieces = _split(w.groups, {v: k for k, sub in enumerate(subs) for v in sub.part})
+    for k, sub in enumerate(subs):
+        sub.groups = order_groups(graph, normalise(graph, pieces.get(k, [])))
+        sub.value = cost.plan_traffic(graph, sub.groups)
+    left = sum(len(sub.part) for sub in subs if len(sub.part) > 1)
+    for k, sub in enumerate(subs):
+        remaining = deadline - time.monotonic()
+        if len(sub.part) < 2 or remaining <= 0:
+            continue
+        end = time.monotonic() + remaining * len(sub.part) / max(left, 1)
+        left -= len(sub.part)
+        if not _worth(sub, end, rate):
+            continue
+        others = sum(o.value for o in subs) - sub.value
+        _solve_unit(graph, hw, sub, end, workers, seed, max_groups, report,
+                    lambda v, b, others=others: notify(others + v, b), rate)
+    value = sum(sub.value for sub in subs)
+    if value < w.value:
+        w.value, w.groups = value, [g for sub in subs for g in sub.groups]
 
 
 #: Share of the time limit the partition stage gets when recomputation is allowed.

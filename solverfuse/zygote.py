@@ -10,20 +10,21 @@ so every script calling the library would need an ``if __name__ == "__main__"`` 
 
 So the *zygote* is a fresh interpreter (``python -m solverfuse.zygote``) that imports the worker
 code once and then serves requests on a Unix socket: each request carries the target (a
-``module:function`` name), pickled arguments and three descriptors -- the child's message pipe,
-the file its stdout/stderr go to, and a pipe on which the zygote reports the child's exit status
-(``Popen.returncode`` style) once it has reaped it. The zygote is single-threaded (BLAS and OpenMP
+``module:function`` name), pickled arguments and four descriptors -- the child's message pipe, its
+stdin, the file its stdout/stderr go to, and a status pipe on which the zygote writes the child's
+pid when it forks it and its exit status (``Popen.returncode`` style) once it has reaped it. A
+request returns at once: a caller may ask for a child while the zygote is still importing. The zygote is single-threaded (BLAS and OpenMP
 pools are pinned to one thread) so its forks are safe; it exits when the caller closes its end
 (the caller exited or died), and its children die with it (``PR_SET_PDEATHSIG``).
 
 >>> import os, tempfile
 >>> r, w = os.pipe()
+>>> nothing = os.open(os.devnull, os.O_RDONLY)
 >>> with tempfile.TemporaryFile() as err:
-...     child = launch("os:write", (b"hi",), msg_fd=w, err_fd=err.fileno())
-...     os.close(w)
+...     child = launch("os:write", (b"hi",), msg_fd=w, err_fd=err.fileno(), in_fd=nothing)
 ...     child.wait(), os.read(r, 2)
 (0, b'hi')
->>> os.close(r)
+>>> for fd in (r, w, nothing): os.close(fd)
 """
 from __future__ import annotations
 
@@ -45,46 +46,66 @@ from .errors import InternalError
 _LEN = struct.Struct("<Q")
 _STATUS = struct.Struct("<i")
 #: Modules the zygote imports before serving (what every solver child needs).
-PRELOAD = ("solverfuse.worker",)
+PRELOAD = ("solverfuse.worker", "solverfuse.solve")
 #: Thread pools pinned in the zygote: a fork must not copy a pool's threads' locks.
 _SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class Child:
-    """A ``subprocess.Popen``-like handle of a child the zygote forked: ``pid``, ``poll``,
-    ``wait`` (the exit code, negative for a signal) and ``kill``."""
+    """A ``subprocess.Popen``-like handle of a child the zygote forks: ``pid``, ``poll``,
+    ``wait`` (the exit code, negative for a signal), ``kill`` and ``release``. Nothing blocks
+    until the zygote has forked it except :attr:`pid` and :meth:`wait`."""
 
-    def __init__(self, pid: int, status_fd: int):
-        self.pid, self._fd = pid, status_fd
+    def __init__(self, status_fd: int):
+        self._fd: Optional[int] = status_fd
+        self._buf = b""
+        self._pid: Optional[int] = None
         self.returncode: Optional[int] = None
 
-    def _collect(self) -> None:
-        data = b""
-        while len(data) < _STATUS.size:
-            chunk = os.read(self._fd, _STATUS.size - len(data))
-            if not chunk:
-                break
-            data += chunk
-        os.close(self._fd)
-        # no status: the zygote died before reaping it, and its death killed the child too
-        self.returncode = _STATUS.unpack(data)[0] if len(data) == _STATUS.size else -signal.SIGKILL
+    def _pump(self, until=None) -> None:
+        """Read the status pipe (the pid, then the exit status) until ``until()`` holds; with
+        no ``until``, only what is there already."""
+        while self._fd is not None and (until is None or not until()):
+            if until is None and not select.select([self._fd], [], [], 0)[0]:
+                return
+            chunk = os.read(self._fd, 64)
+            self._buf += chunk
+            if self._pid is None and len(self._buf) >= _LEN.size:
+                self._pid = _LEN.unpack_from(self._buf)[0]
+            if len(self._buf) >= _LEN.size + _STATUS.size:
+                self.returncode = _STATUS.unpack_from(self._buf, _LEN.size)[0]
+            elif not chunk:  # no status: the zygote died, and its children with it
+                self.returncode = -signal.SIGKILL
+            if self.returncode is not None:
+                self.release()
+
+    @property
+    def pid(self) -> Optional[int]:
+        self._pump(lambda: self._pid is not None)
+        return self._pid
 
     def poll(self) -> Optional[int]:
-        if self.returncode is None and select.select([self._fd], [], [], 0)[0]:
-            self._collect()
+        self._pump()
         return self.returncode
 
     def wait(self) -> int:
-        if self.returncode is None:
-            self._collect()
+        self._pump(lambda: False)
         return self.returncode
 
     def kill(self) -> None:
-        if self.poll() is None:
+        """SIGKILL it if it runs. One the zygote has not forked yet is left alone: it finds its
+        input closed and exits at once (and dies with the zygote in any case)."""
+        if self.poll() is None and self._pid is not None:
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(self._pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def release(self) -> None:
+        """Close the status pipe (the caller will not wait for this child)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class _Server:
@@ -106,11 +127,10 @@ class _Server:
         finally:
             theirs.close()
 
-    def request(self, target: str, args: tuple, fds: list[int]) -> int:
+    def request(self, target: str, args: tuple, fds: list[int]) -> None:
         payload = pickle.dumps((target, args), protocol=pickle.HIGHEST_PROTOCOL)
         socket.send_fds(self.sock, [_LEN.pack(len(payload))], fds)
         self.sock.sendall(payload)
-        return _LEN.unpack(_recv_exactly(self.sock, _LEN.size))[0]
 
     def why_dead(self) -> str:
         self.log.seek(0)
@@ -148,10 +168,11 @@ def prestart() -> None:
             _server = _Server()
 
 
-def launch(target: str, args: tuple, *, msg_fd: int, err_fd: int) -> Child:
-    """Fork a child from this process's zygote (started on first use) that runs
-    ``target(msg_fd, *args)`` (``target`` is ``"module:function"``) with stdout and stderr on
-    ``err_fd``. The child owns its copy of ``msg_fd``; the caller closes its own."""
+def launch(target: str, args: tuple, *, msg_fd: int, err_fd: int, in_fd: int) -> Child:
+    """Ask this process's zygote (started on first use) for a child that runs
+    ``target(msg_fd, *args)`` (``target`` is ``"module:function"``) with stdin on ``in_fd`` and
+    stdout and stderr on ``err_fd``. Returns at once, even while the zygote is still starting. The
+    child owns its copies of the descriptors; the caller closes its own."""
     global _server
     status_r, status_w = os.pipe()
     try:
@@ -160,10 +181,9 @@ def launch(target: str, args: tuple, *, msg_fd: int, err_fd: int) -> Child:
             with _lock:
                 server = _server
                 try:
-                    pid = server.request(target, args, [msg_fd, err_fd, status_w])
-                    return Child(pid, status_r)
-                except (OSError, EOFError) as e:
-                    # a dead zygote (killed, out of memory): start a new one, once
+                    server.request(target, args, [msg_fd, err_fd, status_w, in_fd])
+                    return Child(status_r)
+                except OSError as e:  # a dead zygote (killed, out of memory): start a new one, once
                     server.proc.kill()
                     server.proc.wait()
                     why = server.why_dead() or str(e)
@@ -188,8 +208,9 @@ def _reap(children: dict) -> None:
         if fd is not None:
             try:
                 os.write(fd, _STATUS.pack(os.waitstatus_to_exitcode(status)))
-            finally:
-                os.close(fd)
+            except OSError:  # the caller stopped listening (released the child)
+                pass
+            os.close(fd)
 
 
 def _run_child(sock: socket.socket, children: dict, fds: list[int], payload: bytes) -> None:
@@ -198,10 +219,12 @@ def _run_child(sock: socket.socket, children: dict, fds: list[int], payload: byt
         sock.close()
         for fd in children.values():
             os.close(fd)
-        msg_fd, err_fd, status_fd = fds
+        msg_fd, err_fd, status_fd, in_fd = fds
         os.close(status_fd)
+        os.dup2(in_fd, 0)
         os.dup2(err_fd, 1)
         os.dup2(err_fd, 2)
+        os.close(in_fd)
         os.close(err_fd)
         import ctypes
         try:
@@ -226,7 +249,7 @@ def _serve(fd: int) -> None:
         _reap(children)
         if not select.select([sock], [], [], 0.05)[0]:
             continue
-        head, fds, _, _ = socket.recv_fds(sock, _LEN.size, 3)
+        head, fds, _, _ = socket.recv_fds(sock, _LEN.size, 4)
         if not head:
             os._exit(0)  # the caller is gone (no slow interpreter shutdown); our children die with us
         head += _recv_exactly(sock, _LEN.size - len(head))
@@ -234,10 +257,14 @@ def _serve(fd: int) -> None:
         pid = os.fork()
         if pid == 0:
             _run_child(sock, children, fds, payload)
-        for fd in fds[:2]:
+        msg_fd, err_fd, status_fd, in_fd = fds
+        for fd in (msg_fd, err_fd, in_fd):
             os.close(fd)
-        children[pid] = fds[2]
-        sock.sendall(_LEN.pack(pid))
+        try:
+            os.write(status_fd, _LEN.pack(pid))
+        except OSError:
+            pass
+        children[pid] = status_fd
 
 
 if __name__ == "__main__":

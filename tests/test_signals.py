@@ -103,3 +103,30 @@ def test_keep_partial_writes_the_best_plan_so_far(big_graph, tmp_path):
     assert saved["status"] == "feasible" and saved["reason"].startswith("interrupted")
     from solverfuse.plans import load_plan
     load_plan(out)  # the validator accepts it
+
+
+def loaded(pid: int, library: str) -> bool:
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_while_the_command_is_still_importing(big_graph, tmp_path, sig, code):
+    """A signal in the first moments -- here, as soon as pydantic's native core is mapped, long
+    before the graph is read -- is the one line and the exit code too, not a KeyboardInterrupt
+    traceback (SIGINT) or a silent death (SIGTERM)."""
+    out = tmp_path / "p.json"
+    proc = start(["plan", str(big_graph), "--time-limit", "300", "-o", str(out)])
+    end = time.monotonic() + 60
+    while not loaded(proc.pid, "pydantic_core") and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.002)
+    assert proc.poll() is None, "the command ended before the signal"
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted"), stderr
+    assert not out.exists()

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,8 @@ def test_the_worker_does_not_inherit_a_lock_another_thread_of_the_caller_holds(g
     def solve_behind_the_lock(*args, **kwargs):
         with held:
             raise AssertionError("unreachable while the lock is held")
-    monkeypatch.setattr(worker, "solve_report", solve_behind_the_lock)
+    import solverfuse.solve
+    monkeypatch.setattr(solverfuse.solve, "solve_report", solve_behind_the_lock)
     try:
         p = make_plan(graph, "nvidia-h100", time_limit=20, workers=1)
     finally:
@@ -131,6 +133,9 @@ def test_a_killed_zygote_is_replaced(graph):
     assert before
     for pid in before:
         os.kill(pid, signal.SIGKILL)
+    for pid in before:  # dead (a zombie until we reap it): the next call must notice and replace it
+        while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
     p = make_plan(graph, "nvidia-h100", time_limit=20, workers=1)
     assert p.status == "optimal" and p.reason is None
     assert zygotes() and not set(zygotes()) & set(before)
@@ -149,3 +154,23 @@ def test_a_script_without_a_main_guard_calls_the_library_once(tmp_path):
     r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["plan optimal"]
+
+
+@pytest.mark.parametrize("stamp_matches", [True, False])
+def test_a_prestarted_worker_that_loads_the_file_itself_plans_the_same(graph, tmp_path, stamp_matches):
+    """The worker started ahead of time loads the graph JSON itself (when the caller's file stamp
+    matches) or is sent the caller's copy (when it does not): the plan is the same either way."""
+    path = tmp_path / "g.json"
+    path.write_text(graph.to_json())
+    child = worker.prestart(path)
+    stamp = worker.file_stamp(path) if stamp_matches else "changed"
+    try:
+        p = worker.solve_in_worker(graph, "nvidia-h100", time_limit=30, workers=1, seed=1, worker=child,
+                                   source_stamp=stamp).plan
+    finally:
+        child.close()
+    q = worker.solve_in_worker(graph, "nvidia-h100", time_limit=30, workers=1, seed=1).plan
+    assert p.reason is None and q.reason is None
+    assert p.status == q.status == "optimal"
+    assert p.traffic_bytes == q.traffic_bytes and p.graph_sha256 == q.graph_sha256
+    validate(p)

@@ -36,6 +36,7 @@ in ``formulations/set-partitioning.md`` (section "Presolve and decomposition"):
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -81,10 +82,21 @@ class _Reach:
             self.desc = dag.descendants(self.succs)
             self.anc = dag.ancestors([[pos[u] for u in graph.index.preds[v] if u in pos] for v in order])
         self.masks = masks(graph, order)
+        # the same masks without the gather data edges, for the hulls holding no gather (most):
+        # the rules then skip a scan of every gather of the graph
+        self.gathers = 0
+        for g, _ in self.masks.data_edges:
+            self.gathers |= g
+        self.plain = dataclasses.replace(self.masks, data_edges=())
         fps = [op_footprint(graph, v, hw) for v in order]
         self.regs = [f.registers for f in fps]
         self.l1 = [f.l1_bytes for f in fps]
         self.cache: dict[tuple[int, int], bool] = {}
+        # dead[i]: later ops whose hull with i is known illegal without a look -- every
+        # descendant of a descendant j of i whose hull with i is illegal (hull(i, j) is a subset
+        # of theirs, and legality is monotone under subsets). A wide tensor's readers (a bias
+        # read by thousands of ops) are mostly such pairs.
+        self.dead: list[int] = [0] * len(order)
 
     def compatible(self, i: int, j: int) -> bool:
         """Can ops at positions i < j share a convex legal group (is their hull legal)?"""
@@ -92,14 +104,34 @@ class _Reach:
         hit = self.cache.get(key)
         if hit is not None:
             return hit
+        if self.dead[i] >> j & 1:
+            return False
         ends = (1 << i) | (1 << j)
+        path = bool(self.desc[i] >> j & 1)
         hull = (self.desc[i] & self.anc[j]) | ends
-        ok = not hull_violation(self.masks, hull, i, bool(self.desc[i] >> j & 1))
+        ok = not hull_violation(self.masks if hull & self.gathers else self.plain, hull, i, path)
         if ok:  # capacity (and the rules once more: the masks are only a fast path)
             nodes = [self.order[k] for k in dag.bits(hull)]
             ok = self.violation(self.graph, nodes, self.hw) is None
+        if not ok and path:
+            self.dead[i] |= (1 << j) | self.desc[j]
         self.cache[key] = ok
         return ok
+
+    def compatible_later(self, i: int, later: int) -> list[int]:
+        """The positions in the bitset ``later`` (all after ``i``) compatible with ``i``, lowest
+        first: :meth:`compatible` on each, skipping the ones :attr:`dead` rules out as it grows."""
+        out = []
+        rest = later & ~self.dead[i]
+        while rest:
+            low = rest & -rest
+            j = low.bit_length() - 1
+            rest ^= low
+            if self.compatible(i, j):
+                out.append(j)
+            elif self.desc[i] >> j & 1:
+                rest &= ~self.desc[j]
+        return out
 
 
 def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
@@ -131,11 +163,20 @@ def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
     for i in range(n):
         for j in reach.succs[i]:
             link(i, j)
-    for t, cons in graph.index.consumers.items():
-        idx = sorted(pos[c] for c in cons if c in pos)
-        for a in range(len(idx)):
-            for b in range(a + 1, len(idx)):
-                link(idx[a], idx[b])
+    consumers = graph.index.consumers
+    # a window's presolve looks at the tensors its own ops read, not at every tensor of the graph
+    read = consumers if nodes is None else dict.fromkeys(t for v in order for t in graph.index.node[v].inputs if t)
+    for t in read:
+        idx = sorted({pos[c] for c in consumers[t] if c in pos})
+        if len(idx) < 2:
+            continue
+        later = sum(1 << i for i in idx)
+        for i in idx:
+            later ^= 1 << i
+            for j in reach.compatible_later(i, later):
+                if j not in adj[i]:
+                    adj[i].add(j)
+                    adj[j].add(i)
 
     # components of the compatible-affinity graph (union-find; each root the least position)
     uf = dag.UnionFind(range(n))

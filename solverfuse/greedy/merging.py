@@ -7,6 +7,7 @@ acyclic).
 """
 from __future__ import annotations
 
+import bisect
 from typing import Collection, Iterable, Optional
 
 from .. import cost, dag
@@ -55,6 +56,11 @@ class Partition:
                                            for i, v in enumerate(order)}
         self._pred: dict[int, set[int]] = {i: {self.gid[u] for u in graph.index.preds[v]}
                                            for i, v in enumerate(order)}
+        # A topological order of the quotient graph (group -> rank), kept by merge(): a path
+        # leaving a set of groups and re-entering it passes only groups ranked below the set's
+        # last, so the cycle search stops there instead of visiting everything downstream.
+        self._rank: dict[int, int] = {i: i for i in self.members}
+        self._ranked = True
         self._memos: list[dict[int, object]] = []
         #: Bumped for the surviving id at each merge: a group is unchanged while (id, version) is.
         self.version: dict[int, int] = {}
@@ -72,7 +78,14 @@ class Partition:
 
     def nodes(self, gs: Iterable[int]) -> list[str]:
         """The ops of several groups together, in graph order."""
-        return sorted((v for g in set(gs) for v in self.members[g]), key=self.pos.__getitem__)
+        lists = sorted((self.members[g] for g in set(gs)), key=len)
+        out = list(lists.pop())
+        if sum(map(len, lists)) * 8 < len(out):  # a few ops joining a long group: insert them
+            for members in lists:
+                for v in members:
+                    bisect.insort(out, v, key=self.pos.__getitem__)
+            return out
+        return sorted(out + [v for members in lists for v in members], key=self.pos.__getitem__)
 
     def succ(self, g: int) -> set[int]:
         """Groups that read a tensor group ``g`` writes (a live view: do not modify)."""
@@ -95,7 +108,7 @@ class Partition:
         via = self.op_path_back(union)
         if via is not None:
             return via
-        path = dag.path_back(union, self._succ)
+        path = dag.path_back(union, self._succ, self._rank if self._ranked else None)
         return None if path is None else self.members[path[-2]][0]
 
     def op_path_back(self, gs: Collection[int]) -> Optional[str]:
@@ -147,6 +160,8 @@ class Partition:
         gs = sorted(gset)
         keep = gs[0]
         nodes = self.nodes(gs)
+        if self._ranked:
+            self._rerank(gset, keep)
         succ = set().union(*(self._succ[g] for g in gs)) - gset
         pred = set().union(*(self._pred[g] for g in gs)) - gset
         for g in gs[1:]:
@@ -158,16 +173,64 @@ class Partition:
             self._succ[h] -= gset
             self._succ[h].add(keep)
         self._succ[keep], self._pred[keep] = succ, pred
+        # the merged group's bitsets are the OR of its parts' (when all are known): a group
+        # grown one op at a time (a chain) is not rescanned at every merge
+        parts = [self._bits.get(g) for g in gs]
         for m in self._memos:
             for g in gs:
                 m.pop(g, None)
+        if all(b is not None for b in parts):
+            mask = desc = anc = 0
+            for m_, d, a in parts:
+                mask, desc, anc = mask | m_, desc | d, anc | a
+            self._bits[keep] = (mask, desc, anc)
         for v in nodes:
-            self.gid[v] = keep
+            if self.gid[v] != keep:
+                self.gid[v] = keep
         self.members[keep] = nodes
         self.first[keep] = self.pos[nodes[0]]
         self._merges += 1
         self.version[keep] = self._merges
         return keep
+
+    def _rerank(self, gset: set[int], keep: int) -> None:
+        """Keep ``_rank`` a topological order when the groups ``gset`` become ``keep``
+        (Pearce and Kelly's dynamic order, for a contraction): between the least and the greatest
+        rank of the set, its ancestors move first, the merged group next and its descendants
+        last, in the pool of their old ranks; nothing else moves. Ancestors only move earlier and
+        descendants only later, so every other edge keeps its direction. A merge that closes a
+        cycle (a caller that skipped :meth:`why_not`) leaves no topological order: the ranks
+        are dropped and the cycle search is unbounded from then on."""
+        rank = self._rank
+        lo = min(rank[g] for g in gset)
+        hi = max(rank[g] for g in gset)
+        fwd = self._reach(gset, self._succ, lambda r: r < hi)
+        back = self._reach(gset, self._pred, lambda r: r > lo)
+        if not fwd.isdisjoint(back):
+            self._ranked = False
+            return
+        pool = sorted([rank[g] for g in gset] + [rank[x] for x in fwd] + [rank[x] for x in back])
+        for x, r in zip(sorted(back, key=rank.__getitem__), pool):
+            rank[x] = r
+        rank_keep = pool[len(back)]
+        for x, r in zip(sorted(fwd, key=rank.__getitem__), pool[len(pool) - len(fwd):]):
+            rank[x] = r
+        for g in gset:
+            del rank[g]
+        rank[keep] = rank_keep
+
+    def _reach(self, gset: set[int], adj: dict[int, set[int]], inside) -> set[int]:
+        """Groups outside ``gset`` reachable from it along ``adj`` through ranks ``inside`` allows."""
+        rank = self._rank
+        seen: set[int] = set()
+        stack = [g for g in gset]
+        while stack:
+            x = stack.pop()
+            for y in adj[x]:
+                if y not in seen and y not in gset and inside(rank[y]):
+                    seen.add(y)
+                    stack.append(y)
+        return seen
 
     def groups(self) -> list[list[str]]:
         """The partition as lists of op names, groups ordered by their first op."""

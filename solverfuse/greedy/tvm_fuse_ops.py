@@ -194,7 +194,7 @@ def tvm(graph: Graph, hw: Hardware) -> list[list[str]]:
 
     def commit(src: str, sink: str, inner: list[str]) -> None:
         gs = {part.gid[x] for x in [src, sink, *inner]}
-        if len(part.nodes(gs)) > TVM_MAX_FUSED_OPS or part.why_not(gs):
+        if sum(len(part.members[g]) for g in gs) > TVM_MAX_FUSED_OPS or part.why_not(gs):
             return  # adaptation: our legality (rules, capacity, convexity) refuses the commit
         part.merge(gs)
         for x in [src, *inner]:
