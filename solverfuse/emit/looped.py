@@ -1,0 +1,101 @@
+"""A looped kernel as C: a group whose rows do not fit L1, run as the passes the plan states.
+
+The cost model (:func:`solverfuse.cost.kernel_reads`) charges a looped kernel of ``P`` passes the
+reads of every pass: pass ``p`` computes the ops :func:`solverfuse.mapping.pass_nodes` lists for it
+-- the ops of its level (:func:`solverfuse.mapping.loop_levels`) and, recomputed, the ops of the
+group they need -- except the streaming reductions of earlier passes, whose results the kernel
+keeps. This module emits exactly that, pass by pass:
+
+1. the (Log)Softmax / LayerNormalization statistics the pass needs and no earlier pass computed
+   (they keep their row: the capacity check counts their L1);
+2. the streaming reductions (Reduce*, Global*Pool) of this level, into kernel-local scratch
+   indexed by their output (a few values per row: the "per-row scalars" carried to later
+   passes) -- those with the same input shape, axes and keepdims share one loop nest, so the pass
+   reads each input element once;
+3. one loop nest per shape of the tensors of this level the plan says the kernel writes.
+
+Every other value is computed on demand at its index (:meth:`Kernel.value`): an op of an earlier
+level is recomputed in each pass that needs it, from the kernel's inputs in global memory, as the
+cost model charges. In the instrumented build each pass marks its reads with its own bit
+(``SF_PASS``), so the counters charge every pass's reads and equal ``cost.kernel_traffic``.
+
+Anchors and window ops are not emitted in a looped kernel (an EmitError names the node): the
+schedule's tiles would materialise them, which the cost model of a looped kernel does not charge.
+
+>>> from solverfuse.graph import load_graph
+>>> from solverfuse.emit.kernel import Kernel
+>>> from solverfuse.emit.lowering import code_for_op
+>>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["y"],
+...     "nodes": [{"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["mx"], "attributes": {"axes": [1]}},
+...               {"name": "s", "op": "Sub", "inputs": ["x", "mx"], "outputs": ["y"]}]})
+>>> k = Kernel(g, ["m", "s"], 0, {"x": 0, "y": 1}, counters=True, threads=1, lower=code_for_op)
+>>> src = render_looped(k, 2)
+>>> src.count("SF_PASS("), src.count("SFR(b0")
+(2, 2)
+"""
+from __future__ import annotations
+
+from ..errors import EmitError
+from ..mapping import loop_levels, pass_nodes
+from ..ops import OPS
+from .cexpr import ctype
+from .kernel import Kernel
+from .lowering import SUPPORTED
+from .reductions import REDUCE_OPS, STATS, reduce_pass_shared, reduce_signature
+
+#: The instrumented build marks a pass's reads with one bit of a byte.
+MAX_COUNTED_PASSES = 8
+
+
+def render_looped(k: Kernel, passes: int) -> str:
+    """The C function ``k<gid>`` of a looped kernel of ``passes`` passes (see the module doc)."""
+    g = k.graph
+    for v in k.nodes:
+        node = g.index.node[v]
+        if node.op not in OPS or node.op not in SUPPORTED:
+            raise EmitError(f"node {v!r}: op {node.op!r} is not supported by the C emitter")
+        if OPS[node.op].role in ("anchor", "window"):
+            raise EmitError(f"node {v!r}: a looped kernel with a {node.op} is not emitted "
+                            "(its tiles would be materialised, which the looped cost does not charge)")
+        for t in node.inputs + node.outputs:
+            if t:
+                ctype(g, t)
+    level = loop_levels(g, k.nodes)
+    per_pass = pass_nodes(g, k.nodes)
+    if len(per_pass) != passes:
+        raise EmitError(f"group of {k.nodes[0]!r}: the plan states {passes} passes, its ops make {len(per_pass)}")
+    if k.counters and passes > MAX_COUNTED_PASSES:
+        raise EmitError(f"group of {k.nodes[0]!r}: the instrumented build counts at most "
+                        f"{MAX_COUNTED_PASSES} passes, not {passes}")
+    stats_done: set[str] = set()
+    for p, ops in enumerate(per_pass):
+        k.line(f"/* looped kernel, pass {p + 1} of {passes}: {len(ops)} op(s), "
+               f"{sum(level[v] < p for v in ops)} of them recomputed */")
+        if k.counters:
+            k.line(f"SF_PASS({p});")
+        for v in ops:
+            node = g.index.node[v]
+            if node.op in STATS and v not in stats_done:
+                stats_done.add(v)
+                STATS[node.op](k, node)
+        shared: dict[tuple, list] = {}
+        for v in ops:
+            node = g.index.node[v]
+            if node.op in REDUCE_OPS and level[v] == p:
+                shared.setdefault(reduce_signature(k, node), []).append(node)
+        for nodes in shared.values():
+            reduce_pass_shared(k, nodes)
+        by_shape: dict[tuple, list[str]] = {}
+        for t in k.writes:
+            v = g.index.producer[t]
+            if level[v] != p:
+                continue
+            if g.index.node[v].op in REDUCE_OPS and t not in k.scratch:
+                continue  # its reduction pass stored it to global memory
+            by_shape.setdefault(k.shape(t), []).append(t)
+        for shape, ts in by_shape.items():
+            k.line(f"/* {len(ts)} written tensor(s) of shape {list(shape)} */")
+            with k.loops(shape, parallel=True) as idx:
+                for t in ts:
+                    k.store(t, idx, k.value(t, idx))
+    return k.assemble()
