@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from solverfuse import cost, zoo
 from solverfuse.cost import Kernel
@@ -18,6 +20,7 @@ from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.reference import reference_outputs
 from solverfuse.errors import EmitError
 from solverfuse.hardware import load_hardware
+from solverfuse.mapping import loop_passes
 from solverfuse.plans import FORMAT_COVERING, build_covering_plan
 from solverfuse.solve import solve_report
 from tests.emit_helpers import graph
@@ -131,3 +134,55 @@ def test_looped_kernel_with_an_anchor_is_refused_in_one_line():
     k = CKernel(g, ["mm", "max", "sub"], 0, {"a": 0, "b": 1, "y": 2}, counters=False, threads=1, lower=code_for_op)
     with pytest.raises(EmitError, match="node 'mm': a looped kernel with a MatMul"):
         render_looped(k, 2)
+
+
+# ---- random row graphs: every looped kernel the covering solver picks runs and counts its bytes ----
+
+R, C = 3, 40  # 160 B rows; MICRO's 64 B L1 holds none, so a row reduction fused with its readers loops
+MICRO = H100.model_copy(update={"name": "micro-l1", "l1_bytes": 64})
+
+
+@st.composite
+def row_graph(draw):
+    """A random DAG over x: [R, C] of row reductions (to [R, 1]), unary ops and broadcasting
+    binary ops; every tensor nobody reads is an output."""
+    shapes = {"x": (R, C)}
+    nodes = []
+    for i in range(draw(st.integers(3, 7))):
+        wide = [t for t, s in shapes.items() if s == (R, C)]
+        kind = draw(st.sampled_from(["reduce", "unary", "binary", "binary"]))
+        out = f"t{i}"
+        if kind == "reduce":
+            a = draw(st.sampled_from(wide))
+            op = draw(st.sampled_from(["ReduceSum", "ReduceMax", "ReduceMean"]))
+            nodes.append((f"n{i}", op, [a], [out], {"axes": [1], "keepdims": 1}))
+            shapes[out] = (R, 1)
+        elif kind == "unary":
+            a = draw(st.sampled_from(sorted(shapes)))
+            nodes.append((f"n{i}", draw(st.sampled_from(["Neg", "Abs", "Tanh", "Sigmoid"])), [a], [out]))
+            shapes[out] = shapes[a]
+        else:
+            a = draw(st.sampled_from(wide))
+            b = draw(st.sampled_from(sorted(shapes)))
+            nodes.append((f"n{i}", draw(st.sampled_from(["Add", "Sub", "Mul"])), [a, b], [out]))
+            shapes[out] = (R, C)
+    read = {t for n in nodes for t in n[2]}
+    outs = [n[3][0] for n in nodes if n[3][0] not in read]
+    return graph({"x": [R, C]}, ["x"], outs, nodes, name="rows")
+
+
+def _check_plan(g, plan, tmp_path):
+    counts = _run(g, plan, tmp_path, engine="reference", seed=5)
+    for (r, w), grp in zip(counts, plan.groups):
+        assert r + w == cost.kernel_traffic(g, grp.nodes, grp.writes, grp.passes), grp.name
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(row_graph())
+def test_random_row_graphs_run_as_one_looped_kernel_and_as_the_covering_optimum(tmp_path, g):
+    ops = tuple(g.index.order)
+    passes = loop_passes(g, ops)
+    if passes > 1 and cost.kernel_violation(g, ops, MICRO, passes) is None:
+        _check_plan(g, build_covering_plan(g, MICRO, [Kernel(ops, tuple(dict.fromkeys(g.outputs)), passes)],
+                                           strategy="manual"), tmp_path)
+    _check_plan(g, solve_report(g, MICRO, workers=1, covering=True).plan, tmp_path)
