@@ -21,7 +21,7 @@ from solverfuse.emit.reference import reference_outputs
 from solverfuse.errors import EmitError
 from solverfuse.hardware import load_hardware
 from solverfuse.mapping import loop_passes
-from solverfuse.plans import FORMAT_COVERING, build_covering_plan
+from solverfuse.plans import FORMAT_COVERING, build_covering_plan, build_plan
 from solverfuse.solve import solve_report
 from tests.emit_helpers import graph
 
@@ -186,3 +186,17 @@ def test_random_row_graphs_run_as_one_looped_kernel_and_as_the_covering_optimum(
         _check_plan(g, build_covering_plan(g, MICRO, [Kernel(ops, tuple(dict.fromkeys(g.outputs)), passes)],
                                            strategy="manual"), tmp_path)
     _check_plan(g, solve_report(g, MICRO, workers=1, covering=True).plan, tmp_path)
+
+
+def test_a_stream_ending_in_a_reduction_reads_its_input_once(tmp_path):
+    # torch.compile's middle softmax kernel: e = exp(x - max) is written AND summed; one loop over
+    # x does both (the general schedule gave the sum a loop of its own: x read twice from DRAM)
+    from solverfuse.emit.program import render
+    g = zoo.softmax_rows(ROWS, COLS)
+    plan = build_plan(g, TINY, [["row_max"], ["shift", "exp", "row_sum"], ["y"]], strategy="manual")
+    src = render(plan, g)["model.c"]
+    k1 = src[src.index("static int k1("):src.index("static int k2(")]
+    assert k1.count("for (long") == 2 and k1.count("exp(") == 1  # rows, then one loop over the row
+    # by hand: [max] reads x, writes m; [shift, exp, sum] reads x and m, writes e and s; [y] reads e, s
+    r = ROWS * 4
+    assert _run(g, plan, tmp_path) == [(X, r), (X + r, X + r), (X + r, X)]

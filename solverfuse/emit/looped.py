@@ -12,7 +12,9 @@ keeps. This module emits exactly that, pass by pass:
    indexed by their output (a few values per row: the "per-row scalars" carried to later
    passes) -- those with the same input shape, axes and keepdims share one loop nest, so the pass
    reads each input element once;
-3. one loop nest per shape of the tensors of this level the plan says the kernel writes.
+3. the tensors of this level the plan says the kernel writes: those of a reduction's input shape
+   are stored inside that reduction's loop (one read of the inputs for both), the others by one
+   loop nest per shape.
 
 Every other value is computed on demand at its index (:meth:`Kernel.value`): an op of an earlier
 level is recomputed in each pass that needs it, from the kernel's inputs in global memory, as the
@@ -69,8 +71,11 @@ def render_looped(k: Kernel, passes: int) -> str:
                         f"{MAX_COUNTED_PASSES} passes, not {passes}")
     stats_done: set[str] = set()
     for p, ops in enumerate(per_pass):
-        k.line(f"/* looped kernel, pass {p + 1} of {passes}: {len(ops)} op(s), "
-               f"{sum(level[v] < p for v in ops)} of them recomputed */")
+        if passes == 1:
+            k.line("/* one pass: a stream ending in reductions, stored and accumulated in one loop */")
+        else:
+            k.line(f"/* looped kernel, pass {p + 1} of {passes}: {len(ops)} op(s), "
+                   f"{sum(level[v] < p for v in ops)} of them recomputed */")
         if k.counters:
             k.line(f"SF_PASS({p});")
         for v in ops:
@@ -83,15 +88,14 @@ def render_looped(k: Kernel, passes: int) -> str:
             node = g.index.node[v]
             if node.op in REDUCE_OPS and level[v] == p:
                 shared.setdefault(reduce_signature(k, node), []).append(node)
-        for nodes in shared.values():
-            reduce_pass_shared(k, nodes)
+        writes = [t for t in k.writes if level[g.index.producer[t]] == p
+                  and g.index.node[g.index.producer[t]].op not in REDUCE_OPS]  # those store their own
+        for sig, nodes in shared.items():
+            mine = [t for t in writes if k.shape(t) == sig[0]]
+            writes = [t for t in writes if t not in mine]
+            reduce_pass_shared(k, nodes, mine)
         by_shape: dict[tuple, list[str]] = {}
-        for t in k.writes:
-            v = g.index.producer[t]
-            if level[v] != p:
-                continue
-            if g.index.node[v].op in REDUCE_OPS and t not in k.scratch:
-                continue  # its reduction pass stored it to global memory
+        for t in writes:
             by_shape.setdefault(k.shape(t), []).append(t)
         for shape, ts in by_shape.items():
             k.line(f"/* {len(ts)} written tensor(s) of shape {list(shape)} */")
@@ -99,3 +103,38 @@ def render_looped(k: Kernel, passes: int) -> str:
                 for t in ts:
                     k.store(t, idx, k.value(t, idx))
     return k.assemble()
+
+
+def streams_in_one_loop(k: Kernel) -> bool:
+    """Whether a one-pass group is a stream ending in reductions -- no reduction feeds an op of the
+    group, all its reductions share input shape, axes and keepdims, every other tensor it writes
+    has that input shape, and it holds no anchor, window or (Log)Softmax/LayerNorm -- so that
+    :func:`render_looped` emits it as ONE loop nest that stores the written tensors and
+    accumulates the reductions (what the cost model charges: one read of each input). The
+    general schedule would give the reductions a loop nest of their own, reading the inputs again.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["e", "s"],
+    ...     "nodes": [{"name": "x1", "op": "Exp", "inputs": ["x"], "outputs": ["e"]},
+    ...               {"name": "r", "op": "ReduceSum", "inputs": ["e"], "outputs": ["s"], "attributes": {"axes": [1]}}]})
+    >>> k = Kernel(g, ["x1", "r"], 0, {"x": 0, "e": 1, "s": 2}, counters=False, threads=1, lower=code_for_op)
+    >>> streams_in_one_loop(k), render_looped(k, 1).count("b0[")
+    (True, 1)
+    """
+    g = k.graph
+    reds = []
+    for v in k.nodes:
+        node = g.index.node[v]
+        if node.op not in OPS or node.op not in SUPPORTED or node.op in STATS \
+                or OPS[node.op].role in ("anchor", "window"):
+            return False
+        if node.op in REDUCE_OPS:
+            reds.append(node)
+    if not reds or max(loop_levels(g, k.nodes).values()) > 0:
+        return False
+    sigs = {reduce_signature(k, node) for node in reds}
+    if len(sigs) != 1:
+        return False
+    (sig,) = sigs
+    return all(k.shape(t) == sig[0] for t in k.writes if g.index.node[g.index.producer[t]].op not in REDUCE_OPS)

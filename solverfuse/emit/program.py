@@ -12,8 +12,9 @@ types, literals, index arithmetic) and :mod:`~.ctext` (fixed C text) -> :mod:`~.
 builder) -> op lowerings (:mod:`~.elementwise`, :mod:`~.reductions`, :mod:`~.anchors`, gathered in
 :mod:`~.lowering`) -> :mod:`~.schedule` (how a group's loops are arranged) -> this module (buffers,
 whole-file render) -> :mod:`~.build` (compile, load, run). A looped kernel (a group the plan runs
-as several passes) is laid out by :mod:`~.looped`, one loop nest per pass. Any other kernel takes
-one of three shapes:
+as several passes) is laid out by :mod:`~.looped`, one loop nest per pass, and so is a one-pass
+stream that ends in reductions (``looped.streams_in_one_loop``: one loop stores and accumulates).
+Any other kernel takes one of three shapes:
 
 * **row loop** (``schedule._emit_rows``) -- every written tensor has one shape S and every reduction is
   a Softmax/LayerNormalization over its last axis: one loop over the rows of S computes the anchor
@@ -57,7 +58,7 @@ from .cexpr import CSIZES, ctype
 from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
 from .kernel import Kernel, param_check
 from .lowering import code_for_op
-from .looped import render_looped
+from .looped import render_looped, streams_in_one_loop
 from .schedule import render_kernel
 
 
@@ -249,7 +250,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
             continue
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
                    first_slot=nslots, padded=padded, writes=grp.writes)
-        text = render_looped(k, grp.passes) if grp.passes > 1 else render_kernel(k)
+        text = render_looped(k, grp.passes) if grp.passes > 1 or streams_in_one_loop(k) else render_kernel(k)
         helpers |= k.helpers
         for kind, ct, _, n in k.slot_decls:
             span = (gi, gi) if kind == "scratch" else (0, len(plan.groups))

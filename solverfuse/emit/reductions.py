@@ -8,6 +8,7 @@ the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`).
 """
 from __future__ import annotations
 
+from ..errors import InternalError
 from ..ops import numel, reduce_axes
 from .cexpr import bmap, linear
 from .elementwise import input_specs
@@ -217,11 +218,13 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None):
     return _acc_result(k, node, kind, acc, numel([xs[a] for a in axes]))
 
 
-def reduce_pass_shared(k, nodes) -> None:
+def reduce_pass_shared(k, nodes, stores=()) -> None:
     """Several Reduce*/Global*Pool nodes with the same input shape, reduced axes and keepdims as
     ONE pass: a loop over the (common) reduced output, one inner loop over the reduced axes that
-    accumulates every node (so a pass of a looped kernel reads each input element once). Results
-    go to kernel-local scratch, or straight to global memory when nothing in the group reads them.
+    accumulates every node -- and stores every tensor of ``stores`` (each of the reductions' input
+    shape) at the same index -- so the pass reads each input element once. Results go to
+    kernel-local scratch when an op of the group reads them, and to global memory when the group
+    writes them.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.emit.kernel import Kernel
@@ -234,6 +237,8 @@ def reduce_pass_shared(k, nodes) -> None:
     >>> sum("for (long" in ln for ln in k.lines), sum("b0[" in ln for ln in k.lines)
     (2, 1)
     """
+    if any(k.shape(t) != k.shape(nodes[0].inputs[0]) for t in stores):
+        raise InternalError(f"node {nodes[0].name!r}: a store in a reduction's loop of another shape")
     first = nodes[0]
     t0 = first.outputs[0]
     os_, xs = k.shape(t0), k.shape(first.inputs[0])
@@ -243,22 +248,24 @@ def reduce_pass_shared(k, nodes) -> None:
     dests = []
     for node in nodes:
         t = node.outputs[0]
-        direct = t in k.writes and not any(c in k.members for c in k.graph.index.consumers.get(t, []))
-        dests.append(None if direct else k.alloc(k.ct(t), numel(os_), f"{node.op} result read by later ops"))
+        kept = any(c in k.members for c in k.graph.index.consumers.get(t, []))
+        dests.append(k.alloc(k.ct(t), numel(os_), f"{node.op} result read by later ops") if kept else None)
     with k.loops(os_, parallel=True) as idx:
         accs = [_acc_open(k, node, kind) for node, (_, _, kind) in zip(nodes, setups)]
         clauses = [a[3] for a in accs]
         simd = " ".join(clauses) if all(clauses) else None
         with k.loops([xs[a] for a in axes], simd=simd) as red:
             at_x = _input_index(xs, idx, axes, keep, red)
+            for t in stores:
+                k.store(t, at_x, k.value(t, at_x))
             for node, (_, _, kind), (acc, at, flag, _) in zip(nodes, setups, accs):
                 _acc_step(k, kind, acc, at, flag, k.value(node.inputs[0], at_x))
         n = numel([xs[a] for a in axes])
         for node, (_, _, kind), (acc, _, _, _), dest in zip(nodes, setups, accs, dests):
-            res = _acc_result(k, node, kind, acc, n)
-            if dest is None:
+            res = k.tmp(k.ct(node.outputs[0]), _acc_result(k, node, kind, acc, n), "red")
+            if node.outputs[0] in k.writes:
                 k.store(node.outputs[0], idx, res)
-            else:
+            if dest is not None:
                 k.line(f"{dest}[{linear(os_, idx)}] = {res};")
     for node, dest in zip(nodes, dests):
         if dest is not None:
