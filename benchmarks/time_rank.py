@@ -2,7 +2,7 @@
 
 For each graph -- the memory-bound motifs of :mod:`solverfuse.zoo` and a few of the exported
 models of ``tests/data/models`` -- several legal plans are made: every greedy baseline (``unfused``
-among them), the traffic-optimal plan (``solve``), the time-optimal plan (``solve_time``) and the
+among them) and XLA's with producer duplication (``xla-recompute``), the traffic-optimal plan (``solve``), the time-optimal plan (``solve_time``) and the
 covering-optimal plan (recomputation and looped kernels allowed: ``solve_report(covering=True)``).
 Plans with the same groups are measured once (their names are joined). Every distinct plan is
 compiled (one thread) and timed inside C, interleaved with the graph's other plans over
@@ -56,7 +56,7 @@ def graphs(quick: bool):
               ("elementwise_chain", zoo.elementwise_chain(ROWS, COLS)),
               ("branches", zoo.branches(ROWS, COLS)),
               ("center", zoo.center(ROWS, COLS)),
-              ("l1_overflow", zoo.l1_overflow(4 * ROWS, "detect")),
+              ("l1_overflow", zoo.l1_overflow(ROWS, "detect")),
               # rows of 2 MiB, beyond L1 and L2: the covering optimum is a looped kernel
               ("softmax_long_rows", zoo.softmax_rows(16, 1 << 19))]
     yield from motifs[:3] if quick else motifs
@@ -127,6 +127,7 @@ def plans_for(g, hw, time_limit: float) -> dict[str, object]:
     made = [(name, greedy.greedy_plan(g, hw, name)) for name in greedy.STRATEGIES]
     made.append(("traffic-opt", solve(g, hw, time_limit=time_limit, workers=1)))
     made.append(("time-opt", solve_time(g, hw, time_limit=time_limit, workers=1)))
+    made.append(("xla-recompute", greedy.recomputing_plan(g, hw, "xla")))
     made.append(("covering-opt", solve_report(g, hw, time_limit=time_limit, workers=1, covering=True).plan))
     by_groups: dict[frozenset, list] = {}
     for name, p in made:

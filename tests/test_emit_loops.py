@@ -200,3 +200,21 @@ def test_a_stream_ending_in_a_reduction_reads_its_input_once(tmp_path):
     # by hand: [max] reads x, writes m; [shift, exp, sum] reads x and m, writes e and s; [y] reads e, s
     r = ROWS * 4
     assert _run(g, plan, tmp_path) == [(X, r), (X + r, X + r), (X + r, X)]
+
+
+def test_a_view_recomputed_in_every_pass_checks_its_shape_in_every_pass(tmp_path):
+    # x is reshaped before its row softmax: each of the three passes recomputes the Reshape,
+    # so each reads (checks) its 16-byte shape tensor, as the cost model charges
+    g = graph({"x": [ROWS * COLS], "shp": {"shape": [2], "dtype": "int64", "constant": True,
+                                            "value": [ROWS, COLS]}},
+              ["x"], ["y"],
+              [("rs", "Reshape", ["x", "shp"], ["x2"]),
+               ("max", "ReduceMax", ["x2"], ["m"], {"axes": [1], "keepdims": 1}),
+               ("sub", "Sub", ["x2", "m"], ["d"]),
+               ("exp", "Exp", ["d"], ["e"]),
+               ("sum", "ReduceSum", ["e"], ["s"], {"axes": [1], "keepdims": 1}),
+               ("div", "Div", ["e", "s"], ["y"])])
+    ops = tuple(g.index.order)
+    plan = build_covering_plan(g, TINY, [Kernel(ops, ("y",), 3)], strategy="manual")
+    assert _run(g, plan, tmp_path) == [(3 * X + 3 * 16, X)]
+    assert plan.traffic_bytes == 4 * X + 3 * 16

@@ -37,11 +37,12 @@ schedule's tiles would materialise them, which the cost model of a looped kernel
 """
 from __future__ import annotations
 
+from .. import cost
 from ..errors import EmitError
 from ..mapping import loop_levels, pass_nodes
 from ..ops import OPS
 from .cexpr import ctype
-from .kernel import Kernel
+from .kernel import Kernel, param_check
 from .lowering import SUPPORTED
 from .reductions import REDUCE_OPS, STATS, reduce_pass_shared, reduce_signature
 
@@ -70,6 +71,7 @@ def render_looped(k: Kernel, passes: int) -> str:
         raise EmitError(f"group of {k.nodes[0]!r}: the instrumented build counts at most "
                         f"{MAX_COUNTED_PASSES} passes, not {passes}")
     stats_done: set[str] = set()
+    starts = []
     for p, ops in enumerate(per_pass):
         if passes == 1:
             k.line("/* one pass: a stream ending in reductions, stored and accumulated in one loop */")
@@ -78,6 +80,7 @@ def render_looped(k: Kernel, passes: int) -> str:
                    f"{sum(level[v] < p for v in ops)} of them recomputed */")
         if k.counters:
             k.line(f"SF_PASS({p});")
+        starts.append(len(k.lines))
         for v in ops:
             node = g.index.node[v]
             if node.op in STATS and v not in stats_done:
@@ -102,7 +105,29 @@ def render_looped(k: Kernel, passes: int) -> str:
             with k.loops(shape, parallel=True) as idx:
                 for t in ts:
                     k.store(t, idx, k.value(t, idx))
+    _recheck_parameters(k, per_pass, starts)
     return k.assemble()
+
+
+def _recheck_parameters(k: Kernel, per_pass: list, starts: list) -> None:
+    """A shape/axes parameter is checked once at the kernel's entry; a looped kernel whose passes
+    recompute its reader checks it again in each later pass that reads it -- a read per pass, as
+    the cost model charges (inserted at each pass's start, last pass first)."""
+    g = k.graph
+    seen: set[str] = set()
+    at: list[tuple[int, str]] = []
+    for p, ops in enumerate(per_pass):
+        reads = [t for t in cost.group_reads(g, ops) if g.index.producer.get(t) not in k.members]
+        for t in k.checked:
+            if t in reads:
+                if t in seen:
+                    at.append((p, t))
+                seen.add(t)
+    for p, t in sorted(at, reverse=True):
+        b = k.buffers[t]
+        load = f"SFR(b{b}, {b}, q)" if k.counters else f"b{b}[q]"
+        body = ["    {"] + ["        " + ln for ln in param_check(g, t, b, load)] + ["    }"]
+        k.lines[starts[p]:starts[p]] = body
 
 
 def streams_in_one_loop(k: Kernel) -> bool:
