@@ -218,3 +218,17 @@ def test_a_view_recomputed_in_every_pass_checks_its_shape_in_every_pass(tmp_path
     plan = build_covering_plan(g, TINY, [Kernel(ops, ("y",), 3)], strategy="manual")
     assert _run(g, plan, tmp_path) == [(3 * X + 3 * 16, X)]
     assert plan.traffic_bytes == 4 * X + 3 * 16
+
+
+def test_a_gather_recomputed_in_each_pass_is_charged_its_gathered_bytes_per_pass(tmp_path):
+    # rows picked by a Gather (twice row 2, never row 1), then x - rowmax: both passes gather
+    g = graph({"x": [ROWS, COLS], "idx": {"shape": [ROWS], "dtype": "int64", "constant": True, "value": [2, 0, 2]}},
+              ["x"], ["y"],
+              [("g", "Gather", ["x", "idx"], ["r"], {"axis": 0}),
+               ("max", "ReduceMax", ["r"], ["m"], {"axes": [1], "keepdims": 1}),
+               ("sub", "Sub", ["r", "m"], ["y"])])
+    ops = tuple(g.index.order)
+    plan = build_covering_plan(g, TINY, [Kernel(ops, ("y",), 2)], strategy="manual")
+    # per pass: the gathered rows (3 x 1,000 floats, repeats counted again, capped at |x|) + idx
+    assert _run(g, plan, tmp_path) == [(2 * (X + 24), X)]
+    assert plan.traffic_bytes == 3 * X + 48
