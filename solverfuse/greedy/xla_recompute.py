@@ -57,7 +57,19 @@ from .xla_priority import XLA_LAUNCH_OVERHEAD_S, XLA_MAX_OPERANDS_AND_OUTPUTS, h
 
 class Kernels:
     """Fusions that may share ops: ``ops[k]`` (a kernel's ops) and ``holders[v]`` (the kernels
-    computing op ``v``), with what each kernel reads from and writes to memory."""
+    computing op ``v``), with what each kernel reads from and writes to memory.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> ks = Kernels(g, {0: ["a"], 1: ["b"], 2: ["c"]})
+    >>> sorted(ks.readers(0)), ks.writes(0)
+    ([1, 2], ['h'])
+    >>> ks.replace(1, frozenset({"a", "b"})); ks.writes(0), ks.writes(1), ks.acyclic()
+    (['h'], ['y'], True)
+    """
 
     def __init__(self, graph: Graph, groups: dict[int, list[str]]):
         self.graph = graph
