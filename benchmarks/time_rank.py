@@ -162,6 +162,17 @@ def shape_of(plan) -> str:
     return f"{len(plan.groups)}" + (f" ({extra})" if extra else "")
 
 
+def tau_of(counts) -> float:
+    """Kendall's tau-b from pooled (concordant, discordant, tied in a, tied in b) counts.
+
+    >>> tau_of((3, 1, 0, 0))
+    0.5
+    """
+    c, d, ta, tb = counts
+    den = ((c + d + ta) * (c + d + tb)) ** 0.5
+    return (c - d) / den if den else float("nan")
+
+
 def fmt(x: float) -> str:
     return "n/a" if x != x else f"{x:+.2f}"
 
@@ -179,6 +190,7 @@ def main(argv=None) -> int:
     detail, summary = [], []
     pooled_pairs = [0, 0, 0, 0]
     pooled0 = [0, 0, 0, 0]
+    by_kind = {"motif": [0, 0, 0, 0], "model": [0, 0, 0, 0]}
     hw0 = hw.model_copy(update={"launch_overhead_s": 0.0})
     pooled_ranks: tuple[list, list] = ([], [])
     for gname, g in graphs(a.quick):
@@ -196,6 +208,8 @@ def main(argv=None) -> int:
         c0 = pair_counts(bare, meas)
         pooled0 = [x + y for x, y in zip(pooled0, c0)]
         c = pair_counts(pred, meas)
+        kind = "model" if gname.endswith(("_ts", "_dynamo")) else "motif"
+        by_kind[kind] = [x + y for x, y in zip(by_kind[kind], c)]
         pooled_pairs = [x + y for x, y in zip(pooled_pairs, c)]
         if len(names) > 1:
             pooled_ranks[0].extend(ranks(pred) / len(names))
@@ -238,7 +252,9 @@ def main(argv=None) -> int:
         f"Overall: Kendall's tau over all same-graph pairs of plans **{fmt(tau_all)}** "
         f"({c} concordant, {d} discordant, {ta} tied in prediction only, {tb} tied in measurement only); "
         f"Spearman's rho of per-graph ranks pooled **{fmt(rho_all)}**. The same prediction without the "
-        f"profile's launch overhead (roofline terms only): Kendall's tau **{fmt(tau0_all)}** ({c0} / {d0}).", "",
+        f"profile's launch overhead (roofline terms only): Kendall's tau **{fmt(tau0_all)}** ({c0} / {d0}). "
+        + "; ".join(f"{k}s only: Kendall's tau **{fmt(tau_of(v))}** ({v[0]} / {v[1]})" for k, v in by_kind.items())
+        + ".", "",
         "| graph | ops | distinct plans | Spearman rho | Kendall tau-b | pairs conc. / disc. | rho / tau without launch overhead | time-opt vs traffic-opt, measured | covering-opt vs traffic-opt, measured |",
         "|---|---:|---:|---:|---:|---|---|---|---|"] + summary + ["", "## Per graph", ""] + detail
     write_atomic(Path(a.out), "\n".join(lines) + "\n")
