@@ -288,14 +288,6 @@ def test_emitted_recomputed_fork_matches_the_reference_and_counts_the_stated_byt
     assert sum(c["read_bytes"] + c["written_bytes"] for c in prog.counters) == plan.traffic_bytes
 
 
-def test_emitter_refuses_a_looped_kernel_in_one_line():
-    from solverfuse.emit.program import render
-    from solverfuse.errors import EmitError
-    plan = build_covering_plan(SOFTMAX, H100, [Kernel(SOFTMAX_OPS, ("y",), 3)], strategy="manual")
-    with pytest.raises(EmitError, match="looped kernel of 3 passes"):
-        render(plan, SOFTMAX)
-
-
 # ---- the time objective ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["attention", "inception", "layernorm_gelu", "mlp", "residual"])

@@ -77,14 +77,25 @@ static inline long sf_max(long a, long b) { return a > b ? a : b; }
 """
 
 COUNTER_PRELUDE = r"""
-/* Instrumented build: every global element touched is marked once per kernel. A tensor the kernel
-   reads only as the data operand of its Gather is charged the bytes gathered (each Gather output
-   element computed reads one data element; repeated indices count again), capped at its size. */
+/* Instrumented build: every global element touched is marked once per kernel pass (bit p of its
+   mark: a looped kernel sets sf_pass_bit to 1 << p before its pass p; every other kernel is one
+   pass), so a read is charged once per pass that makes it. A tensor the kernel reads only as the
+   data operand of its Gather is charged the bytes gathered (each Gather output element computed
+   reads one data element; repeated indices count again), capped at its size, per pass. */
 static unsigned char *sf_rmap[SF_NUM_BUFFERS + 1], *sf_wmap[SF_NUM_BUFFERS + 1], *sf_gmap;
-#define SFR(p, i, o) (sf_rmap[i][o] = 1, (p)[o])
+static unsigned char sf_pass_bit = 1;
+#define SFR(p, i, o) (sf_rmap[i][o] |= sf_pass_bit, (p)[o])
 #define SFW(p, i, o) (*(sf_wmap[i][o] = 1, &(p)[o]))
-#define SFG(o) (sf_gmap[o] = 1)
+#define SFG(o) (sf_gmap[o] |= sf_pass_bit)
+#define SF_PASS(p) (sf_pass_bit = (unsigned char)(1u << (p)))
 static long long sf_cnt[2 * SF_NUM_GROUPS + 1];
+
+static int sf_bits(unsigned char m)
+{
+    int n = 0;
+    for (; m; m &= (unsigned char)(m - 1)) n++;
+    return n;
+}
 
 static int sf_counted(int g, int (*kern)(void *const *), void *const *B,
                       const int *rd, int nrd, const int *wr, int nwr, int gd, long long gn)
@@ -96,17 +107,21 @@ static int sf_counted(int g, int (*kern)(void *const *), void *const *B,
     for (int i = 0; i < nrd; i++) if (!sf_rmap[rd[i]]) rc = 2;
     for (int i = 0; i < nwr; i++) if (!sf_wmap[wr[i]]) rc = 2;
     if (gd >= 0 && !sf_gmap) rc = 2;
+    sf_pass_bit = 1;
     if (!rc) rc = kern(B);
+    sf_pass_bit = 1;
     sf_cnt[2 * g] = sf_cnt[2 * g + 1] = 0;
     for (int i = 0; i < nrd; i++) {
         for (long long e = 0; sf_rmap[rd[i]] && e < sf_numel[rd[i]]; e++)
-            sf_cnt[2 * g] += sf_rmap[rd[i]][e] * sf_isize[rd[i]];
+            sf_cnt[2 * g] += sf_bits(sf_rmap[rd[i]][e]) * sf_isize[rd[i]];
         free(sf_rmap[rd[i]]); sf_rmap[rd[i]] = 0;
     }
     if (sf_gmap) {
-        long long n = 0;
-        for (long long e = 0; e < gn; e++) n += sf_gmap[e];
-        sf_cnt[2 * g] += (n < sf_numel[gd] ? n : sf_numel[gd]) * sf_isize[gd];
+        for (int b = 0; b < 8; b++) {
+            long long n = 0;
+            for (long long e = 0; e < gn; e++) n += (sf_gmap[e] >> b) & 1;
+            sf_cnt[2 * g] += (n < sf_numel[gd] ? n : sf_numel[gd]) * sf_isize[gd];
+        }
         free(sf_gmap); sf_gmap = 0;
     }
     for (int i = 0; i < nwr; i++) {

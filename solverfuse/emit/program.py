@@ -11,7 +11,10 @@ reads. The modules form one chain, each building only on those before it: :mod:`
 types, literals, index arithmetic) and :mod:`~.ctext` (fixed C text) -> :mod:`~.kernel` (the kernel
 builder) -> op lowerings (:mod:`~.elementwise`, :mod:`~.reductions`, :mod:`~.anchors`, gathered in
 :mod:`~.lowering`) -> :mod:`~.schedule` (how a group's loops are arranged) -> this module (buffers,
-whole-file render) -> :mod:`~.build` (compile, load, run). A kernel takes one of three shapes:
+whole-file render) -> :mod:`~.build` (compile, load, run). A looped kernel (a group the plan runs
+as several passes) is laid out by :mod:`~.looped`, one loop nest per pass, and so is a one-pass
+stream that ends in reductions (``looped.streams_in_one_loop``: one loop stores and accumulates).
+Any other kernel takes one of three shapes:
 
 * **row loop** (``schedule._emit_rows``) -- every written tensor has one shape S and every reduction is
   a Softmax/LayerNormalization over its last axis: one loop over the rows of S computes the anchor
@@ -55,6 +58,7 @@ from .cexpr import CSIZES, ctype
 from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
 from .kernel import Kernel, param_check
 from .lowering import code_for_op
+from .looped import render_looped, streams_in_one_loop
 from .schedule import render_kernel
 
 
@@ -244,12 +248,9 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
         if any(t in alias for t in grp.writes):
             driver.append(_view_group(graph, grp.nodes, gi, buffers))
             continue
-        if grp.passes > 1:
-            raise EmitError(f"group {grp.name!r} is a looped kernel of {grp.passes} passes; the C emitter "
-                            "does not emit looped kernels yet")
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
                    first_slot=nslots, padded=padded, writes=grp.writes)
-        text = render_kernel(k)
+        text = render_looped(k, grp.passes) if grp.passes > 1 or streams_in_one_loop(k) else render_kernel(k)
         helpers |= k.helpers
         for kind, ct, _, n in k.slot_decls:
             span = (gi, gi) if kind == "scratch" else (0, len(plan.groups))

@@ -8,6 +8,7 @@ the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`).
 """
 from __future__ import annotations
 
+from ..errors import InternalError
 from ..ops import numel, reduce_axes
 from .cexpr import bmap, linear
 from .elementwise import input_specs
@@ -149,18 +150,12 @@ def _reduce_setup(k, node):
     return reduce_axes(node.attributes, input_specs(k, node), values), node.attributes.get("keepdims", 1), _ACC[node.op]
 
 
-def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None):
-    """Accumulate the reduction at output index ``idx`` (an inner loop over the reduced axes);
-    returns the C expression of the reduced value. ``row_copy`` (an array) also receives each
-    input value of a last-axis reduction, so later ops of the row need not recompute it."""
-    x, t = node.inputs[0], node.outputs[0]
-    xs, ct = k.shape(x), k.ct(t)
+def _acc_open(k, node, kind):
+    """Declare a reduction's accumulator: (C name, its C type, the 'first value' flag or None,
+    the ``#pragma omp simd`` reduction clause or None)."""
+    t = node.outputs[0]
+    ct = k.ct(t)
     floaty = ct in ("float", "double")
-    if keep:
-        base = [None if i in axes else idx[i] for i in range(len(xs))]
-    else:
-        it = iter(idx)
-        base = [None if i in axes else next(it) for i in range(len(xs))]
     acc = k.fresh("acc")
     at = ("double" if floaty else "int64_t") if kind in ("sum", "mean", "l2", "sumsq", "prod") else ct
     init = {"prod": "1", "max": "-INFINITY" if floaty else None, "min": "INFINITY" if floaty else None}.get(kind, "0")
@@ -173,25 +168,125 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None):
     simd = {"sum": "+", "mean": "+", "l2": "+", "sumsq": "+", "prod": "*"}.get(kind)
     if kind in ("max", "min") and flag is None:
         simd = kind
-    with k.loops([xs[a] for a in axes], simd=simd and f"reduction({simd}:{acc})") as red:
-        full = list(base)
-        for a, r in zip(axes, red):
-            full[a] = r
-        v = k.value(x, tuple(full))
+    return acc, at, flag, simd and f"reduction({simd}:{acc})"
+
+
+def _acc_step(k, kind, acc, at, flag, v):
+    """Accumulate the C value ``v``."""
+    if kind in ("sum", "mean"):
+        k.line(f"{acc} += {v};")
+    elif kind in ("l2", "sumsq"):
+        k.line(f"{acc} += ({at}){v} * {v};")
+    elif kind == "prod":
+        k.line(f"{acc} *= {v};")
+    else:
+        cmp = ">" if kind == "max" else "<"
+        cond = f"{flag} || {v} {cmp} {acc}" if flag else f"{v} {cmp} {acc}"
+        k.line(f"if ({cond}) {{ {acc} = {v};{f' {flag} = 0;' if flag else ''} }}")
+
+
+def _acc_result(k, node, kind, acc, n):
+    """C expression of the reduced value from its accumulator (``n`` elements reduced)."""
+    ct = k.ct(node.outputs[0])
+    return {"mean": f"({ct})({acc} / {max(n, 1)})", "l2": f"({ct})sqrt({acc})"}.get(kind, f"({ct}){acc}")
+
+
+def _input_index(xs, idx, axes, keep, red):
+    """The input index of output index ``idx`` at reduced-axes index ``red``."""
+    if keep:
+        full = [None if i in axes else idx[i] for i in range(len(xs))]
+    else:
+        it = iter(idx)
+        full = [None if i in axes else next(it) for i in range(len(xs))]
+    for a, r in zip(axes, red):
+        full[a] = r
+    return tuple(full)
+
+
+def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None):
+    """Accumulate the reduction at output index ``idx`` (an inner loop over the reduced axes);
+    returns the C expression of the reduced value. ``row_copy`` (an array) also receives each
+    input value of a last-axis reduction, so later ops of the row need not recompute it."""
+    x = node.inputs[0]
+    xs = k.shape(x)
+    acc, at, flag, simd = _acc_open(k, node, kind)
+    with k.loops([xs[a] for a in axes], simd=simd) as red:
+        v = k.value(x, _input_index(xs, idx, axes, keep, red))
         if row_copy is not None:
             k.line(f"{row_copy}[{red[-1]}] = {v};")
-        if kind in ("sum", "mean"):
-            k.line(f"{acc} += {v};")
-        elif kind in ("l2", "sumsq"):
-            k.line(f"{acc} += ({at}){v} * {v};")
-        elif kind == "prod":
-            k.line(f"{acc} *= {v};")
-        else:
-            cmp = ">" if kind == "max" else "<"
-            cond = f"{flag} || {v} {cmp} {acc}" if flag else f"{v} {cmp} {acc}"
-            k.line(f"if ({cond}) {{ {acc} = {v};{f' {flag} = 0;' if flag else ''} }}")
-    n = numel([xs[a] for a in axes])
-    return {"mean": f"({ct})({acc} / {max(n, 1)})", "l2": f"({ct})sqrt({acc})"}.get(kind, f"({ct}){acc}")
+        _acc_step(k, kind, acc, at, flag, v)
+    return _acc_result(k, node, kind, acc, numel([xs[a] for a in axes]))
+
+
+def reduce_pass_shared(k, nodes, stores=()) -> None:
+    """Several Reduce*/Global*Pool nodes with the same input shape, reduced axes and keepdims as
+    ONE pass: a loop over the (common) reduced output, one inner loop over the reduced axes that
+    accumulates every node -- and stores every tensor of ``stores`` (each of the reductions' input
+    shape) at the same index -- so the pass reads each input element once. Results go to
+    kernel-local scratch when an op of the group reads them, and to global memory when the group
+    writes them.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["a", "b"],
+    ...     "nodes": [{"name": "s", "op": "ReduceSum", "inputs": ["x"], "outputs": ["a"], "attributes": {"axes": [1]}},
+    ...               {"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["b"], "attributes": {"axes": [1]}}]})
+    >>> k = Kernel(g, ["s", "m"], 0, {"x": 0, "a": 1, "b": 2}, counters=False, threads=1, lower=code_for_op)
+    >>> reduce_pass_shared(k, [g.index.node["s"], g.index.node["m"]])
+    >>> sum("for (long" in ln for ln in k.lines), sum("b0[" in ln for ln in k.lines)
+    (2, 1)
+    """
+    if any(k.shape(t) != k.shape(nodes[0].inputs[0]) for t in stores):
+        raise InternalError(f"node {nodes[0].name!r}: a store in a reduction's loop of another shape")
+    first = nodes[0]
+    t0 = first.outputs[0]
+    os_, xs = k.shape(t0), k.shape(first.inputs[0])
+    setups = [_reduce_setup(k, node) for node in nodes]
+    axes, keep = setups[0][0], setups[0][1]
+    k.line(f"/* pass: {', '.join(n.op for n in nodes)} (one loop over the reduced axes) */")
+    dests = []
+    for node in nodes:
+        t = node.outputs[0]
+        kept = any(c in k.members for c in k.graph.index.consumers.get(t, []))
+        dests.append(k.alloc(k.ct(t), numel(os_), f"{node.op} result read by later ops") if kept else None)
+    with k.loops(os_, parallel=True) as idx:
+        accs = [_acc_open(k, node, kind) for node, (_, _, kind) in zip(nodes, setups)]
+        clauses = [a[3] for a in accs]
+        simd = " ".join(clauses) if all(clauses) else None
+        with k.loops([xs[a] for a in axes], simd=simd) as red:
+            at_x = _input_index(xs, idx, axes, keep, red)
+            for t in stores:
+                k.store(t, at_x, k.value(t, at_x))
+            for node, (_, _, kind), (acc, at, flag, _) in zip(nodes, setups, accs):
+                _acc_step(k, kind, acc, at, flag, k.value(node.inputs[0], at_x))
+        n = numel([xs[a] for a in axes])
+        for node, (_, _, kind), (acc, _, _, _), dest in zip(nodes, setups, accs, dests):
+            res = k.tmp(k.ct(node.outputs[0]), _acc_result(k, node, kind, acc, n), "red")
+            if node.outputs[0] in k.writes:
+                k.store(node.outputs[0], idx, res)
+            if dest is not None:
+                k.line(f"{dest}[{linear(os_, idx)}] = {res};")
+    for node, dest in zip(nodes, dests):
+        if dest is not None:
+            k.bind_scratch(node.outputs[0], dest)
+
+
+def reduce_signature(k, node) -> tuple:
+    """What reductions sharing one pass (:func:`reduce_pass_shared`) must have in common: input
+    shape, reduced axes, keepdims.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["a"],
+    ...     "nodes": [{"name": "s", "op": "ReduceSum", "inputs": ["x"], "outputs": ["a"], "attributes": {"axes": [1]}}]})
+    >>> k = Kernel(g, ["s"], 0, {"x": 0, "a": 1}, counters=False, threads=1, lower=code_for_op)
+    >>> reduce_signature(k, g.index.node["s"])
+    ((2, 8), (1,), True)
+    """
+    axes, keep, _ = _reduce_setup(k, node)
+    return k.shape(node.inputs[0]), tuple(axes), bool(keep)
 
 
 def reduce_pass(k, node):

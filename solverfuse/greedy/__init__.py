@@ -7,7 +7,8 @@ baseline accepts a merge only if :func:`solverfuse.cost.group_violation` allows 
 every group convex with an acyclic quotient graph (:meth:`Partition.why_not`).
 
 One module per baseline: ``merging`` (the shared merge bookkeeping: legality + cycle check), ``tvm_fuse_ops``,
-``xla_priority``, ``inductor_scheduler``, ``guide_flow``.
+``xla_priority``, ``inductor_scheduler``, ``guide_flow``; ``xla_recompute`` is XLA's priority fusion
+with producer duplication, a covering plan (:data:`RECOMPUTING`, :func:`recomputing_plan`).
 
 >>> from solverfuse.graph import load_graph
 >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
@@ -25,12 +26,13 @@ from typing import Callable, Optional, Union
 from ..errors import PlanError
 from ..graph import Graph
 from ..hardware import Hardware, load_hardware
-from ..plans import Plan, build_plan
+from ..plans import Plan, build_covering_plan, build_plan
 from .guide_flow import guide, memory_bound
 from .inductor_scheduler import INDUCTOR_MAX_FUSION_SIZE, INDUCTOR_PAIRWISE_ATTEMPTS, INDUCTOR_ROUNDS, inductor
 from .merging import Partition, has_role
 from .tvm_fuse_ops import TVM_KIND, TVM_KIND_OVERRIDE, TVM_MAX_FUSED_OPS, tvm, tvm_kind
 from .xla_priority import XLA_LAUNCH_OVERHEAD_S, XLA_MAX_OPERANDS_AND_OUTPUTS, xla
+from .xla_recompute import xla_kernels
 
 
 def unfused(graph: Graph, hw: Optional[Hardware]) -> list[list[str]]:
@@ -48,6 +50,32 @@ STRATEGIES: dict[str, Callable[[Graph, Hardware], list[list[str]]]] = {
 }
 
 
+#: Baselines that recompute as their compiler does (a covering: an op may be in several kernels),
+#: by the name of the partition baseline they refine. Kept apart from :data:`STRATEGIES`, whose
+#: partitions also seed the solver.
+RECOMPUTING: dict[str, Callable[[Graph, Hardware], list]] = {
+    "xla": xla_kernels,
+}
+
+
+def recomputing_plan(graph: Graph, hardware: Union[str, Hardware], name: str) -> Plan:
+    """Run the recomputing baseline ``name`` (:data:`RECOMPUTING`) and return its validated plan,
+    strategy ``<name>-recompute`` (a ``/1`` plan when it happens to recompute nothing).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> p = recomputing_plan(g, "nvidia-h100", "xla"); p.strategy, p.traffic_bytes
+    ('xla-recompute', 2048)
+    """
+    if name not in RECOMPUTING:
+        raise PlanError(f"unknown recomputing strategy {name!r} ({', '.join(RECOMPUTING)})")
+    hw = load_hardware(hardware)
+    return build_covering_plan(graph, hw, RECOMPUTING[name](graph, hw), strategy=f"{name}-recompute",
+                               status="heuristic")
+
+
 def greedy_plan(graph: Graph, hardware: Union[str, Hardware], name: str) -> Plan:
     """Run the baseline ``name`` and return its validated plan (status ``heuristic``)."""
     if name not in STRATEGIES:
@@ -56,7 +84,7 @@ def greedy_plan(graph: Graph, hardware: Union[str, Hardware], name: str) -> Plan
     return build_plan(graph, hw, STRATEGIES[name](graph, hw), strategy=name, status="heuristic")
 
 
-__all__ = ["STRATEGIES", "greedy_plan", "Partition", "has_role", "unfused", "tvm", "xla", "inductor",
+__all__ = ["STRATEGIES", "RECOMPUTING", "greedy_plan", "recomputing_plan", "xla_kernels", "Partition", "has_role", "unfused", "tvm", "xla", "inductor",
            "guide", "tvm_kind", "memory_bound", "TVM_KIND", "TVM_KIND_OVERRIDE", "TVM_MAX_FUSED_OPS",
            "XLA_LAUNCH_OVERHEAD_S", "XLA_MAX_OPERANDS_AND_OUTPUTS", "INDUCTOR_MAX_FUSION_SIZE",
            "INDUCTOR_PAIRWISE_ATTEMPTS", "INDUCTOR_ROUNDS"]

@@ -17,7 +17,15 @@ XLA_LAUNCH_OVERHEAD_S = 1e-6
 _RESIDUAL_OPS = frozenset({"Add", "Sum"})
 
 
-def _operands_and_outputs(graph: Graph, nodes: list[str]) -> int:
+def operands_and_outputs(graph: Graph, nodes: list[str]) -> int:
+    """Tensors a fusion of ``nodes`` reads plus those it writes (XLA's per-fusion budget counts both).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Add", "inputs": ["x", "x"], "outputs": ["y"]}]})
+    >>> operands_and_outputs(g, ["a"])
+    2
+    """
     return len(cost.group_reads(graph, nodes)) + len(cost.group_writes(graph, nodes))
 
 
@@ -77,7 +85,7 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
             time[g] = cost.group_time(graph, part.members[g], hw1)
         return time[g]
 
-    _library_epilogues(graph, part)
+    library_epilogues(graph, part)
 
     def candidate(p: int) -> Optional[tuple[float, list[int]]]:
         consumers = sorted(part.succ(p))
@@ -90,7 +98,7 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
             return None
         gs = [p, *consumers]
         nodes = part.nodes(gs)
-        if _operands_and_outputs(graph, nodes) > XLA_MAX_OPERANDS_AND_OUTPUTS:
+        if operands_and_outputs(graph, nodes) > XLA_MAX_OPERANDS_AND_OUTPUTS:
             return None
         saved = sum(group_time(g) for g in gs) - cost.group_time(graph, nodes, hw1)
         return (saved, gs) if saved >= 0 else None
@@ -129,7 +137,7 @@ def xla(graph: Graph, hw: Hardware) -> list[list[str]]:
     return part.groups()
 
 
-def _library_epilogues(graph: Graph, part: Partition) -> None:
+def library_epilogues(graph: Graph, part: Partition) -> None:
     """Fold each anchor's scale/bias/activation epilogue into its library call (see :func:`xla`)."""
     outputs = set(graph.outputs)
     for v in graph.index.order:
@@ -160,7 +168,7 @@ def _library_epilogues(graph: Graph, part: Partition) -> None:
                 break  # the activation ends the epilogue
 
 
-def _xla_hero_elements(graph: Graph, nodes: list[str]) -> int:
+def hero_elements(graph: Graph, nodes: list[str]) -> int:
     """Elements of a fusion's iteration space: a reduction's input, else its largest output."""
     red = [v for v in nodes if cost.role(graph, v) == "reduction"]
     if red:
@@ -191,7 +199,7 @@ def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
 
     def hero_of(g: int) -> int:
         if g not in hero:
-            hero[g] = _xla_hero_elements(graph, part.members[g])
+            hero[g] = hero_elements(graph, part.members[g])
         return hero[g]
 
     def has_anchor(g: int) -> bool:
@@ -206,7 +214,7 @@ def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
             return False  # library calls are never multi-output fusion roots
         if hero_of(a) != hero_of(b) or part.op_path_back([a, b]) is not None:
             return False
-        if _operands_and_outputs(graph, part.nodes([a, b])) > XLA_MAX_OPERANDS_AND_OUTPUTS:
+        if operands_and_outputs(graph, part.nodes([a, b])) > XLA_MAX_OPERANDS_AND_OUTPUTS:
             return False
         return part.why_not([a, b]) is None
 
