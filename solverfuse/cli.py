@@ -234,7 +234,8 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
                 seed: int = typer.Option(0, "--seed", help="solver seed"),
                 as_json: bool = typer.Option(False, "--json", help='print {"rows": [...]}'),
                 markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
-                plans_dir: Optional[Path] = typer.Option(None, "--plans", help="also write every plan JSON into this folder")):
+                plans_dir: Optional[Path] = typer.Option(None, "--plans", help="also write every plan JSON into this folder"),
+                recompute: bool = typer.Option(False, "--recompute", help="also solve for the optimum with recomputation (a 'covering' row) and check recomputing rows against it")):
     """Optimal vs every greedy baseline vs no fusion: one table."""
     from .compare import format_markdown, format_table, plan_all, real_plans, rows_for, rows_json
     from .sources import load_graph
@@ -256,7 +257,7 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
     else:
         g = load_graph(graph)
         extra = real_plans(graph, g, hw)
-    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=extra)
+    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=extra, covering=recompute)
     rows = rows_for(g, hw, plans)
     if plans_dir is not None:
         for name, (p, _) in plans.items():

@@ -1,4 +1,5 @@
-"""`compare`: one row per strategy, scored by the cost model; optimal never worse; table/JSON/Markdown."""
+"""`compare`: one row per strategy, scored by the cost model; optimal never worse than a partition,
+the covering optimum never worse than anything; table/JSON/Markdown."""
 from __future__ import annotations
 
 import json
@@ -10,12 +11,23 @@ from solverfuse import cost, greedy
 from solverfuse.cli import app
 from solverfuse.compare import Row, compare, format_markdown, format_table, rows_for
 from solverfuse.errors import InternalError
+from solverfuse.oracle import brute_force_covering
+from solverfuse.plans import FORMAT_COVERING, validate
 from solverfuse.sources import load_graph
 from solverfuse.hardware import load_hardware
 
 from .conftest import EXAMPLES, light_model_path
 
 H100 = load_hardware("nvidia-h100")
+# every strategy in table order: a recomputing baseline right after the partition baseline it refines
+NAMES = ["optimal", *[n for b in greedy.STRATEGIES for n in (b, *([f"{b}-recompute"] if b in greedy.RECOMPUTING else []))]]
+# two ops per kernel (as in tests/test_xla_recompute.py): on FORK, cloning a into b's and c's
+# kernels beats every partition
+TIGHT = H100.model_copy(update={"name": "tight", "register_budget": H100.kernel_base_registers + 3})
+FORK = load_graph({"name": "fork", "tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
+                   "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+                             {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+                             {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +38,7 @@ def residual_rows():
 
 def test_rows_cover_every_strategy_and_use_the_cost_model(residual_rows):
     g, rows = residual_rows
-    assert [r.strategy for r in rows] == ["optimal", *greedy.STRATEGIES]
+    assert [r.strategy for r in rows] == NAMES
     by = {r.strategy: r for r in rows}
     unfused = cost.unfused_traffic(g)
     assert by["unfused"].traffic_bytes == unfused and by["unfused"].x_unfused == 1.0
@@ -66,11 +78,61 @@ def test_optimal_worse_than_a_greedy_plan_is_a_loud_error():
         rows_for(g, H100, {"optimal": (worse, 0.0), "tvm": (better, 0.0)})
 
 
+def test_xla_recompute_row_beats_the_partition_optimum_unchecked():
+    """Hand count on FORK (1 KiB per tensor, two ops per kernel): the best partition is {a, b}, {c}
+    (x, h, y, then h, z: 5 KiB); XLA clones a into both consumers: {a, b} and {a, c} each read x
+    and write one output (4 KiB), 1 KiB less than the partition optimum. Each kernel is
+    memory-bound: 2 KiB over the bandwidth plus one launch."""
+    rows = compare(FORK, TIGHT, time_limit=5, workers=1)
+    assert [r.strategy for r in rows] == NAMES
+    by = {r.strategy: r for r in rows}
+    opt, rec = by["optimal"], by["xla-recompute"]
+    assert (opt.traffic_bytes, opt.recomputes, opt.checked_against) == (5 * 1024, False, "optimal")
+    assert (rec.traffic_bytes, rec.groups, rec.recomputes, rec.checked_against) == (4 * 1024, 2, True, None)
+    assert rec.gap_to_optimal_pct == -20.0 and rec.x_unfused == 1.5
+    assert rec.predicted_seconds == pytest.approx(2 * (2048 / TIGHT.dram_bandwidth + TIGHT.launch_overhead_s), rel=1e-6)
+    assert all(r.checked_against == "optimal" for r in rows if r.strategy != "xla-recompute")
+    plan = greedy.recomputing_plan(FORK, TIGHT, "xla")
+    validate(plan, FORK, TIGHT)
+    assert sorted((tuple(g.nodes), tuple(g.reads), tuple(g.writes)) for g in plan.groups) == \
+        [(("a", "b"), ("x",), ("y",)), (("a", "c"), ("x",), ("z",))]
+    table = format_table(rows)
+    assert table.splitlines()[-1].startswith("not checked against an optimum: xla-recompute")
+    assert format_markdown(rows).splitlines()[-1] == table.splitlines()[-1]
+
+
+def test_covering_row_checks_the_recomputing_row():
+    rows = compare(FORK, TIGHT, time_limit=5, workers=1, covering=True)
+    assert [r.strategy for r in rows] == ["optimal", "covering", *NAMES[1:]]
+    by = {r.strategy: r for r in rows}
+    assert by["covering"].traffic_bytes == brute_force_covering(FORK, TIGHT)[0] == 4 * 1024
+    assert by["covering"].status == "optimal" and by["covering"].recomputes
+    assert by["xla-recompute"].checked_against == "covering" and by["unfused"].checked_against == "optimal"
+    assert "not checked" not in format_table(rows)
+
+
+def test_a_plan_beating_the_covering_bound_is_a_loud_error():
+    part = greedy.greedy_plan(FORK, TIGHT, "xla")
+    rec = greedy.recomputing_plan(FORK, TIGHT, "xla")
+    assert rec.format == FORMAT_COVERING and rec.traffic_bytes < part.traffic_bytes
+    # a recomputing row may beat the partition optimum ...
+    rows = rows_for(FORK, TIGHT, {"optimal": (part, 0.0), "xla-recompute": (rec, 0.0)})
+    assert [r.checked_against for r in rows] == ["optimal", None]
+    # ... but never a covering optimum's proven bound
+    fake = part.model_copy(update={"strategy": "covering", "status": "optimal", "bound_bytes": part.traffic_bytes})
+    with pytest.raises(InternalError, match="bug: the covering optimum is proven to move at least 5120"):
+        rows_for(FORK, TIGHT, {"optimal": (part, 0.0), "covering": (fake, 0.0), "xla-recompute": (rec, 0.0)})
+    # and a partition beating the partition optimum is still a bug, with a covering row or without
+    worse = greedy.greedy_plan(FORK, TIGHT, "unfused")
+    with pytest.raises(InternalError, match="bug: the optimal plan moves 6144"):
+        rows_for(FORK, TIGHT, {"optimal": (worse, 0.0), "covering": (rec, 0.0), "xla": (part, 0.0)})
+
+
 def test_table_and_markdown_render_every_row(residual_rows):
     _, rows = residual_rows
     table = format_table(rows, "residual")
     md = format_markdown(rows)
-    assert table.splitlines()[0] == "residual" and len(table.splitlines()) == 3 + len(rows)
+    assert table.splitlines()[0] == "residual" and len(table.splitlines()) == 3 + len(rows)  # no footnote: all checked
     assert md.splitlines()[0].startswith("| strategy | status | kernels | traffic")
     assert all(f"| {r.strategy} |" in md for r in rows)
 
@@ -80,11 +142,21 @@ def test_cli_json_markdown_and_plans(tmp_path):
                                  "--json", "--plans", str(tmp_path)])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert [row["strategy"] for row in doc["rows"]] == ["optimal", *greedy.STRATEGIES]
+    assert [row["strategy"] for row in doc["rows"]] == NAMES
     assert all(isinstance(row["traffic_bytes"], int) for row in doc["rows"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"mlp.{s}.plan.json" for s in ["optimal", *greedy.STRATEGIES])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"mlp.{s}.plan.json" for s in NAMES)
     r = CliRunner().invoke(app, ["compare", str(EXAMPLES / "mlp.json"), "--workers", "1", "--markdown"])
     assert r.exit_code == 0 and "|---|---|" in r.stdout
+
+
+def test_cli_recompute_adds_the_checked_covering_row():
+    r = CliRunner().invoke(app, ["compare", str(EXAMPLES / "residual.json"), "--time-limit", "5", "--workers", "1",
+                                 "--json", "--recompute"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["rows"]
+    assert [row["strategy"] for row in rows] == ["optimal", "covering", *NAMES[1:]]
+    assert all(row["checked_against"] in ("optimal", "covering") for row in rows)
+    assert rows[1]["traffic_bytes"] <= rows[0]["traffic_bytes"]
 
 
 def test_cli_on_an_onnx_model():
@@ -92,7 +164,7 @@ def test_cli_on_an_onnx_model():
                                  "--time-limit", "5", "--workers", "1", "--json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["rows"]
-    assert min(row["traffic_bytes"] for row in rows) == rows[0]["traffic_bytes"]
+    assert min(row["traffic_bytes"] for row in rows if not row["recomputes"]) == rows[0]["traffic_bytes"]
 
 
 @pytest.mark.parametrize("args, message", [
