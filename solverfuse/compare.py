@@ -49,7 +49,7 @@ class Row(BaseModel):
     groups: int
     traffic_bytes: int
     x_unfused: float            # unfused traffic / this traffic (how many times less traffic)
-    gap_to_optimal_pct: float   # (traffic - optimal traffic) / optimal traffic, in percent; < 0 only if it recomputes
+    gap_to_optimal_pct: float   # (traffic - optimal traffic) / optimal traffic, in percent; < 0 only for a recomputing row or the covering row
     x_qmin: float               # this traffic / Q_min (1.0 = the lower bound)
     predicted_seconds: float    # cost.covering_time_ps / 1e12: roofline time of the kernels run in sequence
     planning_seconds: float     # wall time to make the plan
@@ -204,13 +204,13 @@ def unchecked_note(rows: list[Row]) -> str:
     >>> r = Row(strategy="xla-recompute", status="heuristic", groups=2, traffic_bytes=8, x_unfused=1.0,
     ...         gap_to_optimal_pct=-20.0, x_qmin=1.0, predicted_seconds=0.0, planning_seconds=0.0)
     >>> unchecked_note([r])
-    'not checked against an optimum: xla-recompute (recomputes; the partition optimum is of a smaller space and no covering optimum was computed)'
+    'not checked against an optimum: xla-recompute (recomputes; the partition optimum is of a smaller space and no covering bound was computed: --recompute)'
     """
     names = [r.strategy for r in rows if r.checked_against is None]
     if not names:
         return ""
     return (f"not checked against an optimum: {', '.join(names)} (recomputes; the partition optimum is "
-            f"of a smaller space and no covering optimum was computed)")
+            f"of a smaller space and no covering bound was computed: --recompute)")
 
 
 _HEAD = ["strategy", "status", "kernels", "traffic", "x unfused", "gap %", "x Q_min", "pred. time",
