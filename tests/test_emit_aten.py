@@ -22,7 +22,7 @@ def cache(tmp_path_factory):
 def run_c(g, groups, cache_dir, ins):
     plan = build_plan(g, HW, groups, strategy="test")
     prog = compile_plan(plan, g, strict=True, cache_dir=cache_dir, counters=False, threads=1)
-    return prog.run(ins, {})
+    return prog.run(ins, None)  # constants: their values in the graph
 
 
 def close(got, want, rtol=1e-5, atol=1e-6):
@@ -55,3 +55,50 @@ def test_rsqrt_silu_not_equal(cache, fused):
     np.testing.assert_array_equal(out["o_ne_i"], ins["i1"] != ins["i2"])
     np.testing.assert_array_equal(out["o_ne_f"], ins["x"] != ins["f1"])
     assert out["o_ne_f"].any() and not out["o_ne_f"].all()
+
+
+def test_var_mean_axes_keepdims_correction(cache):
+    t = {"x": [4, 3, 6]}
+    cases = [("vm_last", {"axes": [-1], "keepdims": 1, "correction": 1.0}),
+             ("vm_outer", {"axes": [0, 2], "keepdims": 0, "correction": 0.0}),
+             ("vm_mid", {"axes": [1], "keepdims": 1, "correction": 2.0}),
+             ("vm_all", {"axes": [0, 1, 2], "keepdims": 0, "correction": 1.0})]
+    nodes = [(n, "VarMean", ["x"], [f"{n}_var", f"{n}_mean"], a) for n, a in cases]
+    g = graph(t, ["x"], [o for n in nodes for o in n[3]], nodes)
+    x = (3.0 + RNG.standard_normal((4, 3, 6))).astype(np.float32)
+    for groups in (unfused(g), fuse_greedily(g)):
+        out = run_c(g, groups, cache, {"x": x})
+        for n, a in cases:
+            axes, keep = tuple(a["axes"]), bool(a["keepdims"])
+            close(out[f"{n}_var"], np.var(x.astype(np.float64), axis=axes, ddof=a["correction"],
+                                          keepdims=keep).astype(np.float32), rtol=1e-4)
+            close(out[f"{n}_mean"], np.mean(x.astype(np.float64), axis=axes, keepdims=keep).astype(np.float32))
+
+
+def _layer_norm_graph(write_stats):
+    """aten's decomposition of layer_norm: var_mean, add eps, rsqrt, (x - mean) * rstd * w + b."""
+    t = {"x": [2, 5, 16], "eps": {"shape": [], "constant": True, "value": 1e-5},
+         "w": {"shape": [16], "constant": True, "value": list(np.linspace(0.5, 1.5, 16))},
+         "b": {"shape": [16], "constant": True, "value": list(np.linspace(-1, 1, 16))}}
+    nodes = [("vm", "VarMean", ["x"], ["var", "mean"], {"axes": [2], "keepdims": 1, "correction": 0.0}),
+             ("ae", "Add", ["var", "eps"], ["ve"]), ("rs", "Rsqrt", ["ve"], ["rstd"]),
+             ("sub", "Sub", ["x", "mean"], ["xc"]), ("mul", "Mul", ["xc", "rstd"], ["xn"]),
+             ("mw", "Mul", ["xn", "w"], ["xw"]), ("ab", "Add", ["xw", "b"], ["y"]),
+             ("si", "Silu", ["y"], ["z"])]
+    return graph(t, ["x"], ["z"] + (["var", "mean"] if write_stats else []), nodes)
+
+
+@pytest.mark.parametrize("write_stats", [False, True])
+def test_layer_norm_decomposition_fused(cache, write_stats):
+    g = _layer_norm_graph(write_stats)
+    groups = fuse_greedily(g)
+    assert len(groups) == 1  # one kernel: row statistics then the row's outputs
+    x = (2.0 + 3.0 * RNG.standard_normal((2, 5, 16))).astype(np.float32)
+    out = run_c(g, groups, cache, {"x": x})
+    xd = x.astype(np.float64)
+    mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
+    y = (xd - mu) / np.sqrt(var + 1e-5) * np.linspace(0.5, 1.5, 16) + np.linspace(-1, 1, 16)
+    close(out["z"], (y / (1 + np.exp(-y))).astype(np.float32), rtol=1e-4, atol=1e-5)
+    if write_stats:
+        close(out["var"], var.astype(np.float32), rtol=1e-4)
+        close(out["mean"], mu.astype(np.float32), atol=1e-5)

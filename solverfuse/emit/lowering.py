@@ -8,7 +8,7 @@ statistics) and :mod:`~solverfuse.emit.anchors` (anchors, windows, Gather, per e
 and global pooling have no per-element form: the schedule gives them a pass of their own.
 
 >>> sorted(SUPPORTED - set(ELEMENT)), sorted(NOT_EMITTED)
-(['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2', 'ReduceMax', 'ReduceMean', 'ReduceMin', 'ReduceProd', 'ReduceSum', 'ReduceSumSquare'], ['ConstantPad', 'ScaledDotProductAttention', 'ScatterElements', 'ScatterND', 'Select', 'VarMean'])
+(['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2', 'ReduceMax', 'ReduceMean', 'ReduceMin', 'ReduceProd', 'ReduceSum', 'ReduceSumSquare'], ['ConstantPad', 'ScaledDotProductAttention', 'ScatterElements', 'ScatterND', 'Select'])
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .reductions import REDUCE_OPS, STATS, STATS_EXPR
 #: The ATen-only rows (ops of torch.export graphs with no ONNX operator) have no reference
 #: evaluator to check a C lowering against; those graphs run in torch.compile, not in our C.
 NOT_EMITTED: frozenset = frozenset({"ScatterND", "ScatterElements", "Select",
-                                    "ConstantPad", "VarMean", "ScaledDotProductAttention"})
+                                    "ConstantPad", "ScaledDotProductAttention"})
 
 
 def _unary(template):
