@@ -102,3 +102,24 @@ def test_layer_norm_decomposition_fused(cache, write_stats):
     if write_stats:
         close(out["var"], var.astype(np.float32), rtol=1e-4)
         close(out["mean"], mu.astype(np.float32), atol=1e-5)
+
+
+def test_select_and_constant_pad(cache):
+    t = {"x": [3, 4, 5]}
+    nodes = [("s0", "Select", ["x"], ["o_s0"], {"axis": 0, "index": 2}),
+             ("s1", "Select", ["x"], ["o_s1"], {"axis": -1, "index": -2}),
+             ("p1", "ConstantPad", ["x"], ["o_p1"], {"pad": [1, 2], "value": -7.0}),
+             ("p2", "ConstantPad", ["x"], ["o_p2"], {"pad": [0, 1, 2, 0, 1, 1], "value": 0.5}),
+             ("p3", "ConstantPad", ["x"], ["o_p3"], {"pad": [-1, 2, 1, -2]}),
+             ("e", "Exp", ["o_p2"], ["o_e"])]  # a consumer of the padded tensor (fused in one plan)
+    g = graph(t, ["x"], [o for n in nodes for o in n[3]], nodes)
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    p2 = np.pad(x, [(1, 1), (2, 0), (0, 1)], constant_values=0.5)
+    for groups in (unfused(g), fuse_greedily(g)):
+        out = run_c(g, groups, cache, {"x": x})
+        np.testing.assert_array_equal(out["o_s0"], x[2])
+        np.testing.assert_array_equal(out["o_s1"], x[:, :, -2])
+        np.testing.assert_array_equal(out["o_p1"], np.pad(x, [(0, 0), (0, 0), (1, 2)], constant_values=-7.0))
+        np.testing.assert_array_equal(out["o_p2"], p2)
+        np.testing.assert_array_equal(out["o_p3"], np.pad(x, [(0, 0), (1, 0), (0, 2)])[:, :-2, 1:])
+        close(out["o_e"], np.exp(p2))
