@@ -123,3 +123,38 @@ def test_select_and_constant_pad(cache):
         np.testing.assert_array_equal(out["o_p2"], p2)
         np.testing.assert_array_equal(out["o_p3"], np.pad(x, [(0, 0), (1, 0), (0, 2)])[:, :-2, 1:])
         close(out["o_e"], np.exp(p2))
+
+
+def test_torch_imported_module_runs_in_c(cache):
+    """A torch module imported through torch.export (core ATen: var_mean, rsqrt, constant_pad_nd,
+    select, ne) planned unfused and fused, run in our C, against torch eager."""
+    torch = pytest.importorskip("torch", reason="torch (the solverfuse[torch] extra) is not installed")
+    from solverfuse.torch import from_module
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.ln = torch.nn.Linear(8, 16), torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            h = torch.nn.functional.silu(self.ln(self.lin(x)))
+            r = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)  # RMSNorm
+            var, mean = torch.var_mean(x, dim=1, correction=1)
+            return torch.nn.functional.pad(r, (1, 2))[:, 0], x != 0.5, var, mean
+
+    torch.manual_seed(0)
+    model, x = Block().eval(), torch.randn(3, 4, 8)
+    x[0, 0, :3] = 0.5
+    g = from_module(model, (x,))
+    ops = {n.op for n in g.nodes}
+    assert {"VarMean", "Rsqrt", "ConstantPad", "Select", "NotEqual"} <= ops, ops
+    with torch.no_grad():
+        ref = [t.numpy() for t in model(x)]
+    for groups in (unfused(g), fuse_greedily(g)):
+        out = run_c(g, groups, cache, {g.inputs[0]: x.numpy()})
+        for t, want in zip(g.outputs, ref):
+            assert out[t].dtype == want.dtype, t
+            if want.dtype == np.bool_:
+                np.testing.assert_array_equal(out[t], want)
+            else:
+                close(out[t], want, rtol=1e-4, atol=1e-5)
