@@ -158,3 +158,69 @@ def test_torch_imported_module_runs_in_c(cache):
                 np.testing.assert_array_equal(out[t], want)
             else:
                 close(out[t], want, rtol=1e-4, atol=1e-5)
+
+
+def _np_attention(q, k, v, mask=None, causal=False, scale=None):
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * (scale if scale is not None else 1 / np.sqrt(q.shape[-1]))
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - m)
+    lse = (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
+    return np.matmul(e / e.sum(-1, keepdims=True), v), lse
+
+
+def test_scaled_dot_product_attention(cache):
+    b, h, lq, lk, dq, dv = 2, 3, 5, 7, 4, 6
+    t = {"q": [b, h, lq, dq], "k": [b, 1, lk, dq], "v": [b, h, lk, dv], "kc": [b, h, lq, dq],
+         "bm": {"shape": [lq, lk], "dtype": "bool"}, "fm": [b, 1, lq, lk]}
+    nodes = [("plain", "ScaledDotProductAttention", ["q", "k", "v"], ["o_plain", "l_plain"]),
+             ("bool", "ScaledDotProductAttention", ["q", "k", "v", "bm"], ["o_bool", "l_bool"], {"scale": 0.3}),
+             ("float", "ScaledDotProductAttention", ["q", "k", "v", "fm"], ["o_float", "l_float"]),
+             ("causal", "ScaledDotProductAttention", ["q", "kc", "q"], ["o_causal", "l_causal"], {"causal": 1})]
+    g = graph(t, ["q", "k", "v", "kc", "bm", "fm"], [o for n in nodes for o in n[3]], nodes)
+    bm = RNG.random((lq, lk)) < 0.6
+    bm[:, 0] = True  # no fully masked row
+    ins = {"q": RNG.standard_normal((b, h, lq, dq)), "k": RNG.standard_normal((b, 1, lk, dq)),
+           "v": RNG.standard_normal((b, h, lk, dv)), "kc": RNG.standard_normal((b, h, lq, dq)),
+           "bm": bm, "fm": RNG.standard_normal((b, 1, lq, lk))}
+    ins = {n: (a.astype(np.float32) if a.dtype != np.bool_ else a) for n, a in ins.items()}
+    refs = {"plain": _np_attention(ins["q"], ins["k"], ins["v"]),
+            "bool": _np_attention(ins["q"], ins["k"], ins["v"], bm, scale=0.3),
+            "float": _np_attention(ins["q"], ins["k"], ins["v"], ins["fm"]),
+            "causal": _np_attention(ins["q"], ins["kc"], ins["q"], causal=True)}
+    out = run_c(g, unfused(g), cache, ins)
+    for n, (o, lse) in refs.items():
+        close(out[f"o_{n}"], o.astype(np.float32), rtol=1e-4, atol=1e-5)
+        close(out[f"l_{n}"], lse.astype(np.float32), rtol=1e-4, atol=1e-5)
+    torch = pytest.importorskip("torch", reason="torch is not installed: numpy reference only")
+    tt = {n: torch.from_numpy(a) for n, a in ins.items()}
+    F = torch.nn.functional
+    want = F.scaled_dot_product_attention(tt["q"], tt["k"].expand(b, h, lk, dq), tt["v"], attn_mask=tt["bm"],
+                                          scale=0.3)
+    close(out["o_bool"], want.numpy(), rtol=1e-4, atol=1e-5)
+    want = F.scaled_dot_product_attention(tt["q"], tt["kc"], tt["q"], is_causal=True)
+    close(out["o_causal"], want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_transformers_model_runs_in_c(cache, name):
+    """A torch-imported transformers model (var_mean / rsqrt / attention rows) runs in our C,
+    unfused and fused, matching torch eager."""
+    torch = pytest.importorskip("torch", reason="torch (the solverfuse[torch] extra) is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from solverfuse.torch import from_module
+    from solverfuse.torch.models import MODELS
+
+    model, inputs = MODELS[name]()
+    g = from_module(model, inputs)
+    assert "ScaledDotProductAttention" in {n.op for n in g.nodes}
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    feed = dict(zip([t for t in g.inputs if not g.tensors[t].constant], (a.numpy() for a in inputs)))
+    for groups in (unfused(g), fuse_greedily(g)):
+        (t,) = g.outputs
+        close(run_c(g, groups, cache, feed)[t], want, rtol=1e-4, atol=1e-5)

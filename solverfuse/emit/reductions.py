@@ -4,12 +4,13 @@ output element from them (``STATS``, ``STATS_EXPR``); Reduce* and global pooling
 the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`).
 
 >>> sorted(STATS), sorted(REDUCE_OPS)[:3]
-(['LayerNormalization', 'LogSoftmax', 'Softmax', 'VarMean'], ['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2'])
+(['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean'], ['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2'])
 """
 from __future__ import annotations
 
 from ..errors import InternalError
 from ..ops import numel, reduce_axes
+from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
 from .elementwise import input_specs
 
@@ -150,11 +151,13 @@ def stats_last_axis(k, node) -> bool:
     rank = len(k.shape(node.inputs[0]))
     if node.op == "VarMean":
         return _varmean_setup(k, node)[1] == [rank - 1]
+    if node.op in ATTENTION_STATS:
+        return False
     return node.attributes.get("axis", -1) % rank == rank - 1
 
 
 STATS = {"Softmax": softmax_stats, "LogSoftmax": softmax_stats, "LayerNormalization": layernorm_stats,
-         "VarMean": varmean_stats}
+         "VarMean": varmean_stats, **ATTENTION_STATS}
 
 
 def _stat(k, node, idx):
@@ -195,7 +198,7 @@ def _varmean_expr(k, node, pos, idx):
 
 
 STATS_EXPR = {"Softmax": _softmax_expr, "LogSoftmax": _softmax_expr, "LayerNormalization": _layernorm_expr,
-              "VarMean": _varmean_expr}
+              "VarMean": _varmean_expr, **ATTENTION_EXPR}
 
 _ACC = {"ReduceSum": "sum", "ReduceMean": "mean", "GlobalAveragePool": "mean", "ReduceMax": "max",
         "GlobalMaxPool": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceL2": "l2",

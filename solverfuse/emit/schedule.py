@@ -14,7 +14,7 @@ The rules, in the order they are tried:
    kernel-local scratch (:func:`_materialise_inline`).
 
 >>> sorted(STATS_OPS)
-['LayerNormalization', 'LogSoftmax', 'Softmax', 'VarMean']
+['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean']
 """
 from __future__ import annotations
 
