@@ -147,7 +147,18 @@ def varmean_stats(k, node, row=None):
 
 def stats_last_axis(k, node) -> bool:
     """Whether the statistics op ``node`` reduces exactly the last axis of its input (so a row
-    loop can keep its statistics as row scalars)."""
+    loop can keep its statistics as row scalars).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["v", "m"],
+    ...     "nodes": [{"name": "vm", "op": "VarMean", "inputs": ["x"], "outputs": ["v", "m"],
+    ...                "attributes": {"axes": [0]}}]})
+    >>> k = Kernel(g, ["vm"], 0, {"x": 0, "v": 1, "m": 2}, counters=False, threads=1, lower=code_for_op)
+    >>> stats_last_axis(k, g.index.node["vm"])
+    False
+    """
     rank = len(k.shape(node.inputs[0]))
     if node.op == "VarMean":
         return _varmean_setup(k, node)[1] == [rank - 1]
