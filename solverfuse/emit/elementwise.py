@@ -57,6 +57,9 @@ UNARY = {
                                        f" * {a} + {lit(at.get('beta', 0.5), ct)}))"),
     "Softplus": lambda at, a, ct: f"log({lit(1, ct)} + exp({a}))",
     "Gelu": _gelu,
+    # ATen-only rows (torch.export graphs)
+    "Rsqrt": lambda at, a, ct: f"({lit(1, ct)} / sqrt({a}))",
+    "Silu": lambda at, a, ct: f"({a} / ({lit(1, ct)} + exp(-{a})))",
 }
 
 
@@ -91,6 +94,7 @@ NARY = {
     "Or": lambda k, at, v, ct, cts: f"({v[0]} || {v[1]})",
     "Mod": _mod,
     "Equal": lambda k, at, v, ct, cts: f"({v[0]} == {v[1]})",
+    "NotEqual": lambda k, at, v, ct, cts: f"({v[0]} != {v[1]})",
     "Less": lambda k, at, v, ct, cts: f"({v[0]} < {v[1]})",
     "Greater": lambda k, at, v, ct, cts: f"({v[0]} > {v[1]})",
     "LessOrEqual": lambda k, at, v, ct, cts: f"({v[0]} <= {v[1]})",

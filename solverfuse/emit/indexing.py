@@ -1,5 +1,6 @@
 """C lowerings of the ops exporters add around transformers and padded convolutions: NaN tests,
-Trilu/Pad/Tile/Range index maps, GatherElements/GatherND, CumSum, and a few activations.
+Trilu/Pad/Tile/Range index maps, GatherElements/GatherND, CumSum, a few activations, and the
+ATen index maps Select and ConstantPad.
 
 Each entry computes one output element at index ``idx`` (the form of
 :mod:`~solverfuse.emit.elementwise`), asking the kernel for inputs at mapped indices. A read
@@ -8,7 +9,7 @@ branch, so no load is issued out of bounds; a gather index out of range sets ``s
 Gather does.
 
 >>> sorted(UNARY_MORE)[:3], sorted(INDEXING)[:3]
-(['HardSwish', 'IsInf', 'IsNaN'], ['CumSum', 'GatherElements', 'GatherND'])
+(['HardSwish', 'IsInf', 'IsNaN'], ['ConstantPad', 'CumSum', 'GatherElements'])
 """
 from __future__ import annotations
 
@@ -103,6 +104,32 @@ def _pad(k, node, pos, idx):
     return k.value(x, tuple(mapped))
 
 
+def _constant_pad(k, node, pos, idx):
+    """aten.constant_pad_nd: ``pad`` lists (before, after) pairs from the last dimension back; a
+    negative pad crops."""
+    x, out = node.inputs[0], node.outputs[0]
+    xs, ct = k.shape(x), k.ct(out)
+    pad = list(node.attributes.get("pad", []))
+    begin = [0] * len(xs)
+    for i in range(len(pad) // 2):
+        begin[len(xs) - 1 - i] = int(pad[2 * i])
+    src = [f"({i}) - {b}" if b > 0 else f"({i}) + {-b}" if b < 0 else i for i, b in zip(idx, begin)]
+    conds = [f"{s} >= 0 && {s} < {d}" for s, b, d, o in zip(src, begin, xs, k.shape(out)) if b or o != d]
+    res = k.fresh("p")
+    k.line(f"{ct} {res} = {lit(node.attributes.get('value', 0.0), ct)};")
+    with k.block(f"if ({' && '.join(conds) or '1'})"):
+        k.line(f"{res} = {k.value(x, tuple(src))};")
+    return res
+
+
+def _select(k, node, pos, idx):
+    """aten.select.int: position ``index`` of dimension ``axis`` (that dimension dropped)."""
+    xs = k.shape(node.inputs[0])
+    axis = node.attributes.get("axis", 0) % len(xs)
+    at = node.attributes.get("index", 0) % xs[axis]
+    return k.value(node.inputs[0], tuple(idx[:axis]) + (str(at),) + tuple(idx[axis:]))
+
+
 def _tile(k, node, pos, idx):
     k.param_values(node.inputs[1])
     xs = k.shape(node.inputs[0])
@@ -165,4 +192,5 @@ def _cumsum(k, node, pos, idx):
 
 #: structured ops: ``(kernel, node, output position, idx) -> expr``.
 INDEXING = {"Trilu": _trilu, "Pad": _pad, "Tile": _tile, "Range": _range,
-            "GatherElements": _gather_elements, "GatherND": _gather_nd, "CumSum": _cumsum}
+            "GatherElements": _gather_elements, "GatherND": _gather_nd, "CumSum": _cumsum,
+            "ConstantPad": _constant_pad, "Select": _select}

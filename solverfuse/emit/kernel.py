@@ -235,7 +235,10 @@ class Kernel:
             return expr
         key = ("idx", expr)
         if key not in self.cache:
-            self.cache[key] = self.tmp("long", expr, "t")
+            # SF_UNUSED: a reshape's source index may name a dim a broadcast read then drops
+            name = self.fresh("t")
+            self.line(f"const long SF_UNUSED {name} = {expr};")
+            self.cache[key] = name
         return self.cache[key]
 
     # ---- global memory

@@ -1,15 +1,16 @@
-"""Reductions as C: row statistics of Softmax / LogSoftmax / LayerNormalization (a pass of their
+"""Reductions as C: row statistics of Softmax / LogSoftmax / LayerNormalization / VarMean (a pass of their
 own into scratch arrays indexed by row, or scalars inside a row loop) and the expression of each
 output element from them (``STATS``, ``STATS_EXPR``); Reduce* and global pooling as a pass over
 the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`).
 
 >>> sorted(STATS), sorted(REDUCE_OPS)[:3]
-(['LayerNormalization', 'LogSoftmax', 'Softmax'], ['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2'])
+(['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean'], ['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2'])
 """
 from __future__ import annotations
 
 from ..errors import InternalError
 from ..ops import numel, reduce_axes
+from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
 from .elementwise import input_specs
 
@@ -99,7 +100,75 @@ def layernorm_stats(k, node, row=None):
     k.stats[node.name] = {"a": mean, "b": inv, "shape": rshape}
 
 
-STATS = {"Softmax": softmax_stats, "LogSoftmax": softmax_stats, "LayerNormalization": layernorm_stats}
+def _varmean_setup(k, node):
+    """(input shape, reduced axes, keepdims, correction) of a VarMean (aten.var_mean) node."""
+    xs = k.shape(node.inputs[0])
+    axes = sorted({int(a) % len(xs) for a in node.attributes.get("axes", range(len(xs)))})
+    return xs, axes, node.attributes.get("keepdims", 0), float(node.attributes.get("correction", 1))
+
+
+def _varmean_value(k, node, idx):
+    """Variance and mean (C expressions of the output type) at output index ``idx``: one loop
+    over the reduced axes accumulating sum and sum of squares in double, as LayerNormalization."""
+    x, ct = node.inputs[0], k.ct(node.outputs[0])
+    xs, axes, keep, corr = _varmean_setup(k, node)
+    n = numel([xs[a] for a in axes])
+    s, q, mu = k.fresh("s"), k.fresh("q"), k.fresh("mu")
+    k.line(f"double {s} = 0, {q} = 0;")
+    with k.loops([xs[a] for a in axes], simd=f"reduction(+:{s},{q})") as red:
+        v = k.value(x, _input_index(xs, idx, axes, keep, red))
+        k.line(f"{s} += {v}; {q} += (double){v} * {v};")
+    k.line(f"const double {mu} = {s} / {max(n, 1)};")
+    # Bessel-style correction: divide by n - correction (0/0 is NaN, as in torch)
+    return f"({ct})(fmax({q} - {s} * {mu}, 0.0) / {float(n - corr)!r})", f"({ct}){mu}"
+
+
+def varmean_stats(k, node, row=None):
+    """VarMean: variance and mean into scratch arrays of the (reduced) output shape, or -- ``row``
+    given (reduction over the last axis only, inside a row loop) -- two scalars of that row."""
+    out = node.outputs[0]
+    oshape, ct = k.shape(out), k.ct(out)
+    if row is not None:
+        keep = node.attributes.get("keepdims", 0)
+        vexpr, mexpr = _varmean_value(k, node, tuple(row) + (("0",) if keep else ()))
+        a, b = k.fresh("rvar"), k.fresh("rmean")
+        k.line(f"const {ct} {a} = {vexpr}, {b} = {mexpr};")
+        k.stats[node.name] = {"a": a, "b": b, "row": True}
+        return
+    var, mean = k.alloc(ct, numel(oshape), "var"), k.alloc(ct, numel(oshape), "mean")
+    k.line("/* pass: VarMean statistics */")
+    with k.loops(oshape, parallel=True) as idx:
+        vexpr, mexpr = _varmean_value(k, node, idx)
+        r = linear(oshape, idx)
+        k.line(f"{var}[{r}] = {vexpr};")
+        k.line(f"{mean}[{r}] = {mexpr};")
+    k.stats[node.name] = {"a": var, "b": mean, "shape": oshape}
+
+
+def stats_last_axis(k, node) -> bool:
+    """Whether the statistics op ``node`` reduces exactly the last axis of its input (so a row
+    loop can keep its statistics as row scalars).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["v", "m"],
+    ...     "nodes": [{"name": "vm", "op": "VarMean", "inputs": ["x"], "outputs": ["v", "m"],
+    ...                "attributes": {"axes": [0]}}]})
+    >>> k = Kernel(g, ["vm"], 0, {"x": 0, "v": 1, "m": 2}, counters=False, threads=1, lower=code_for_op)
+    >>> stats_last_axis(k, g.index.node["vm"])
+    False
+    """
+    rank = len(k.shape(node.inputs[0]))
+    if node.op == "VarMean":
+        return _varmean_setup(k, node)[1] == [rank - 1]
+    if node.op in ATTENTION_STATS:
+        return False
+    return node.attributes.get("axis", -1) % rank == rank - 1
+
+
+STATS = {"Softmax": softmax_stats, "LogSoftmax": softmax_stats, "LayerNormalization": layernorm_stats,
+         "VarMean": varmean_stats, **ATTENTION_STATS}
 
 
 def _stat(k, node, idx):
@@ -134,7 +203,13 @@ def _layernorm_expr(k, node, pos, idx):
     return expr
 
 
-STATS_EXPR = {"Softmax": _softmax_expr, "LogSoftmax": _softmax_expr, "LayerNormalization": _layernorm_expr}
+def _varmean_expr(k, node, pos, idx):
+    var, mean = _stat(k, node, idx)
+    return var if pos == 0 else mean
+
+
+STATS_EXPR = {"Softmax": _softmax_expr, "LogSoftmax": _softmax_expr, "LayerNormalization": _layernorm_expr,
+              "VarMean": _varmean_expr, **ATTENTION_EXPR}
 
 _ACC = {"ReduceSum": "sum", "ReduceMean": "mean", "GlobalAveragePool": "mean", "ReduceMax": "max",
         "GlobalMaxPool": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceL2": "l2",

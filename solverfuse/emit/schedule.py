@@ -14,7 +14,7 @@ The rules, in the order they are tried:
    kernel-local scratch (:func:`_materialise_inline`).
 
 >>> sorted(STATS_OPS)
-['LayerNormalization', 'LogSoftmax', 'Softmax']
+['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean']
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from .lowering import SUPPORTED
 
 MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                     "ReduceSumSquare", "GlobalAveragePool", "GlobalMaxPool"}
-STATS_OPS = {"Softmax", "LogSoftmax", "LayerNormalization"}
+STATS_OPS = frozenset(reductions.STATS)
 
 
 def _deps(k: Kernel, tensor: str, memo: dict) -> frozenset:
@@ -349,8 +349,7 @@ def _row_fusable(k: Kernel) -> Optional[tuple]:
         if role == "injective" and node.op not in ("Identity", "Dropout"):
             return None  # an index map could read another row, whose statistics are gone
         if node.op in STATS_OPS:
-            rank = len(k.shape(node.inputs[0]))
-            if k.shape(node.inputs[0]) != shape or node.attributes.get("axis", -1) % rank != rank - 1:
+            if k.shape(node.inputs[0]) != shape or not reductions.stats_last_axis(k, node):
                 return None
             has_stats = True
         elif role in ("anchor", "window") and (k.shape(node.outputs[0]) != shape or
