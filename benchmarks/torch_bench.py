@@ -240,22 +240,21 @@ EXPLAIN = [
     "templates) that take no epilogue, so such a planned group becomes two kernels (the list above) "
     "and the backend's run moves about the bytes default Inductor moves. Where the plan merges more "
     "memory-bound ops (LayerNorm/RMSNorm with residual chains) the backend makes one or two kernels "
-    "fewer; at these sizes (hidden 32, 8 tokens) that is far below the noise, and the default and "
-    "backend columns show no consistent difference: medians of the same variant moved by 2-7x "
-    "between runs of this benchmark on the loaded box (bert, 1 thread, default: 0.2 ms on a quieter "
-    "run, 1.5 ms here).",
-    "- **Our C** runs where the C emitter has every op (resnet and five of the six motifs; the "
-    "transformer graphs use ATen's `VarMean`/`Rsqrt` rows, which it has no kernel for yet: `n/a`). "
+    "fewer; at these sizes (hidden 32, 8 tokens) that is within the noise: the backend's median is "
+    "below default's on most rows, but medians of the same variant moved by 2-7x between runs of "
+    "this benchmark on a loaded box, so read single rows with care.",
+    "- **Our C** runs every model of the set and every motif (the ATen-only rows -- VarMean, Rsqrt, "
+    "Silu, scaled-dot-product attention -- have C kernels; `n/a` would mark a graph it cannot run). "
     "'in C' is the kernels alone (`clock_gettime` inside the library): microseconds on the motifs, "
-    "tens on resnet, against tens to hundreds for a torch.compile call, most of which is dynamo's "
+    "tens on the models, against hundreds for a torch.compile call, most of which is dynamo's "
     "guards and the Python wrapper, not kernels. The like-for-like column is 'Python call' "
     "(`Program.run`: a ctypes call whose Python side checks every input/weight buffer and allocates "
-    "the outputs): cheaper than a torch.compile call on the motifs, and on resnet (about 60 weight "
-    "buffers checked per call) close to it.",
-    "- **2 threads.** Inductor's kernels and ATen run OpenMP teams of 2 on a 2-core box shared with "
-    "other jobs (load average above); when a core is taken the team waits, so 2-thread medians can "
-    "be milliseconds where 1-thread ones are microseconds, eager included. A slower result is "
-    "reported as measured.",
+    "the outputs), which is itself most of the time at these sizes.",
+    "- **2 threads.** At these sizes a kernel is microseconds of work, so a second thread buys "
+    "little and its fork/join costs show (2-thread rows are often slower, ours included). On a 2-core "
+    "box shared with other jobs (load average above) a team of 2 also waits for a busy core: "
+    "2-thread medians then jump to milliseconds, eager included. A slower result is reported as "
+    "measured.",
 ]
 
 
