@@ -35,8 +35,8 @@ sys.path.insert(0, str(HERE.parent))
 import numpy as np  # noqa: E402
 
 import machine  # noqa: E402  (benchmarks/machine.py)
+from report import write_results  # noqa: E402  (benchmarks/report.py)
 import run as bench  # noqa: E402  (benchmarks/run.py: ORT session/runner, interleaving)
-from solverfuse import zoo  # noqa: E402
 from solverfuse.emit.build import compile_plan  # noqa: E402
 from solverfuse.emit.data import constants, random_inputs  # noqa: E402
 from solverfuse.hardware import load_hardware  # noqa: E402
@@ -236,9 +236,7 @@ def main(argv=None) -> int:
         text = [f"## Cold build ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
                 f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores shared with other "
                 "jobs: wall times are the machine's, compiler CPU time is the build's)", "", rows, ""]
-        old = Path(args.out).read_text() if (args.append and Path(args.out).exists()) else ""
-        Path(args.out).write_text(old + ("\n---\n\n" if old else "") + "\n".join(text))
-        print("\n".join(text))
+        print(write_results(args.out, text, args.append))
         return 0
     from emit_speed_cases import KERNELS
     specs = KERNELS if args.cases == "kernels" else CASES if args.cases == "all" else [c for c in CASES if c.startswith("zoo:")] if args.cases == "motifs" \
@@ -269,11 +267,7 @@ def main(argv=None) -> int:
             *([] if not any(kernel_flops(r["case"]) for r in rows) else [
                 "GFLOP/s = 2 x multiply-adds of the kernel / median time (the ReLU epilogue and, for C, "
                 "the per-run packing of a computed B and the padded input copy of a conv included).", ""])]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    if args.append and Path(args.out).exists():
-        text = [Path(args.out).read_text(), "", "---", ""] + text
-    Path(args.out).write_text("\n".join(text))
-    print("\n".join(text))
+    print(write_results(args.out, text, args.append))
     return 0
 
 

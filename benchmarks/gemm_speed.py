@@ -32,6 +32,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 sys.path.insert(0, str(HERE.parent))
 
 import machine  # noqa: E402  (benchmarks/machine.py)
+from report import write_results  # noqa: E402  (benchmarks/report.py)
 import run as bench  # noqa: E402  (benchmarks/run.py: ORT runner, interleaving)
 from emit_speed import HW, ort_session  # noqa: E402
 from emit_speed_cases import CASES, KERNELS, kernel_flops, make_graph  # noqa: E402
@@ -228,11 +229,7 @@ def main(argv=None) -> int:
              f"**Noise:** a shared machine (2 cores, other jobs running): load average {load0[0]:.1f} at the start, "
              f"{load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; run time {time.time() - started:.0f} s. "
              "With a load above 2 single rows can be off by 2x; ratios of interleaved runs less so.", "", *sections]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    if args.append and Path(args.out).exists():
-        text = [Path(args.out).read_text(), "", "---", ""] + text
-    Path(args.out).write_text("\n".join(text))
-    print("\n".join(text))
+    print(write_results(args.out, text, args.append))
     return 0
 
 

@@ -481,6 +481,23 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("struct", "Graph-side speed before/after the DAG toolkit (`benchmarks/speed.py`)")]
 
 
+def write_results(out: str | Path, lines: list[str], append: bool = False) -> str:
+    """Write a topic script's report (``lines``) to ``out`` -- after what is there, below a rule,
+    when ``append`` -- and return this run's text.
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "t.md"
+    >>> _ = write_results(f, ["a"]); _ = write_results(f, ["b"], append=True); f.read_text()
+    'a\\n\\n---\\n\\nb'
+    """
+    out = Path(out)
+    text = "\n".join(lines)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    old = out.read_text() if append and out.exists() else None
+    out.write_text(text if old is None else "\n".join([old, "", "---", "", text]))
+    return text
+
+
 def topic_sections(rd: Path) -> list[str]:
     """RESULTS.md sections holding each topic script's report (its headings pushed two levels down).
 

@@ -35,7 +35,7 @@ from typing import Optional, Union
 from pydantic import BaseModel
 
 from . import cost, greedy
-from .errors import GraphError, InternalError, PlanError
+from .errors import GraphError, InternalError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .plans import FORMAT_COVERING, Plan, plan_kernels

@@ -4,7 +4,6 @@ outputs. Variants the emitter does not take are listed in EXCLUDED with the reas
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 
 import onnx.backend.test

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 from solverfuse import cost, greedy
 from solverfuse.emit.build import compile_plan
-from solverfuse.emit.data import constants, random_inputs
+from solverfuse.emit.data import random_inputs
 from solverfuse.emit.reference import reference_outputs
 from solverfuse.errors import PlanError
 from solverfuse.hardware import load_hardware
