@@ -146,6 +146,19 @@ _lock = threading.Lock()
 _server: Optional[_Server] = None
 
 
+def _forget_in_child() -> None:
+    """A caller that forks gives its child a copy of the zygote socket; without this the zygote
+    would live on until that child exits too. The child starts its own zygote when it needs one."""
+    global _server, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    if _server is not None:
+        _server.close()
+        _server = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
