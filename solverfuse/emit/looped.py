@@ -39,12 +39,12 @@ from __future__ import annotations
 
 from .. import cost
 from ..errors import EmitError
-from ..mapping import loop_levels, loop_shape_violation, pass_nodes, within
+from ..mapping import loop_levels, loop_shape_violation, pass_nodes, reduce_signature, within
 from ..ops import OPS
 from .cexpr import ctype
 from .kernel import Kernel, param_check
 from .lowering import SUPPORTED
-from .reductions import REDUCE_OPS, STATS, reduce_pass_shared, reduce_signature
+from .reductions import REDUCE_OPS, STATS, reduce_pass_shared
 
 #: The instrumented build marks a pass's reads with one bit of a byte.
 MAX_COUNTED_PASSES = 8
@@ -60,7 +60,7 @@ def render_looped(k: Kernel, passes: int) -> str:
         for t in node.inputs + node.outputs:
             if t:
                 ctype(g, t)
-    why = loop_shape_violation(g, k.nodes)
+    why = loop_shape_violation(g, k.nodes) if passes > 1 else None
     if why:
         raise EmitError(f"group of {k.nodes[0]!r}: not emitted as a looped kernel: {why}")
     level = loop_levels(g, k.nodes)
@@ -136,7 +136,8 @@ def _recheck_parameters(k: Kernel, per_pass: list, starts: list) -> None:
 def streams_in_one_loop(k: Kernel) -> bool:
     """Whether a one-pass group is a stream ending in reductions -- no reduction feeds an op of the
     group, all its reductions share input shape, axes and keepdims, every other tensor it writes
-    is reached from that input shape by broadcasting, and it holds no anchor, window or (Log)Softmax/LayerNorm -- so that
+    (or computes for no reader) is reached from that input shape by broadcasting, and it holds
+    no anchor, window or (Log)Softmax/LayerNorm -- so that
     :func:`render_looped` emits it as ONE loop nest that stores the written tensors and
     accumulates the reductions (what the cost model charges: one read of each input). The
     general schedule would give the reductions a loop nest of their own, reading the inputs again.
@@ -161,8 +162,10 @@ def streams_in_one_loop(k: Kernel) -> bool:
             reds.append(node)
     if not reds or max(loop_levels(g, k.nodes).values()) > 0:
         return False
-    sigs = {reduce_signature(k, node) for node in reds}
+    sigs = {reduce_signature(g, node.name) for node in reds}
     if len(sigs) != 1:
         return False
     (sig,) = sigs
-    return all(within(k.shape(t), sig[0]) for t in k.writes if g.index.node[g.index.producer[t]].op not in REDUCE_OPS)
+    ends = [t for v in k.nodes if g.index.node[v].op not in REDUCE_OPS for t in g.index.node[v].outputs
+            if t and (t in k.writes or not any(c in k.members for c in g.index.consumers.get(t, [])))]
+    return all(within(k.shape(t), sig[0]) for t in ends)

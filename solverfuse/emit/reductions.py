@@ -350,23 +350,6 @@ def reduce_pass_shared(k, nodes, stores=(), computes=()) -> None:
             k.bind_scratch(node.outputs[0], dest)
 
 
-def reduce_signature(k, node) -> tuple:
-    """What reductions sharing one pass (:func:`reduce_pass_shared`) must have in common: input
-    shape, reduced axes, keepdims.
-
-    >>> from solverfuse.graph import load_graph
-    >>> from solverfuse.emit.kernel import Kernel
-    >>> from solverfuse.emit.lowering import code_for_op
-    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["a"],
-    ...     "nodes": [{"name": "s", "op": "ReduceSum", "inputs": ["x"], "outputs": ["a"], "attributes": {"axes": [1]}}]})
-    >>> k = Kernel(g, ["s"], 0, {"x": 0, "a": 1}, counters=False, threads=1, lower=code_for_op)
-    >>> reduce_signature(k, g.index.node["s"])
-    ((2, 8), (1,), True)
-    """
-    axes, keep, _ = _reduce_setup(k, node)
-    return k.shape(node.inputs[0]), tuple(axes), bool(keep)
-
-
 def reduce_pass(k, node):
     """Reduce*/Global*Pool: a loop over the reduced output, an inner loop over the reduced axes.
     Writes straight to global memory when nothing in the group reads the result."""
