@@ -279,17 +279,10 @@ def loop_shape_violation(graph: Graph, nodes: Iterable[str]) -> str | None:
     nodes = list(nodes)
     sig, first = None, None
     for v in nodes:
-        n = graph.index.node[v]
-        info = OPS.get(n.op)
-        f = facts(graph, v)
-        if info is not None and info.role in ("anchor", "window"):
-            return (f"node {v!r}: a looped kernel recomputes its ops in every pass; a {n.op} would "
-                    "be materialised as tiles, which the looped cost does not charge")
-        if info is not None and info.role == "reduction" and not f.streaming:
-            return (f"node {v!r}: a looped kernel holds no {n.op} (its row statistics would take a "
-                    "loop of their own, reading the pass's inputs again)")
-        if f.streaming:
-            s = reduce_signature(graph, v)
+        refused, s, _ = _loop_facts(graph, v)
+        if refused:
+            return refused
+        if s is not None:
             if sig is None:
                 sig, first = s, v
             elif s != sig:
@@ -298,13 +291,38 @@ def loop_shape_violation(graph: Graph, nodes: Iterable[str]) -> str | None:
     if sig is None:
         return None
     for v in nodes:
-        if facts(graph, v).streaming:
-            continue
-        for t in graph.index.node[v].outputs:
-            if t and not within(graph.tensors[t].shape, sig[0]):
-                return (f"node {v!r}: its output {t!r} {list(graph.tensors[t].shape)} is not reached "
+        for t, shape in _loop_facts(graph, v)[2]:
+            if not within(shape, sig[0]):
+                return (f"node {v!r}: its output {t!r} {list(shape)} is not reached "
                         f"by the looped kernel's loop over {list(sig[0])}")
     return None
+
+
+def _loop_facts(graph: Graph, v: str) -> tuple:
+    """(why ``v`` may not be in a looped kernel or None, its reduction signature if it is a
+    streaming reduction, its outputs' (name, shape) otherwise) -- cached on the graph, since
+    enumeration asks for many overlapping groups."""
+    hit = graph.__dict__.get("_loop_facts")
+    if hit is None or hit[0] is not graph.nodes:
+        hit = graph.__dict__["_loop_facts"] = (graph.nodes, {})
+    known = hit[1]
+    if v in known:
+        return known[v]
+    n = graph.index.node[v]
+    info = OPS.get(n.op)
+    f = facts(graph, v)
+    refused = None
+    if info is not None and info.role in ("anchor", "window"):
+        refused = (f"node {v!r}: a looped kernel recomputes its ops in every pass; a {n.op} would "
+                   "be materialised as tiles, which the looped cost does not charge")
+    elif info is not None and info.role == "reduction" and not f.streaming:
+        refused = (f"node {v!r}: a looped kernel holds no {n.op} (its row statistics would take a "
+                   "loop of their own, reading the pass's inputs again)")
+    if f.streaming:
+        known[v] = (refused, reduce_signature(graph, v), ())
+    else:
+        known[v] = (refused, None, tuple((t, tuple(graph.tensors[t].shape)) for t in n.outputs if t))
+    return known[v]
 
 
 def loop_capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | None:
