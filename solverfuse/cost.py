@@ -29,7 +29,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from .graph import Graph
 from .hardware import Hardware
-from .mapping import capacity_violation, loop_capacity_violation, loop_passes, pass_nodes
+from .mapping import capacity_violation, loop_capacity_violation, loop_passes, loop_shape_violation, pass_nodes
 from .rules import facts, gather_data_reader, rule_violation
 
 
@@ -292,22 +292,34 @@ def covering_traffic(graph: Graph, kernels: Iterable[Kernel]) -> int:
 def kernel_violation(graph: Graph, nodes: Sequence[str], hw: Hardware, passes: int = 1) -> str | None:
     """Why a kernel of ``passes`` passes breaks a rule or capacity (None when legal): one pass is
     :func:`group_violation`; a looped kernel makes exactly :func:`solverfuse.mapping.loop_passes`
-    passes (at least 2), keeps the fusion rules, and every pass fits
+    passes (at least 2), keeps the fusion rules, runs each pass as one loop nest that reads the
+    pass's inputs once, as :func:`kernel_reads` charges
+    (:func:`solverfuse.mapping.loop_shape_violation`), and every pass fits
     (:func:`solverfuse.mapping.loop_capacity_violation`)."""
     if passes == 1:
         return group_violation(graph, nodes, hw)
     need = loop_passes(graph, nodes)
     if need < 2 or passes != need:
         return f"a looped kernel of these ops makes {need} passes, not {passes}"
-    return rule_violation(graph, nodes) or loop_capacity_violation(graph, list(nodes), hw)
+    return rule_violation(graph, nodes) or loop_shape_violation(graph, nodes) or \
+        loop_capacity_violation(graph, list(nodes), hw)
 
 
 def looped_violation(graph: Graph, nodes: Sequence[str], hw: Hardware) -> str | None:
     """Why a group is illegal both as one pass and as a looped kernel (None when either is legal).
-    Monotone under subsets (the covering formulation prunes on it)."""
+    Monotone under subsets (the covering formulation prunes on it): a group that cannot loop
+    (:func:`solverfuse.mapping.loop_shape_violation`) is legal only as one pass, whose footprint
+    bounds the looped one's, and each of its subsets fits one pass or loops within that bound."""
     if len(nodes) < 2:
         return None
-    return rule_violation(graph, nodes) or loop_capacity_violation(graph, list(nodes), hw)
+    why = rule_violation(graph, nodes)
+    if why:
+        return why
+    shape = loop_shape_violation(graph, nodes)
+    if shape is None:
+        return loop_capacity_violation(graph, list(nodes), hw)
+    one = capacity_violation(graph, list(nodes), hw)
+    return one and f"{one}; not looped: {shape}"
 
 
 # ---- run time in exact integer picoseconds (the ``time`` objective) --------------------------------

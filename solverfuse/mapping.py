@@ -148,25 +148,39 @@ def capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | No
 # ---- looped reductions: a group run as several passes over its row inputs ------------------------
 
 def loop_levels(graph: Graph, nodes: Iterable[str]) -> dict[str, int]:
-    """Pass of every op of a group run as a looped kernel: an op runs in the pass after the
-    last streaming reduction of the group it depends on (0 when none), so each reduction's result
-    is complete before any op of the group reads it.
+    """Pass of every op of a group run as a looped kernel. A streaming reduction runs in the pass
+    after the last streaming reduction of the group it depends on (0 when none), so each
+    reduction's result is complete before any op of the group reads it; every other op runs as
+    late as it may: in the earliest pass of its consumers in the group (its own earliest pass when
+    it has none). So a pass computes only what it reduces, writes or passes on -- an op needed only
+    by later passes is not computed (nor its inputs read) in an earlier one.
 
     >>> from solverfuse.graph import load_graph
-    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["y"],
-    ...     "nodes": [{"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["mx"]},
-    ...               {"name": "s", "op": "Sub", "inputs": ["x", "mx"], "outputs": ["y"]}]})
-    >>> loop_levels(g, ["m", "s"])
-    {'m': 0, 's': 1}
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}, "w": {"shape": [2, 8]}}, "inputs": ["x", "w"],
+    ...     "outputs": ["y"], "nodes": [
+    ...     {"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["mx"]},
+    ...     {"name": "e", "op": "Exp", "inputs": ["w"], "outputs": ["ew"]},
+    ...     {"name": "s", "op": "Sub", "inputs": ["ew", "mx"], "outputs": ["y"]}]})
+    >>> loop_levels(g, ["m", "e", "s"])
+    {'m': 0, 'e': 1, 's': 1}
     """
     members = list(nodes)
     inside = set(members)
     pos = graph.index.position
-    level: dict[str, int] = {}
-    for v in sorted(members, key=pos.__getitem__):
-        level[v] = max((level[u] + (1 if facts(graph, u).streaming else 0)
+    order = sorted(members, key=pos.__getitem__)
+    early: dict[str, int] = {}
+    for v in order:
+        early[v] = max((early[u] + (1 if facts(graph, u).streaming else 0)
                         for u in graph.index.preds[v] if u in inside), default=0)
-    return level
+    level: dict[str, int] = {}
+    for v in reversed(order):
+        if facts(graph, v).streaming:
+            level[v] = early[v]
+            continue
+        users = [level[c] for t in graph.index.node[v].outputs if t
+                 for c in graph.index.consumers.get(t, []) if c in inside]
+        level[v] = min(users, default=early[v])
+    return {v: level[v] for v in order}
 
 
 def loop_passes(graph: Graph, nodes: Iterable[str]) -> int:
@@ -208,6 +222,107 @@ def loop_footprint(graph: Graph, nodes: Iterable[str], hw: Hardware) -> Footprin
         if not facts(graph, v).streaming:
             l1 += fp.l1_bytes
     return Footprint(regs, l1)
+
+
+def reduce_signature(graph: Graph, node: str) -> tuple:
+    """What streaming reductions must share to run in one loop nest: input shape, reduced axes
+    (sorted, non-negative), keepdims.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["a"],
+    ...     "nodes": [{"name": "s", "op": "ReduceSum", "inputs": ["x"], "outputs": ["a"], "attributes": {"axes": [-1]}}]})
+    >>> reduce_signature(g, "s")
+    ((2, 8), (1,), True)
+    """
+    n = graph.index.node[node]
+    x = tuple(graph.tensors[n.inputs[0]].shape)
+    if n.op.startswith("Global"):
+        return x, tuple(range(2, len(x))), True
+    ins = [(tuple(graph.tensors[t].shape), graph.tensors[t].dtype) if t else (None, None) for t in n.inputs]
+    values = [graph.constant_value(t) if t else None for t in n.inputs]
+    axes = tuple(sorted({a % len(x) for a in reduce_axes(n.attributes, ins, values)})) if x else ()
+    return x, axes, bool(n.attributes.get("keepdims", 1))
+
+
+def within(shape: Iterable[int], loop: Iterable[int]) -> bool:
+    """Whether every element of a tensor of ``shape`` is reached by a loop nest over ``loop``
+    through broadcasting (right-aligned; each dim 1 or equal to the loop's).
+
+    >>> within((2, 1), (2, 8)), within((8,), (2, 8)), within((4,), (2, 8)), within((3, 2, 8), (2, 8))
+    (True, True, False, False)
+    """
+    shape, loop = tuple(shape), tuple(loop)
+    if len(shape) > len(loop):
+        return False
+    return all(d == 1 or d == e for d, e in zip(shape, loop[len(loop) - len(shape):]))
+
+
+def loop_shape_violation(graph: Graph, nodes: Iterable[str]) -> str | None:
+    """Why a looped kernel of this group could not run each pass as ONE loop nest over the
+    streaming reductions' common input shape -- reading each input of the pass once, as
+    ``cost.kernel_reads`` charges (None when it can). An anchor or window op would be
+    materialised as tiles; a Softmax/LogSoftmax/LayerNorm/VarMean's row statistics would take a
+    loop of their own; reductions of another input shape, axes or keepdims, or a tensor no loop
+    over that shape reaches, would need another loop nest: each reads the pass's inputs again.
+    Monotone under subsets (a subset has fewer ops and the same or no common shape).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["y", "c"],
+    ...     "nodes": [{"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["mx"], "attributes": {"axes": [1]}},
+    ...               {"name": "s", "op": "Sub", "inputs": ["x", "mx"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "ReduceSum", "inputs": ["x"], "outputs": ["c"], "attributes": {"axes": [0]}}]})
+    >>> loop_shape_violation(g, ["m", "s"]) is None
+    True
+    >>> loop_shape_violation(g, ["m", "s", "c"])
+    "a looped kernel streams one reduction shape: 'c' reduces (2, 8) over axes (0,) (keepdims 1), 'm' (2, 8) over (1,) (keepdims 1)"
+    """
+    nodes = list(nodes)
+    sig, first = None, None
+    for v in nodes:
+        refused, s, _ = _loop_facts(graph, v)
+        if refused:
+            return refused
+        if s is not None:
+            if sig is None:
+                sig, first = s, v
+            elif s != sig:
+                return (f"a looped kernel streams one reduction shape: {v!r} reduces {s[0]} over axes "
+                        f"{s[1]} (keepdims {int(s[2])}), {first!r} {sig[0]} over {sig[1]} (keepdims {int(sig[2])})")
+    if sig is None:
+        return None
+    for v in nodes:
+        for t, shape in _loop_facts(graph, v)[2]:
+            if not within(shape, sig[0]):
+                return (f"node {v!r}: its output {t!r} {list(shape)} is not reached "
+                        f"by the looped kernel's loop over {list(sig[0])}")
+    return None
+
+
+def _loop_facts(graph: Graph, v: str) -> tuple:
+    """(why ``v`` may not be in a looped kernel or None, its reduction signature if it is a
+    streaming reduction, its outputs' (name, shape) otherwise) -- cached on the graph, since
+    enumeration asks for many overlapping groups."""
+    hit = graph.__dict__.get("_loop_facts")
+    if hit is None or hit[0] is not graph.nodes:
+        hit = graph.__dict__["_loop_facts"] = (graph.nodes, {})
+    known = hit[1]
+    if v in known:
+        return known[v]
+    n = graph.index.node[v]
+    info = OPS.get(n.op)
+    f = facts(graph, v)
+    refused = None
+    if info is not None and info.role in ("anchor", "window"):
+        refused = (f"node {v!r}: a looped kernel recomputes its ops in every pass; a {n.op} would "
+                   "be materialised as tiles, which the looped cost does not charge")
+    elif info is not None and info.role == "reduction" and not f.streaming:
+        refused = (f"node {v!r}: a looped kernel holds no {n.op} (its row statistics would take a "
+                   "loop of their own, reading the pass's inputs again)")
+    if f.streaming:
+        known[v] = (refused, reduce_signature(graph, v), ())
+    else:
+        known[v] = (refused, None, tuple((t, tuple(graph.tensors[t].shape)) for t in n.outputs if t))
+    return known[v]
 
 
 def loop_capacity_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | None:

@@ -273,6 +273,35 @@ class Kernel:
         target = f"SFW({p}, {self.buffers[tensor]}, {off})" if self.counters else f"{p}[{off}]"
         self.line(f"{target} = {value};")
 
+    def store_within(self, tensor: str, loop: Sequence[int], idx: Sequence[str], store: bool = True) -> None:
+        """Inside a loop nest over ``loop`` at ``idx``: compute and store ``tensor`` (a shape the
+        loop reaches by broadcasting, :func:`solverfuse.mapping.within`) once per element -- at
+        the loop indices that are 0 along the dims it broadcasts -- so a pass that writes tensors
+        of several such shapes still reads its inputs in one loop nest. ``store=False`` computes
+        it only (its reads are made, as charged; nothing is written).
+
+        >>> from solverfuse.graph import load_graph
+        >>> g = load_graph({"tensors": {"x": {"shape": [2, 1]}}, "inputs": ["x"], "outputs": ["y"],
+        ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+        >>> k = Kernel(g, ["r"], 0, {"x": 0, "y": 1}, counters=False, threads=1,
+        ...            lower=lambda k, node, pos, idx: f"fmaxf({k.value(node.inputs[0], idx)}, 0)")
+        >>> k.store_within("y", (2, 8), ("i", "j"))
+        >>> k.lines[0].strip(), k.lines[-2].strip()
+        ('if (j == 0) {', 'b1[i] = v2;')
+        """
+        shape = self.shape(tensor)
+        r = len(loop) - len(shape)
+        at = tuple("0" if d == 1 else idx[r + j] for j, d in enumerate(shape))
+        conds = [f"{idx[d]} == 0" for d in range(len(loop)) if loop[d] > 1 and (d < r or shape[d - r] == 1)]
+        with contextlib.ExitStack() as guard:
+            if conds:
+                guard.enter_context(self.block(f"if ({' && '.join(conds)})"))
+            v = self.value(tensor, at)
+            if store:
+                self.store(tensor, at, v)
+            else:
+                self.line(f"(void){v};")
+
     def alloc(self, ct: str, n: int, why: str) -> str:
         """A kernel-local scratch array of ``n`` elements: an arena slot live during this kernel."""
         name = self.fresh("s")

@@ -4,25 +4,25 @@ The cost model (:func:`solverfuse.cost.kernel_reads`) charges a looped kernel of
 reads of every pass: pass ``p`` computes the ops :func:`solverfuse.mapping.pass_nodes` lists for it
 -- the ops of its level (:func:`solverfuse.mapping.loop_levels`) and, recomputed, the ops of the
 group they need -- except the streaming reductions of earlier passes, whose results the kernel
-keeps. This module emits exactly that, pass by pass:
+keeps. The capacity model admits a looped kernel only when each pass can run as ONE loop nest
+(:func:`solverfuse.mapping.loop_shape_violation`: its streaming reductions share input shape,
+axes and keepdims; every other op's output is reached from that shape by broadcasting; no anchor,
+window or Softmax/LayerNorm statistics). This module emits exactly that, one loop nest per pass:
 
-1. the (Log)Softmax / LayerNormalization statistics the pass needs and no earlier pass computed
-   (they keep their row: the capacity check counts their L1);
-2. the streaming reductions (Reduce*, Global*Pool) of this level, into kernel-local scratch
-   indexed by their output (a few values per row: the "per-row scalars" carried to later
-   passes) -- those with the same input shape, axes and keepdims share one loop nest, so the pass
-   reads each input element once;
-3. the tensors of this level the plan says the kernel writes: those of a reduction's input shape
-   are stored inside that reduction's loop (one read of the inputs for both), the others by one
-   loop nest per shape.
+* a pass with streaming reductions: one loop over their common output with one inner loop over
+  the reduced axes (:func:`solverfuse.emit.reductions.reduce_pass_shared`) that accumulates them
+  into kernel-local scratch indexed by their output (the "per-row scalars" carried to later
+  passes) and stores every tensor of this pass the plan says the kernel writes
+  (:meth:`Kernel.store_within`: a smaller, broadcast shape is stored where the loop's
+  broadcast indices are 0);
+* a pass without: one loop over the broadcast of its written shapes, storing each the same way.
 
 Every other value is computed on demand at its index (:meth:`Kernel.value`): an op of an earlier
 level is recomputed in each pass that needs it, from the kernel's inputs in global memory, as the
-cost model charges. In the instrumented build each pass marks its reads with its own bit
-(``SF_PASS``), so the counters charge every pass's reads and equal ``cost.kernel_traffic``.
-
-Anchors and window ops are not emitted in a looped kernel (an EmitError names the node): the
-schedule's tiles would materialise them, which the cost model of a looped kernel does not charge.
+cost model charges; so each pass reads its inputs in one sweep, once as charged. An op of the pass
+that nothing of the pass reads and the kernel does not write is still computed (its reads are
+charged). In the instrumented build each pass marks its reads with its own bit (``SF_PASS``), so
+the counters charge every pass's reads and equal ``cost.kernel_traffic``.
 
 >>> from solverfuse.graph import load_graph
 >>> from solverfuse.emit.kernel import Kernel
@@ -39,12 +39,12 @@ from __future__ import annotations
 
 from .. import cost
 from ..errors import EmitError
-from ..mapping import loop_levels, pass_nodes
+from ..mapping import loop_levels, loop_shape_violation, pass_nodes, reduce_signature, within
 from ..ops import OPS
 from .cexpr import ctype
 from .kernel import Kernel, param_check
 from .lowering import SUPPORTED
-from .reductions import REDUCE_OPS, STATS, reduce_pass_shared, reduce_signature
+from .reductions import REDUCE_OPS, STATS, reduce_pass_shared
 
 #: The instrumented build marks a pass's reads with one bit of a byte.
 MAX_COUNTED_PASSES = 8
@@ -57,12 +57,12 @@ def render_looped(k: Kernel, passes: int) -> str:
         node = g.index.node[v]
         if node.op not in OPS or node.op not in SUPPORTED:
             raise EmitError(f"node {v!r}: op {node.op!r} is not supported by the C emitter")
-        if OPS[node.op].role in ("anchor", "window"):
-            raise EmitError(f"node {v!r}: a looped kernel with a {node.op} is not emitted "
-                            "(its tiles would be materialised, which the looped cost does not charge)")
         for t in node.inputs + node.outputs:
             if t:
                 ctype(g, t)
+    why = loop_shape_violation(g, k.nodes) if passes > 1 else None
+    if why:
+        raise EmitError(f"group of {k.nodes[0]!r}: not emitted as a looped kernel: {why}")
     level = loop_levels(g, k.nodes)
     per_pass = pass_nodes(g, k.nodes)
     if len(per_pass) != passes:
@@ -70,7 +70,6 @@ def render_looped(k: Kernel, passes: int) -> str:
     if k.counters and passes > MAX_COUNTED_PASSES:
         raise EmitError(f"group of {k.nodes[0]!r}: the instrumented build counts at most "
                         f"{MAX_COUNTED_PASSES} passes, not {passes}")
-    stats_done: set[str] = set()
     starts = []
     for p, ops in enumerate(per_pass):
         if passes == 1:
@@ -81,32 +80,36 @@ def render_looped(k: Kernel, passes: int) -> str:
         if k.counters:
             k.line(f"SF_PASS({p});")
         starts.append(len(k.lines))
-        for v in ops:
-            node = g.index.node[v]
-            if node.op in STATS and v not in stats_done:
-                stats_done.add(v)
-                STATS[node.op](k, node)
-        shared: dict[tuple, list] = {}
-        for v in ops:
-            node = g.index.node[v]
-            if node.op in REDUCE_OPS and level[v] == p:
-                shared.setdefault(reduce_signature(k, node), []).append(node)
+        reds = [g.index.node[v] for v in ops if g.index.node[v].op in REDUCE_OPS and level[v] == p]
         writes = [t for t in k.writes if level[g.index.producer[t]] == p
                   and g.index.node[g.index.producer[t]].op not in REDUCE_OPS]  # those store their own
-        for sig, nodes in shared.items():
-            mine = [t for t in writes if k.shape(t) == sig[0]]
-            writes = [t for t in writes if t not in mine]
-            reduce_pass_shared(k, nodes, mine)
-        by_shape: dict[tuple, list[str]] = {}
-        for t in writes:
-            by_shape.setdefault(k.shape(t), []).append(t)
-        for shape, ts in by_shape.items():
-            k.line(f"/* {len(ts)} written tensor(s) of shape {list(shape)} */")
-            with k.loops(shape, parallel=True) as idx:
-                for t in ts:
-                    k.store(t, idx, k.value(t, idx))
+        idle = _unread(k, ops, level, p)
+        if reds:
+            reduce_pass_shared(k, reds, writes, idle)
+        elif writes or idle:
+            shapes = [k.shape(t) for t in writes + idle]
+            rank = max(len(s) for s in shapes)
+            loop = tuple(max((s[d - rank + len(s)] if d >= rank - len(s) else 1) for s in shapes)
+                         for d in range(rank))
+            k.line(f"/* {len(writes)} written tensor(s), one loop over {list(loop)} */")
+            with k.loops(loop, parallel=True) as idx:
+                for t in writes:
+                    k.store_within(t, loop, idx)
+                for t in idle:
+                    k.store_within(t, loop, idx, store=False)
     _recheck_parameters(k, per_pass, starts)
     return k.assemble()
+
+
+def _unread(k: Kernel, ops: list, level: dict, p: int) -> list[str]:
+    """Outputs of ops of pass ``p`` that nothing of the pass reads and the kernel does not write
+    (a plan may keep such an op in a kernel): the pass computes them anyway, without storing
+    them, since the cost model charges their reads in this pass."""
+    g = k.graph
+    inside = set(ops)
+    return [t for v in ops if level[v] == p and g.index.node[v].op not in REDUCE_OPS
+            for t in g.index.node[v].outputs if t and t not in k.writes
+            and not any(c in inside for c in g.index.consumers.get(t, []))]
 
 
 def _recheck_parameters(k: Kernel, per_pass: list, starts: list) -> None:
@@ -133,7 +136,8 @@ def _recheck_parameters(k: Kernel, per_pass: list, starts: list) -> None:
 def streams_in_one_loop(k: Kernel) -> bool:
     """Whether a one-pass group is a stream ending in reductions -- no reduction feeds an op of the
     group, all its reductions share input shape, axes and keepdims, every other tensor it writes
-    has that input shape, and it holds no anchor, window or (Log)Softmax/LayerNorm -- so that
+    (or computes for no reader) is reached from that input shape by broadcasting, and it holds
+    no anchor, window or (Log)Softmax/LayerNorm -- so that
     :func:`render_looped` emits it as ONE loop nest that stores the written tensors and
     accumulates the reductions (what the cost model charges: one read of each input). The
     general schedule would give the reductions a loop nest of their own, reading the inputs again.
@@ -158,8 +162,10 @@ def streams_in_one_loop(k: Kernel) -> bool:
             reds.append(node)
     if not reds or max(loop_levels(g, k.nodes).values()) > 0:
         return False
-    sigs = {reduce_signature(k, node) for node in reds}
+    sigs = {reduce_signature(g, node.name) for node in reds}
     if len(sigs) != 1:
         return False
     (sig,) = sigs
-    return all(k.shape(t) == sig[0] for t in k.writes if g.index.node[g.index.producer[t]].op not in REDUCE_OPS)
+    ends = [t for v in k.nodes if g.index.node[v].op not in REDUCE_OPS for t in g.index.node[v].outputs
+            if t and (t in k.writes or not any(c in k.members for c in g.index.consumers.get(t, [])))]
+    return all(within(k.shape(t), sig[0]) for t in ends)

@@ -9,6 +9,7 @@ the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`).
 from __future__ import annotations
 
 from ..errors import InternalError
+from ..mapping import within
 from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
@@ -293,13 +294,13 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None):
     return _acc_result(k, node, kind, acc, numel([xs[a] for a in axes]))
 
 
-def reduce_pass_shared(k, nodes, stores=()) -> None:
+def reduce_pass_shared(k, nodes, stores=(), computes=()) -> None:
     """Several Reduce*/Global*Pool nodes with the same input shape, reduced axes and keepdims as
     ONE pass: a loop over the (common) reduced output, one inner loop over the reduced axes that
-    accumulates every node -- and stores every tensor of ``stores`` (each of the reductions' input
-    shape) at the same index -- so the pass reads each input element once. Results go to
-    kernel-local scratch when an op of the group reads them, and to global memory when the group
-    writes them.
+    accumulates every node -- and stores every tensor of ``stores`` (each of a shape that loop
+    reaches, :meth:`Kernel.store_within`) at the same index, and computes those of ``computes``
+    without storing them -- so the pass reads each input element once. Results go to kernel-local scratch when an op of the group reads them, and to
+    global memory when the group writes them.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.emit.kernel import Kernel
@@ -312,8 +313,8 @@ def reduce_pass_shared(k, nodes, stores=()) -> None:
     >>> sum("for (long" in ln for ln in k.lines), sum("b0[" in ln for ln in k.lines)
     (2, 1)
     """
-    if any(k.shape(t) != k.shape(nodes[0].inputs[0]) for t in stores):
-        raise InternalError(f"node {nodes[0].name!r}: a store in a reduction's loop of another shape")
+    if not all(within(k.shape(t), k.shape(nodes[0].inputs[0])) for t in (*stores, *computes)):
+        raise InternalError(f"node {nodes[0].name!r}: a store in a reduction's loop that it does not reach")
     first = nodes[0]
     t0 = first.outputs[0]
     os_, xs = k.shape(t0), k.shape(first.inputs[0])
@@ -332,7 +333,9 @@ def reduce_pass_shared(k, nodes, stores=()) -> None:
         with k.loops([xs[a] for a in axes], simd=simd) as red:
             at_x = _input_index(xs, idx, axes, keep, red)
             for t in stores:
-                k.store(t, at_x, k.value(t, at_x))
+                k.store_within(t, xs, at_x)
+            for t in computes:
+                k.store_within(t, xs, at_x, store=False)
             for node, (_, _, kind), (acc, at, flag, _) in zip(nodes, setups, accs):
                 _acc_step(k, kind, acc, at, flag, k.value(node.inputs[0], at_x))
         n = numel([xs[a] for a in axes])
@@ -345,23 +348,6 @@ def reduce_pass_shared(k, nodes, stores=()) -> None:
     for node, dest in zip(nodes, dests):
         if dest is not None:
             k.bind_scratch(node.outputs[0], dest)
-
-
-def reduce_signature(k, node) -> tuple:
-    """What reductions sharing one pass (:func:`reduce_pass_shared`) must have in common: input
-    shape, reduced axes, keepdims.
-
-    >>> from solverfuse.graph import load_graph
-    >>> from solverfuse.emit.kernel import Kernel
-    >>> from solverfuse.emit.lowering import code_for_op
-    >>> g = load_graph({"tensors": {"x": {"shape": [2, 8]}}, "inputs": ["x"], "outputs": ["a"],
-    ...     "nodes": [{"name": "s", "op": "ReduceSum", "inputs": ["x"], "outputs": ["a"], "attributes": {"axes": [1]}}]})
-    >>> k = Kernel(g, ["s"], 0, {"x": 0, "a": 1}, counters=False, threads=1, lower=code_for_op)
-    >>> reduce_signature(k, g.index.node["s"])
-    ((2, 8), (1,), True)
-    """
-    axes, keep, _ = _reduce_setup(k, node)
-    return k.shape(node.inputs[0]), tuple(axes), bool(keep)
 
 
 def reduce_pass(k, node):
