@@ -38,7 +38,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from ortools.sat.python import cp_model
 
-from . import cost, dag
+from . import cost, dag, distribute
 from .errors import InternalError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
@@ -116,10 +116,17 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
                  seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
                  progress: Optional[Callable[[float, int, int], None]] = None,
                  max_groups: int = 20000, exact_ops: int = EXACT_OPS, max_pairs: int = MAX_PAIRS,
-                 window: int = WINDOW, covering: bool = False) -> SolveReport:
-    """:func:`solve`, also returning the incumbent log and the size of the decomposition."""
+                 window: int = WINDOW, covering: bool = False, jobs: int = 1,
+                 ray: Optional[str] = None) -> SolveReport:
+    """:func:`solve`, also returning the incumbent log and the size of the decomposition.
+
+    ``jobs`` (0: one per core) > 1 or a Ray cluster address ``ray`` solve the parts and windows
+    in parallel (:mod:`solverfuse.distribute`, :func:`_solve_parallel`); a part whose worker dies
+    keeps its hint and the plan says why (``plan.reason``)."""
     hw = load_hardware(hw)
     start = time.monotonic()
+    if ray is None and distribute.check_jobs(jobs) > 1:
+        distribute.prestart()  # the workers' interpreter starts while the presolve runs
     full_limit = time_limit
     if covering:  # the partition optimum first, with half the time; it hints the covering models
         time_limit = COVERING_SHARE * time_limit
@@ -187,6 +194,13 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     if progress:
         progress(time.monotonic() - start, start_v, min(start_b, start_v))
     rate = {"pair": BUILD_PER_PAIR}
+    reasons: list[str] = []
+    parallel = (ray is not None or distribute.check_jobs(jobs) > 1) and len(todo) > 1
+    if parallel:
+        if not _solve_parallel(graph, hw, units, regions, todo, start + time_limit, workers, seed, max_groups,
+                               report, notify, rate, reasons, jobs, ray):
+            status_all = "feasible"
+        todo = []
     for k in todo:
         u = units[k]
         remaining = max(0.0, time_limit - (time.monotonic() - start))
@@ -237,6 +251,9 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         raise InternalError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
     report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,
                              bound_bytes=total_bound, solve_seconds=time.monotonic() - start)
+    if reasons:
+        more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+        report.plan.reason = "; ".join(reasons[:3]) + more
     return report
 
 
@@ -324,6 +341,110 @@ def _solve_window(graph: Graph, hw: Hardware, w: _Unit, deadline: float, workers
     value = sum(sub.value for sub in subs)
     if value < w.value:
         w.value, w.groups = value, [g for sub in subs for g in sub.groups]
+
+
+#: Seconds past the time limit the parallel solve waits for its last tasks before it stops them.
+PART_GRACE = 0.5
+#: Seconds a task needs to start in a worker (unpickle, presolve its part): kept out of its share.
+TASK_OVERHEAD = 0.05
+
+
+@dataclass
+class PartResult:
+    """What a worker sends back for one part or window: its best groups (every op of the part,
+    in an executable order) with their traffic, CP-SAT's status and bound, and model sizes."""
+    groups: list[list[str]]
+    value: int
+    status: str
+    bound: int
+    variables: int = 0
+    formulations: dict = field(default_factory=dict)
+
+
+def solve_part(context: tuple, part: list[str], groups: list[list[str]], window: bool, seconds: float,
+               workers: int, seed: int, max_groups: int) -> PartResult:
+    """One unit of :func:`solve_report` solved on its own (the target of a parallel task):
+    ``context`` is ``(graph, hardware)``; ``part`` an exact part of the presolve (its model is the
+    one the sequential solve builds: the presolve of the part alone has the same candidates) or a
+    window (``window``); ``groups`` its hint. Solved for ``seconds`` at most.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> r = solve_part((g, load_hardware("nvidia-h100")), ["a", "b"], [["a"], ["b"]], False, 5, 1, 0, 20000)
+    >>> r.groups, r.value, r.status
+    ([['a', 'b']], 8192, 'optimal')
+    """
+    graph, hw = context
+    deadline = time.monotonic() + seconds
+    u = _Unit(None, list(part), 0, [list(g) for g in groups], cost.plan_traffic(graph, groups))
+    report = SolveReport(plan=None)  # type: ignore[arg-type]
+    rate = {"pair": BUILD_PER_PAIR}
+    if window:
+        _solve_window(graph, hw, u, deadline, workers, seed, max_groups, report, lambda v, b: None, rate)
+        status, bound = "feasible", 0
+    else:
+        u.pre = presolve(graph, hw, nodes=part)
+        if _worth(u, deadline, rate):
+            status, bound = _solve_unit(graph, hw, u, deadline, workers, seed, max_groups, report,
+                                        lambda v, b: None, rate)
+        else:
+            status, bound = "feasible", 0
+    return PartResult(u.groups, u.value, status, bound, report.variables, report.formulations)
+
+
+def _solve_parallel(graph: Graph, hw: Hardware, units: list, regions: list, todo: list[int], deadline: float,
+                    workers: int, seed: int, max_groups: int, report: SolveReport, notify: Callable,
+                    rate: dict, reasons: list[str], jobs: int, ray: Optional[str]) -> bool:
+    """The units ``todo`` solved as parallel tasks (:func:`solve_part`), largest first, each
+    with a share of the time left proportional to its size times the slots, until ``deadline``
+    (+ :data:`PART_GRACE`, then the rest are stopped). Units and regions are updated as results
+    come; a unit whose task failed keeps its hint and ``reasons`` says why. Returns whether every
+    exact part was proven optimal."""
+    ex = distribute.open_executor((graph.structure_copy(), hw), jobs=jobs, ray=ray, workers=workers)
+    all_optimal = True
+    pending = sorted(todo, key=lambda k: (-len(units[k].part), k))
+    left = sum(len(units[k].part) for k in pending)
+    try:
+        while pending or ex.idle() < ex.slots:
+            while pending and ex.idle() > 0:
+                k = pending.pop(0)
+                u = units[k]
+                remaining = deadline - time.monotonic() - TASK_OVERHEAD
+                share = min(remaining, remaining * ex.slots * len(u.part) / max(left, 1))
+                left -= len(u.part)
+                if share <= 0 or (u.pre is not None and not _worth(u, time.monotonic() + share, rate)):
+                    all_optimal = all_optimal and u.pre is None
+                    continue  # no time to build its model: it keeps its hint
+                ex.submit(k, "solverfuse.solve:solve_part",
+                          (u.part, u.groups, u.pre is None, share, ex.task_workers, seed, max_groups))
+            wait = deadline + PART_GRACE - time.monotonic()
+            outcomes = ex.wait(wait) if wait > 0 else ex.cancel_all(
+                "did not stop within the time limit; stopped")
+            for o in outcomes:
+                u = units[o.key]
+                if not o.ok:
+                    all_optimal = False
+                    reasons.append(f"the part of {u.part[0]!r} ({len(u.part)} ops) kept its hint: {o.reason}")
+                    continue
+                r: PartResult = o.value
+                if sorted(v for g in r.groups for v in g) != sorted(u.part):
+                    raise InternalError(f"bug: a worker's groups for the part of {u.part[0]!r} do not cover it")
+                report.variables += r.variables
+                for name, n in r.formulations.items():
+                    report.formulations[name] = report.formulations.get(name, 0) + n
+                if r.value < u.value:
+                    u.groups, u.value = r.groups, r.value
+                if u.pre is not None:
+                    region = regions[u.region]
+                    region[0] = min(max(r.bound, region[0]), u.value)
+                    all_optimal = all_optimal and r.status == "optimal"
+                notify(o.key, u.value, r.bound)
+    finally:
+        ex.close()
+    return all_optimal
 
 
 #: Share of the time limit the partition stage gets when recomputation is allowed.
@@ -590,4 +711,4 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "solve_time", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
+__all__ = ["solve", "solve_report", "solve_time", "solve_part", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
