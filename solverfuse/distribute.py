@@ -92,17 +92,20 @@ def check_jobs(jobs) -> int:
     return jobs or (os.cpu_count() or 1)
 
 
-def open_executor(context: Any, *, jobs: int = 0, ray: Optional[str] = None, workers: int = 1) -> "Executor":
+def open_executor(context: Any, *, jobs: int = 0, ray: Optional[str] = None, workers: int = 1,
+                  warm: Optional[str] = None) -> "Executor":
     """An executor for tasks sharing ``context``: on the Ray cluster at ``ray`` when given, else
     ``jobs`` local worker processes (0: one per core). ``workers``: the CP-SAT threads the caller
     would use in one process; locally they are split over the jobs (at least one each) so the
-    total stays about the core count, on Ray each task gets them."""
+    total stays about the core count, on Ray each task gets them. ``warm``: a target each worker
+    process runs once, ``warm(context)``, before its first task (lazy imports and caches, kept
+    out of the first task's time limit)."""
     ray = check_ray(ray)
     if ray is not None:
         from .ray_executor import RayExecutor
-        return RayExecutor(context, ray, workers)
+        return RayExecutor(context, ray, workers, warm)
     jobs = check_jobs(jobs)
-    return LocalExecutor(context, jobs, max(1, min(workers, (os.cpu_count() or 1) // jobs)))
+    return LocalExecutor(context, jobs, max(1, min(workers, (os.cpu_count() or 1) // jobs)), warm)
 
 
 def prestart() -> None:
@@ -178,9 +181,9 @@ class _Slot:
 class LocalExecutor:
     """``jobs`` worker processes on this machine (see the module doc)."""
 
-    def __init__(self, context: Any, jobs: int, task_workers: int = 1):
+    def __init__(self, context: Any, jobs: int, task_workers: int = 1, warm: Optional[str] = None):
         self.slots, self.task_workers = jobs, task_workers
-        self.blob = pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)
+        self.blob = pickle.dumps((context, warm), protocol=pickle.HIGHEST_PROTOCOL)
         self.pool: list[_Slot] = []
 
     def idle(self) -> int:
@@ -274,13 +277,23 @@ def run_task(context: Any, target: str, args: tuple, fault: Optional[str] = None
     return getattr(importlib.import_module(module), name)(context, *args)
 
 
+def warm_up(context: Any, warm: Optional[str]) -> None:
+    """Run ``warm(context)`` if given; a failure there is left to the first task to meet."""
+    if warm:
+        try:
+            run_task(context, warm, ())
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def serve(fd: int) -> None:
     """A local worker's loop (the zygote forks it): the context, then tasks on stdin until it
     closes; one ``(status, key, value)`` reply per task on ``fd``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group
     tasks, out = Connection(0, writable=False), Connection(fd, readable=False)
     try:
-        context = pickle.loads(tasks.recv_bytes())
+        context, warm = pickle.loads(tasks.recv_bytes())
+        warm_up(context, warm)
         while True:
             key, target, args, fault = tasks.recv()
             try:
@@ -295,4 +308,4 @@ def serve(fd: int) -> None:
 
 
 __all__ = ["Outcome", "Executor", "LocalExecutor", "open_executor", "prestart", "check_ray", "check_jobs", "run_task",
-           "serve", "FAULT"]
+           "warm_up", "serve", "FAULT"]

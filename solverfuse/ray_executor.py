@@ -25,8 +25,15 @@ from .errors import ArgumentError
 CONNECT_TIMEOUT = 3.0
 
 
+#: Warm-up targets this Ray worker process has run (it is reused across tasks).
+_warmed: set = set()
+
+
 @ray.remote(max_retries=0)
-def _remote(context: Any, target: str, args: tuple, fault: Any) -> Any:
+def _remote(context: Any, target: str, args: tuple, fault: Any, warm: Any) -> Any:
+    if warm and warm not in _warmed:
+        distribute.warm_up(context, warm)
+        _warmed.add(warm)
     return distribute.run_task(context, target, args, fault)
 
 
@@ -45,7 +52,7 @@ def _reachable(address: str) -> None:
 class RayExecutor:
     """Tasks on the Ray cluster at ``address`` (``"auto"``: the one this machine belongs to)."""
 
-    def __init__(self, context: Any, address: str, workers: int = 1):
+    def __init__(self, context: Any, address: str, workers: int = 1, warm: Any = None):
         if not ray.is_initialized():
             _reachable(address)
             try:
@@ -54,7 +61,7 @@ class RayExecutor:
             except (ConnectionError, ValueError, RuntimeError) as e:
                 raise ArgumentError(f"--ray {address}: cannot join the Ray cluster: "
                                     f"{(str(e).splitlines() or [''])[0][:200]}") from None
-        self.task_workers = workers
+        self.task_workers, self.warm = workers, warm
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.slots = max(1, cpus // workers)
         self.context = ray.put(context)
@@ -65,7 +72,7 @@ class RayExecutor:
 
     def submit(self, key: Any, target: str, args: tuple) -> None:
         fault, distribute.FAULT = distribute.FAULT, None
-        ref = _remote.options(num_cpus=self.task_workers).remote(self.context, target, args, fault)
+        ref = _remote.options(num_cpus=self.task_workers).remote(self.context, target, args, fault, self.warm)
         self.running[ref] = key
 
     def wait(self, timeout: float) -> list[distribute.Outcome]:

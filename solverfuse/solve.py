@@ -7,7 +7,8 @@ reports them to a ``progress`` callback, and checks that the objective equals
 ``cost.plan_traffic`` of the decoded plan exactly. Every plan goes through ``plans.build_plan``,
 which validates it.
 
-Parts (see :mod:`solverfuse.formulations.presolve`) are solved one after another, smallest first,
+Parts (see :mod:`solverfuse.formulations.presolve`) are solved one after another, smallest first
+(or, with ``jobs``/``ray``, in parallel batches: :func:`solve_parts`, :mod:`solverfuse.distribute`),
 each with a share of the remaining time proportional to its size, by the set-partitioning
 formulation (lazy cycle cuts added here) or, when a part has too many candidate groups, the
 representative-assignment one. The plan is ``optimal`` only if every part is proven optimal, and
@@ -344,9 +345,11 @@ def _solve_window(graph: Graph, hw: Hardware, w: _Unit, deadline: float, workers
 
 
 #: Seconds past the time limit the parallel solve waits for its last tasks before it stops them.
-PART_GRACE = 0.5
+PART_GRACE = 0.3
 #: Seconds a task needs to start in a worker (unpickle, presolve its part): kept out of its share.
 TASK_OVERHEAD = 0.05
+#: Tasks per parallel slot the parts are batched into (see ``_batches``).
+BATCHES_PER_SLOT = 4
 
 
 @dataclass
@@ -395,53 +398,103 @@ def solve_part(context: tuple, part: list[str], groups: list[list[str]], window:
     return PartResult(u.groups, u.value, status, bound, report.variables, report.formulations)
 
 
+def warm_part_worker(context: tuple) -> None:
+    """A part worker's warm-up (:func:`solve_part`'s lazy imports and caches: networkx, the
+    graph's index; 0.4 s on a busy machine), run before its first task's clock starts."""
+    graph, hw = context
+    presolve(graph, hw, nodes=graph.index.order[:2])
+
+
+def solve_parts(context: tuple, items: list[tuple], seconds: float, workers: int, seed: int,
+                max_groups: int) -> list[PartResult]:
+    """A batch of units (``items``: ``(part, groups, window)``) solved one after another, smallest
+    first, each with a share of the batch's ``seconds`` proportional to its size, as the
+    sequential solve does (:func:`solve_part` each); results in the order of ``items``."""
+    deadline = time.monotonic() + seconds
+    left = sum(len(part) for part, _, _ in items)
+    out: dict[int, PartResult] = {}
+    for k in sorted(range(len(items)), key=lambda k: (len(items[k][0]), k)):
+        part, groups, window = items[k]
+        remaining = max(0.0, deadline - time.monotonic())
+        share = remaining * len(part) / max(left, 1)
+        left -= len(part)
+        out[k] = solve_part(context, part, groups, window, share, workers, seed, max_groups)
+    return [out[k] for k in range(len(items))]
+
+
+def _batches(units: list, todo: list[int], slots: int) -> list[list[int]]:
+    """``todo`` in batches for :func:`solve_parts`, largest first: a unit of at least
+    1/(``BATCHES_PER_SLOT`` x ``slots``) of the ops alone, smaller ones together up to that size
+    (a task per tiny part would cost more in start-up than its solve)."""
+    target = sum(len(units[k].part) for k in todo) / (BATCHES_PER_SLOT * slots)
+    out: list[list[int]] = []
+    run: list[int] = []
+    size = 0
+    for k in sorted(todo, key=lambda k: (-len(units[k].part), k)):
+        if len(units[k].part) >= target:
+            out.append([k])
+            continue
+        run.append(k)
+        size += len(units[k].part)
+        if size >= target:
+            out.append(run)
+            run, size = [], 0
+    return out + ([run] if run else [])
+
+
 def _solve_parallel(graph: Graph, hw: Hardware, units: list, regions: list, todo: list[int], deadline: float,
                     workers: int, seed: int, max_groups: int, report: SolveReport, notify: Callable,
                     rate: dict, reasons: list[str], jobs: int, ray: Optional[str]) -> bool:
-    """The units ``todo`` solved as parallel tasks (:func:`solve_part`), largest first, each
-    with a share of the time left proportional to its size times the slots, until ``deadline``
-    (+ :data:`PART_GRACE`, then the rest are stopped). Units and regions are updated as results
-    come; a unit whose task failed keeps its hint and ``reasons`` says why. Returns whether every
-    exact part was proven optimal."""
-    ex = distribute.open_executor((graph.structure_copy(), hw), jobs=jobs, ray=ray, workers=workers)
+    """The units ``todo`` solved as parallel tasks (:func:`solve_parts` on :func:`_batches`),
+    largest first, each batch with a share of the time left proportional to its size times the
+    slots, until ``deadline`` (+ :data:`PART_GRACE`, then the rest are stopped). Units and regions
+    are updated as results come; the units of a task that failed keep their hints and ``reasons``
+    says why. Returns whether every exact part was proven optimal."""
+    ex = distribute.open_executor((graph.structure_copy(), hw), jobs=jobs, ray=ray, workers=workers,
+                                  warm="solverfuse.solve:warm_part_worker")
     all_optimal = True
-    pending = sorted(todo, key=lambda k: (-len(units[k].part), k))
-    left = sum(len(units[k].part) for k in pending)
+    pending = _batches(units, todo, ex.slots)
+    left = sum(len(units[k].part) for k in todo)
     try:
         while pending or ex.idle() < ex.slots:
             while pending and ex.idle() > 0:
-                k = pending.pop(0)
-                u = units[k]
+                batch = pending.pop(0)
+                size = sum(len(units[k].part) for k in batch)
                 remaining = deadline - time.monotonic() - TASK_OVERHEAD
-                share = min(remaining, remaining * ex.slots * len(u.part) / max(left, 1))
-                left -= len(u.part)
-                if share <= 0 or (u.pre is not None and not _worth(u, time.monotonic() + share, rate)):
-                    all_optimal = all_optimal and u.pre is None
-                    continue  # no time to build its model: it keeps its hint
-                ex.submit(k, "solverfuse.solve:solve_part",
-                          (u.part, u.groups, u.pre is None, share, ex.task_workers, seed, max_groups))
+                share = min(remaining, remaining * ex.slots * size / max(left, 1))
+                left -= size
+                if share <= 0 or any(units[k].pre is not None and not _worth(units[k], time.monotonic() + share, rate)
+                                     for k in batch):
+                    all_optimal = False  # no time to build its models: they keep their hints
+                    continue
+                ex.submit(tuple(batch), "solverfuse.solve:solve_parts",
+                          ([(units[k].part, units[k].groups, units[k].pre is None) for k in batch], share,
+                           ex.task_workers, seed, max_groups))
             wait = deadline + PART_GRACE - time.monotonic()
-            outcomes = ex.wait(wait) if wait > 0 else ex.cancel_all(
-                "did not stop within the time limit; stopped")
+            outcomes = ex.wait(wait) if wait > 0 else ex.cancel_all("did not stop within the time limit; stopped")
             for o in outcomes:
-                u = units[o.key]
                 if not o.ok:
                     all_optimal = False
-                    reasons.append(f"the part of {u.part[0]!r} ({len(u.part)} ops) kept its hint: {o.reason}")
+                    u = units[o.key[0]]
+                    what = (f"the part of {u.part[0]!r} ({len(u.part)} ops) kept its hint" if len(o.key) == 1 else
+                            f"{len(o.key)} parts ({sum(len(units[k].part) for k in o.key)} ops, the largest "
+                            f"that of {u.part[0]!r}) kept their hints")
+                    reasons.append(f"{what}: {o.reason}")
                     continue
-                r: PartResult = o.value
-                if sorted(v for g in r.groups for v in g) != sorted(u.part):
-                    raise InternalError(f"bug: a worker's groups for the part of {u.part[0]!r} do not cover it")
-                report.variables += r.variables
-                for name, n in r.formulations.items():
-                    report.formulations[name] = report.formulations.get(name, 0) + n
-                if r.value < u.value:
-                    u.groups, u.value = r.groups, r.value
-                if u.pre is not None:
-                    region = regions[u.region]
-                    region[0] = min(max(r.bound, region[0]), u.value)
-                    all_optimal = all_optimal and r.status == "optimal"
-                notify(o.key, u.value, r.bound)
+                for k, r in zip(o.key, o.value):
+                    u = units[k]
+                    if sorted(v for g in r.groups for v in g) != sorted(u.part):
+                        raise InternalError(f"bug: a worker's groups for the part of {u.part[0]!r} do not cover it")
+                    report.variables += r.variables
+                    for name, n in r.formulations.items():
+                        report.formulations[name] = report.formulations.get(name, 0) + n
+                    if r.value < u.value:
+                        u.groups, u.value = r.groups, r.value
+                    if u.pre is not None:
+                        region = regions[u.region]
+                        region[0] = min(max(r.bound, region[0]), u.value)
+                        all_optimal = all_optimal and r.status == "optimal"
+                    notify(k, u.value, r.bound)
     finally:
         ex.close()
     return all_optimal
@@ -711,4 +764,4 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "solve_time", "solve_part", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
+__all__ = ["solve", "solve_report", "solve_time", "solve_part", "solve_parts", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
