@@ -108,6 +108,34 @@ def open_executor(context: Any, *, jobs: int = 0, ray: Optional[str] = None, wor
     return LocalExecutor(context, jobs, max(1, min(workers, (os.cpu_count() or 1) // jobs)), warm)
 
 
+def _boot_id() -> Optional[str]:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def deadline_token(until: float) -> tuple:
+    """The caller's deadline (``time.monotonic()`` seconds) in a form :func:`task_deadline`
+    can use on the same machine (``CLOCK_MONOTONIC`` is shared by its processes, not by others).
+
+    >>> task_deadline(60, deadline_token(time.monotonic() + 1)) - time.monotonic() <= 1
+    True
+    """
+    return (_boot_id(), until)
+
+
+def task_deadline(seconds: float, token: Optional[tuple]) -> float:
+    """When a task given ``seconds`` must end: ``seconds`` from now, and on the caller's machine
+    never past the caller's deadline (a task that started late, behind a worker's start-up, then
+    stops in time instead of being killed with its results)."""
+    end = time.monotonic() + seconds
+    if token is not None and token[0] is not None and token[0] == _boot_id():
+        end = min(end, token[1])
+    return end
+
+
 def prestart() -> None:
     """Start the local workers' interpreter now, in the background (:func:`zygote.prestart`), so
     its imports overlap the caller's own work.
@@ -307,5 +335,5 @@ def serve(fd: int) -> None:
         os._exit(0)
 
 
-__all__ = ["Outcome", "Executor", "LocalExecutor", "open_executor", "prestart", "check_ray", "check_jobs", "run_task",
+__all__ = ["Outcome", "Executor", "LocalExecutor", "open_executor", "prestart", "deadline_token", "task_deadline", "check_ray", "check_jobs", "run_task",
            "warm_up", "serve", "FAULT"]

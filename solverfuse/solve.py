@@ -196,7 +196,8 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         progress(time.monotonic() - start, start_v, min(start_b, start_v))
     rate = {"pair": BUILD_PER_PAIR}
     reasons: list[str] = []
-    parallel = (ray is not None or distribute.check_jobs(jobs) > 1) and len(todo) > 1
+    parallel = ((ray is not None or distribute.check_jobs(jobs) > 1) and len(todo) > 1
+                and time_limit - (time.monotonic() - start) >= PARALLEL_MIN_SECONDS)
     if parallel:
         if not _solve_parallel(graph, hw, units, regions, todo, start + time_limit, workers, seed, max_groups,
                                report, notify, rate, reasons, jobs, ray):
@@ -350,6 +351,9 @@ PART_GRACE = 0.3
 TASK_OVERHEAD = 0.05
 #: Tasks per parallel slot the parts are batched into (see ``_batches``).
 BATCHES_PER_SLOT = 4
+#: With less time than this left for the parts, they are solved in this process even when
+#: ``jobs``/``ray`` ask for parallel workers (starting them would take most of it).
+PARALLEL_MIN_SECONDS = 2.0
 
 
 @dataclass
@@ -406,11 +410,12 @@ def warm_part_worker(context: tuple) -> None:
 
 
 def solve_parts(context: tuple, items: list[tuple], seconds: float, workers: int, seed: int,
-                max_groups: int) -> list[PartResult]:
+                max_groups: int, until: Optional[tuple] = None) -> list[PartResult]:
     """A batch of units (``items``: ``(part, groups, window)``) solved one after another, smallest
     first, each with a share of the batch's ``seconds`` proportional to its size, as the
-    sequential solve does (:func:`solve_part` each); results in the order of ``items``."""
-    deadline = time.monotonic() + seconds
+    sequential solve does (:func:`solve_part` each); results in the order of ``items``. ``until``:
+    the caller's deadline (:func:`solverfuse.distribute.deadline_token`), kept on its machine."""
+    deadline = distribute.task_deadline(seconds, until)
     left = sum(len(part) for part, _, _ in items)
     out: dict[int, PartResult] = {}
     for k in sorted(range(len(items)), key=lambda k: (len(items[k][0]), k)):
@@ -469,7 +474,7 @@ def _solve_parallel(graph: Graph, hw: Hardware, units: list, regions: list, todo
                     continue
                 ex.submit(tuple(batch), "solverfuse.solve:solve_parts",
                           ([(units[k].part, units[k].groups, units[k].pre is None) for k in batch], share,
-                           ex.task_workers, seed, max_groups))
+                           ex.task_workers, seed, max_groups, distribute.deadline_token(deadline)))
             wait = deadline + PART_GRACE - time.monotonic()
             outcomes = ex.wait(wait) if wait > 0 else ex.cancel_all("did not stop within the time limit; stopped")
             for o in outcomes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import onnx
@@ -25,6 +26,8 @@ from solverfuse.sources import load_graph
 H100 = load_hardware("nvidia-h100")
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 runner = CliRunner()
+#: How a plan's reason names the parts of a failed task (one part, or a batch of them).
+KEPT = r"the part of '[^']+' \(\d+ ops\) kept its hint|\d+ parts \(\d+ ops, the largest that of '[^']+'\) kept their hints"
 
 
 def hints(g):
@@ -88,7 +91,7 @@ def test_a_dead_part_worker_costs_its_part_only_its_hint(monkeypatch, kind, why)
     monkeypatch.setattr(distribute, "FAULT", kind)  # the first task's worker (the largest part) dies
     r = solve_report(g, H100, time_limit=300, workers=1, seed=0, hints=h, jobs=2)
     p = r.plan
-    assert p.status == "feasible" and why in p.reason and "kept its hint" in p.reason
+    assert p.status == "feasible" and why in p.reason and re.search(KEPT, p.reason)
     validate(p)
     best_hint = min(greedy.greedy_plan(g, H100, name).traffic_bytes for name in greedy.STRATEGIES)
     assert ok.traffic_bytes <= p.traffic_bytes <= best_hint
@@ -110,7 +113,7 @@ def test_the_library_solves_parts_in_parallel_and_survives_a_dead_part_worker(mo
     assert p.status == "optimal" and p.reason is None
     monkeypatch.setattr(distribute, "FAULT", "kill")
     q = make_plan(g, "nvidia-h100", time_limit=60, workers=1, jobs=2)
-    assert q.status == "feasible" and "SIGKILL" in q.reason and "kept its hint" in q.reason
+    assert q.status == "feasible" and "SIGKILL" in q.reason and re.search(KEPT, q.reason)
     assert p.traffic_bytes <= q.traffic_bytes
     validate(q)
 
