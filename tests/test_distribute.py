@@ -11,7 +11,7 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from solverfuse import distribute, greedy, worker, zoo
+from solverfuse import distribute, greedy, zoo
 from solverfuse.api import plan as make_plan
 from solverfuse.api import sweep
 from solverfuse.cli import app
