@@ -1,7 +1,7 @@
 """Independent tasks run in parallel: local worker processes, or a Ray cluster (``solverfuse[ray]``).
 
 An *executor* runs ``target(context, *args)`` (``target`` is ``"module:function"``) for each
-submitted task and hands back an :class:`Outcome` per task as it finishes: its value, or --
+submitted task and hands back a :class:`~solverfuse.tasks.Outcome` per task as it finishes: its value, or --
 when the process running it died (a native abort, an out-of-memory kill) or raised -- ``ok``
 False and the reason in one line. ``context`` (e.g. the graph's structure and the hardware) is
 sent once per worker process, not once per task. The solver uses it for the parts of a
@@ -31,26 +31,11 @@ import pickle
 import signal
 import tempfile
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait as wait_connections
 from typing import Any, Optional, Protocol
 
-from . import zygote
+from . import tasks, zygote
 from .errors import ArgumentError, InternalError
-
-#: Test hook: "kill", "abort" or "hang" makes the worker running the next submitted task fail
-#: that way before it runs it (once; the hook is then cleared).
-FAULT: Optional[str] = None
-
-
-@dataclass
-class Outcome:
-    """What became of one task: ``value`` when ``ok``, else ``reason`` (one line)."""
-    key: Any
-    ok: bool
-    value: Any = None
-    reason: Optional[str] = None
-
 
 class Executor(Protocol):
     """What the solver and the sweep need from an executor."""
@@ -59,9 +44,9 @@ class Executor(Protocol):
 
     def submit(self, key: Any, target: str, args: tuple) -> None: ...
     def idle(self) -> int: ...
-    def wait(self, timeout: float) -> list[Outcome]: ...
-    def wait_all(self, timeout: float) -> list[Outcome]: ...
-    def cancel_all(self, reason: str) -> list[Outcome]: ...
+    def wait(self, timeout: float) -> list[tasks.Outcome]: ...
+    def wait_all(self, timeout: float) -> list[tasks.Outcome]: ...
+    def cancel_all(self, reason: str) -> list[tasks.Outcome]: ...
     def close(self) -> None: ...
 
 
@@ -219,7 +204,6 @@ class LocalExecutor:
 
     def submit(self, key: Any, target: str, args: tuple) -> None:
         """Run ``target(context, *args)`` in an idle worker (started now if none is idle)."""
-        global FAULT
         slot = next((s for s in self.pool if not s.busy and not s.dead), None)
         if slot is None:
             for s in [s for s in self.pool if s.dead]:
@@ -229,14 +213,14 @@ class LocalExecutor:
                 raise InternalError("bug: a task was submitted with no idle worker")
             slot = _Slot(self.blob)
             self.pool.append(slot)
-        fault, FAULT = FAULT, None
+        fault = tasks.take_fault()
         slot.key, slot.busy = key, True
         try:
             slot.send.send((key, target, args, fault))
         except OSError:
             slot.dead = True  # wait() reports its death
 
-    def _finish(self, slot: _Slot) -> Optional[Outcome]:
+    def _finish(self, slot: _Slot) -> Optional[tasks.Outcome]:
         try:
             status, key, value = slot.recv.recv()
         except (EOFError, OSError, pickle.UnpicklingError):
@@ -244,17 +228,17 @@ class LocalExecutor:
             if not slot.busy:
                 return None
             slot.busy = False
-            return Outcome(slot.key, False, reason=slot.death())
+            return tasks.Outcome(slot.key, False, reason=slot.death())
         slot.busy = False
-        return Outcome(key, True, value) if status == "ok" else Outcome(key, False, reason=value)
+        return tasks.Outcome(key, True, value) if status == "ok" else tasks.Outcome(key, False, reason=value)
 
-    def wait(self, timeout: float) -> list[Outcome]:
+    def wait(self, timeout: float) -> list[tasks.Outcome]:
         """The tasks that finish within ``timeout`` seconds (at least one, unless time runs out)."""
         out = []
         for s in self.pool:
             if s.dead and s.busy:
                 s.busy = False
-                out.append(Outcome(s.key, False, reason=s.death()))
+                out.append(tasks.Outcome(s.key, False, reason=s.death()))
         if out:
             return out
         live = {s.recv: s for s in self.pool if s.busy}
@@ -266,23 +250,23 @@ class LocalExecutor:
                 out.append(o)
         return out
 
-    def wait_all(self, timeout: float) -> list[Outcome]:
+    def wait_all(self, timeout: float) -> list[tasks.Outcome]:
         """Every running task's outcome, waiting up to ``timeout`` seconds; the ones still running
         then are stopped (``ok`` False)."""
         end = time.monotonic() + timeout
-        out: list[Outcome] = []
+        out: list[tasks.Outcome] = []
         while any(s.busy for s in self.pool) and time.monotonic() < end:
             out += self.wait(end - time.monotonic())
         return out + self.cancel_all(f"did not finish within {timeout:g} s; stopped")
 
-    def cancel_all(self, reason: str) -> list[Outcome]:
+    def cancel_all(self, reason: str) -> list[tasks.Outcome]:
         """Stop every running task (its worker is killed); their outcomes say ``reason``."""
         out = []
         for s in self.pool:
             if s.busy:
                 s.close()
                 s.dead, s.busy = True, False
-                out.append(Outcome(s.key, False, reason=reason))
+                out.append(tasks.Outcome(s.key, False, reason=reason))
         self.pool = [s for s in self.pool if not s.dead]
         return out
 
@@ -293,39 +277,18 @@ class LocalExecutor:
         self.pool = []
 
 
-def run_task(context: Any, target: str, args: tuple, fault: Optional[str] = None) -> Any:
-    """``target(context, *args)`` after the test hook ``fault`` (see :data:`FAULT`)."""
-    if fault == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif fault == "abort":
-        os.abort()
-    elif fault == "hang":
-        time.sleep(1e6)
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)(context, *args)
-
-
-def warm_up(context: Any, warm: Optional[str]) -> None:
-    """Run ``warm(context)`` if given; a failure there is left to the first task to meet."""
-    if warm:
-        try:
-            run_task(context, warm, ())
-        except Exception:  # noqa: BLE001
-            pass
-
-
 def serve(fd: int) -> None:
     """A local worker's loop (the zygote forks it): the context, then tasks on stdin until it
     closes; one ``(status, key, value)`` reply per task on ``fd``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group
-    tasks, out = Connection(0, writable=False), Connection(fd, readable=False)
+    inbox, out = Connection(0, writable=False), Connection(fd, readable=False)
     try:
-        context, warm = pickle.loads(tasks.recv_bytes())
-        warm_up(context, warm)
+        context, warm = pickle.loads(inbox.recv_bytes())
+        tasks.warm_up(context, warm)
         while True:
-            key, target, args, fault = tasks.recv()
+            key, target, args, fault = inbox.recv()
             try:
-                reply = ("ok", key, run_task(context, target, args, fault))
+                reply = ("ok", key, tasks.run_task(context, target, args, fault))
             except Exception as e:  # noqa: BLE001 -- the caller decides what a failed task means
                 reply = ("error", key, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
             out.send(reply)
@@ -335,5 +298,5 @@ def serve(fd: int) -> None:
         os._exit(0)
 
 
-__all__ = ["Outcome", "Executor", "LocalExecutor", "open_executor", "prestart", "deadline_token", "task_deadline", "check_ray", "check_jobs", "run_task",
-           "warm_up", "serve", "FAULT"]
+__all__ = ["Executor", "LocalExecutor", "open_executor", "prestart", "deadline_token", "task_deadline",
+           "check_ray", "check_jobs", "serve"]

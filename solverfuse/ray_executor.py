@@ -2,9 +2,9 @@
 calls on a cluster. The only module that imports ``ray``.
 
 The context goes into the object store once (``ray.put``); each task reserves ``workers`` CPUs
-and runs :func:`solverfuse.distribute.run_task` in a Ray worker process. A task whose worker
+and runs :func:`solverfuse.tasks.run_task` in a Ray worker process. A task whose worker
 dies (``WorkerCrashedError``, an out-of-memory kill) or raises comes back as an
-:class:`~solverfuse.distribute.Outcome` with ``ok`` False and the reason; Ray does not retry it
+:class:`~solverfuse.tasks.Outcome` with ``ok`` False and the reason; Ray does not retry it
 (``max_retries=0``: the caller has a fallback and a deadline). The cluster is joined with
 ``ray.init(address=...)`` and left as it was found: a driver that started nothing stops nothing.
 solverfuse must be importable on every node (installed there, or on ``PYTHONPATH``).
@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from . import distribute
+from . import tasks
 from .errors import ArgumentError
 
 
@@ -32,9 +32,9 @@ _warmed: set = set()
 @ray.remote(max_retries=0)
 def _remote(context: Any, target: str, args: tuple, fault: Any, warm: Any) -> Any:
     if warm and warm not in _warmed:
-        distribute.warm_up(context, warm)
+        tasks.warm_up(context, warm)
         _warmed.add(warm)
-    return distribute.run_task(context, target, args, fault)
+    return tasks.run_task(context, target, args, fault)
 
 
 def _reachable(address: str) -> None:
@@ -71,11 +71,11 @@ class RayExecutor:
         return self.slots - len(self.running)
 
     def submit(self, key: Any, target: str, args: tuple) -> None:
-        fault, distribute.FAULT = distribute.FAULT, None
+        fault = tasks.take_fault()
         ref = _remote.options(num_cpus=self.task_workers).remote(self.context, target, args, fault, self.warm)
         self.running[ref] = key
 
-    def wait(self, timeout: float) -> list[distribute.Outcome]:
+    def wait(self, timeout: float) -> list[tasks.Outcome]:
         if not self.running:
             return []
         done, _ = ray.wait(list(self.running), num_returns=1, timeout=max(0.0, timeout))
@@ -85,27 +85,27 @@ class RayExecutor:
         for ref in done:
             key = self.running.pop(ref)
             try:
-                out.append(distribute.Outcome(key, True, ray.get(ref)))
+                out.append(tasks.Outcome(key, True, ray.get(ref)))
             except ray.exceptions.RayTaskError as e:
                 cause = e.cause if getattr(e, "cause", None) is not None else e
-                out.append(distribute.Outcome(key, False, reason=f"{type(cause).__name__}: "
+                out.append(tasks.Outcome(key, False, reason=f"{type(cause).__name__}: "
                                               f"{(str(cause).splitlines() or [''])[0][:300]}"))
             except ray.exceptions.RayError as e:  # the worker died (crash, OOM kill, node lost)
-                out.append(distribute.Outcome(key, False, reason=f"the Ray worker died ({type(e).__name__})"))
+                out.append(tasks.Outcome(key, False, reason=f"the Ray worker died ({type(e).__name__})"))
         return out
 
-    def wait_all(self, timeout: float) -> list[distribute.Outcome]:
+    def wait_all(self, timeout: float) -> list[tasks.Outcome]:
         end = time.monotonic() + timeout
-        out: list[distribute.Outcome] = []
+        out: list[tasks.Outcome] = []
         while self.running and time.monotonic() < end:
             out += self.wait(end - time.monotonic())
         return out + self.cancel_all(f"did not finish within {timeout:g} s; stopped")
 
-    def cancel_all(self, reason: str) -> list[distribute.Outcome]:
+    def cancel_all(self, reason: str) -> list[tasks.Outcome]:
         out = []
         for ref, key in self.running.items():
             ray.cancel(ref, force=True)
-            out.append(distribute.Outcome(key, False, reason=reason))
+            out.append(tasks.Outcome(key, False, reason=reason))
         self.running = {}
         return out
 

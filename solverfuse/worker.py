@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Callable, Optional, Union
 
-from . import cost, distribute, errors, greedy, zygote
+from . import cost, distribute, errors, greedy, tasks, zygote
 from .arguments import check_seed, check_time_limit, check_workers
 from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
@@ -281,7 +281,7 @@ def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed
            part_fault: Optional[str] = None) -> None:
     from .solve import best_hint, solve_report, solve_time
     faulthandler.disable()
-    distribute.FAULT = part_fault
+    tasks.FAULT = part_fault
     try:
         if ray is None and jobs != 1 and objective == "traffic" and not covering:
             distribute.prestart()  # the part workers' interpreter imports while the hints run
@@ -477,7 +477,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
             same = child.stamp is not None and child.stamp == source_stamp
             child.send_args((None if same else structure, hw, deadline, n_workers, seed, hints and attempts == 1,
                              best, _fault_for(attempts), covering, objective, jobs, ray,
-                             distribute.FAULT if attempts == 1 else None))
+                             tasks.FAULT if attempts == 1 else None))
             while True:
                 wait = deadline + GRACE - time.monotonic()
                 if wait <= 0:

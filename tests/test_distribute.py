@@ -11,7 +11,7 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from solverfuse import distribute, greedy, zoo
+from solverfuse import distribute, greedy, tasks, zoo
 from solverfuse.api import plan as make_plan
 from solverfuse.api import sweep
 from solverfuse.cli import app
@@ -88,7 +88,7 @@ def test_a_dead_part_worker_costs_its_part_only_its_hint(monkeypatch, kind, why)
     g = light("squeezenet")
     h = hints(g)
     ok = solve_report(g, H100, time_limit=300, workers=1, seed=0, hints=h, jobs=2).plan
-    monkeypatch.setattr(distribute, "FAULT", kind)  # the first task's worker (the largest part) dies
+    monkeypatch.setattr(tasks, "FAULT", kind)  # the first task's worker (the largest part) dies
     r = solve_report(g, H100, time_limit=300, workers=1, seed=0, hints=h, jobs=2)
     p = r.plan
     assert p.status == "feasible" and why in p.reason and re.search(KEPT, p.reason)
@@ -100,7 +100,7 @@ def test_a_dead_part_worker_costs_its_part_only_its_hint(monkeypatch, kind, why)
 
 def test_a_hung_part_worker_is_stopped_at_the_time_limit(monkeypatch):
     g = light("squeezenet")
-    monkeypatch.setattr(distribute, "FAULT", "hang")
+    monkeypatch.setattr(tasks, "FAULT", "hang")
     r = solve_report(g, H100, time_limit=3, workers=1, seed=0, hints=hints(g), jobs=2)
     assert r.plan.status == "feasible" and "did not stop within the time limit" in r.plan.reason
     validate(r.plan)
@@ -111,7 +111,7 @@ def test_the_library_solves_parts_in_parallel_and_survives_a_dead_part_worker(mo
     g = light("squeezenet")
     p = make_plan(g, "nvidia-h100", time_limit=60, workers=1, jobs=2)
     assert p.status == "optimal" and p.reason is None
-    monkeypatch.setattr(distribute, "FAULT", "kill")
+    monkeypatch.setattr(tasks, "FAULT", "kill")
     q = make_plan(g, "nvidia-h100", time_limit=60, workers=1, jobs=2)
     assert q.status == "feasible" and "SIGKILL" in q.reason and re.search(KEPT, q.reason)
     assert p.traffic_bytes <= q.traffic_bytes
@@ -121,14 +121,14 @@ def test_the_library_solves_parts_in_parallel_and_survives_a_dead_part_worker(mo
 def test_local_executor_replaces_a_dead_worker():
     ex = distribute.open_executor(10, jobs=1)
     try:
-        distribute.FAULT = "kill"
+        tasks.FAULT = "kill"
         ex.submit("dies", "operator:add", (1,))
         (o,) = ex.wait_all(60)
         assert (o.key, o.ok) == ("dies", False) and "SIGKILL" in o.reason
         ex.submit("next", "operator:add", (1,))
         assert [(o.key, o.value) for o in ex.wait_all(60)] == [("next", 11)]
     finally:
-        distribute.FAULT = None
+        tasks.FAULT = None
         ex.close()
 
 
