@@ -94,9 +94,9 @@ SWEEP_SLACK = 30.0
 
 def sweep(graphs: Sequence[Union[Graph, str, dict, Any]], hardwares: Sequence[Union[str, Hardware]], *,
           strategy: str = "optimal", time_limit: float = 10.0, workers: int = 1, seed: int = 0,
-          jobs: int = 1, ray: Optional[str] = None) -> list[Plan]:
+          jobs: int = 0, ray: Optional[str] = None) -> list[Plan]:
     """Plan every graph on every hardware profile (models x hardware), each pair a task of one
-    executor (:mod:`solverfuse.distribute`): ``jobs`` local processes (0: one per core) or the Ray
+    executor (:mod:`solverfuse.distribute`): ``jobs`` local processes (0, default: one per core) or the Ray
     cluster ``ray``. Each task is :func:`plan` (``time_limit`` each); one whose process dies
     gets the best greedy plan, status ``feasible``, and the reason. Returns the plans in the order
     ``[(g, h) for g in graphs for h in hardwares]``.

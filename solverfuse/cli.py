@@ -414,7 +414,7 @@ def sweep_cmd(graphs: list[Path] = typer.Argument(..., help="graph JSON or ONNX 
               time_limit: float = typer.Option(10.0, "--time-limit", help="limit of each plan (seconds)"),
               workers: int = typer.Option(1, "--workers", help="CP-SAT workers of each plan"),
               seed: int = typer.Option(0, "--seed", help="solver seed"),
-              jobs: int = typer.Option(1, "--jobs", help="plans at once on this machine (0: one per core)"),
+              jobs: int = typer.Option(0, "--jobs", help="plans at once on this machine (0: one per core)"),
               ray: Optional[str] = typer.Option(None, "--ray", help="run the plans on a Ray cluster: auto or ADDRESS"),
               output: Optional[Path] = typer.Option(None, "-o", "--output", help="folder to write every plan JSON into")):
     """Plan every graph on every hardware profile (models x hardware), in parallel: one line each."""
