@@ -197,3 +197,26 @@ def test_ray_parts_and_sweep_match_local(ray_cluster):
     for p in plans:
         alone = make_plan(small, p.hardware, time_limit=60, workers=1)
         assert p.status == alone.status == "optimal" and p.traffic_bytes == alone.traffic_bytes
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_an_interrupt_leaves_no_part_worker(tmp_path):
+    """SIGINT while the parts solve in parallel: exit 130, one line, and every process gone (the
+    solver's child, its zygote and the part workers that zygote forked)."""
+    import signal
+    import time
+    from .test_signals import alive, children, none_left, start
+    path = tmp_path / "g.json"
+    path.write_text(zoo.synthetic_graph(1500, seed=2).to_json())
+    proc = start(["plan", str(path), "--time-limit", "300", "--jobs", "2", "-o", str(tmp_path / "p.json")])
+    end = time.monotonic() + 180
+    kids: list = []
+    while time.monotonic() < end and proc.poll() is None and len(kids) < 5:
+        time.sleep(0.1)  # the zygote, the solver's child, its zygote and two part workers
+        kids = children(proc.pid)
+    assert len(kids) >= 5, "no part workers started"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and len(stderr.strip().splitlines()) == 1, stderr
+    assert not (tmp_path / "p.json").exists()
+    assert none_left(kids), [k for k in kids if alive(k)]
