@@ -21,14 +21,14 @@ __version__ = "0.1.0"
 _HOME = {"cost": ".cost", "Graph": ".graph", "Node": ".graph", "Tensor": ".graph", "load_graph": ".sources",
          "Hardware": ".hardware", "load_hardware": ".hardware", "Plan": ".plans", "Group": ".plans",
          "build_plan": ".plans", "load_plan": ".plans", "save_plan": ".plans", "validate": ".plans",
-         "plan": ".api", **{name: ".errors" for name in (
+         "plan": ".api", "sweep": ".api", **{name: ".errors" for name in (
              "SolverfuseError", "GraphError", "HardwareError", "PlanError", "EmitError", "ArgumentError",
              "FileError", "ResourceError", "InternalError", "Interrupted")}}
 
 __all__ = ["cost", "Graph", "Node", "Tensor", "load_graph", "Hardware", "load_hardware", "Plan",
            "Group", "build_plan", "load_plan", "save_plan", "validate", "SolverfuseError",
            "GraphError", "HardwareError", "PlanError", "EmitError", "ArgumentError", "FileError",
-           "ResourceError", "InternalError", "Interrupted", "plan"]
+           "ResourceError", "InternalError", "Interrupted", "plan", "sweep"]
 
 
 def __getattr__(name: str):

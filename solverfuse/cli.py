@@ -324,6 +324,8 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
              keep_partial: bool = typer.Option(False, "--keep-partial", help="on SIGINT/SIGTERM, write the best plan so far to -o"),
              recompute: bool = typer.Option(False, "--recompute", help="allow recomputation and looped reductions (solverfuse-plan/2)"),
              objective: str = typer.Option("traffic", "--objective", help="traffic or time (predicted run time; no optimality claimed)"),
+             jobs: int = typer.Option(1, "--jobs", help="solve independent parts in this many processes (0: one per core)"),
+             ray: Optional[str] = typer.Option(None, "--ray", help="solve parts on a Ray cluster: auto or ADDRESS (solverfuse[ray])"),
              as_json: bool = typer.Option(False, "--json", help="print the plan JSON instead of the summary")):
     """Optimal fusion plan (CP-SAT): groups, traffic vs unfused vs Q_min, status, bound, gap.
 
@@ -335,6 +337,8 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     check_time_limit(time_limit)
     check_seed(seed)
     check_workers(workers)
+    from .distribute import check_jobs, check_ray
+    jobs, ray = check_jobs(jobs), check_ray(ray)
     if objective not in ("traffic", "time"):
         fail(f"unknown objective {objective!r} (traffic or time)")
     if objective == "time" and recompute:
@@ -343,13 +347,13 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     child = prestart(graph)  # its imports (OR-Tools: a second or more) overlap the graph's loading
     try:
         _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_partial, recompute,
-                   objective, as_json, start)
+                   objective, as_json, start, jobs, ray)
     finally:
         child.close()
 
 
 def _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_partial, recompute, objective,
-               as_json, start):
+               as_json, start, jobs=1, ray=None):
     from .hardware import load_hardware
     from .plans import build_plan, plan_to_json, save_plan
     from .summary import format_plan, human_bytes
@@ -368,7 +372,7 @@ def _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_p
     try:
         report = solve_in_worker(g, hw, time_limit=time_limit, workers=workers, seed=seed,
                                  progress=progress if live else None, started=start, covering=recompute,
-                                 objective=objective, worker=child, source_stamp=stamp)
+                                 objective=objective, worker=child, source_stamp=stamp, jobs=jobs, ray=ray)
     except Interrupted as e:
         groups = getattr(e, "groups", None)
         if groups is None:
@@ -400,6 +404,37 @@ def _plan_with(child, graph, hardware, time_limit, workers, seed, output, keep_p
             typer.echo(f"note: {plan.reason}")
     if output:
         typer.echo(f"wrote {output}", err=True)
+
+
+@app.command("sweep")
+@handles_errors
+def sweep_cmd(graphs: list[Path] = typer.Argument(..., help="graph JSON or ONNX files"),
+              hardware: list[str] = typer.Option(["nvidia-h100"], "--hardware", help="profile name or JSON file (repeatable)"),
+              strategy: str = typer.Option("optimal", "--strategy", help="optimal, covering or a greedy baseline name"),
+              time_limit: float = typer.Option(10.0, "--time-limit", help="limit of each plan (seconds)"),
+              workers: int = typer.Option(1, "--workers", help="CP-SAT workers of each plan"),
+              seed: int = typer.Option(0, "--seed", help="solver seed"),
+              jobs: int = typer.Option(0, "--jobs", help="plans at once on this machine (0: one per core)"),
+              ray: Optional[str] = typer.Option(None, "--ray", help="run the plans on a Ray cluster: auto or ADDRESS"),
+              output: Optional[Path] = typer.Option(None, "-o", "--output", help="folder to write every plan JSON into")):
+    """Plan every graph on every hardware profile (models x hardware), in parallel: one line each."""
+    from .api import sweep
+    from .plans import save_plan
+    from .summary import human_bytes
+    if output is not None and not output.is_dir():
+        fail(f"{output}: no such folder")
+    plans = sweep(graphs, hardware, strategy=strategy, time_limit=time_limit, workers=workers, seed=seed,
+                  jobs=jobs, ray=ray)
+    typer.echo(f"{'graph':24s} {'hardware':18s} {'status':9s} {'traffic':>11s} {'bound':>11s}  note")
+    for k, p in enumerate(plans):
+        path = graphs[k // len(hardware)]
+        bound = human_bytes(p.bound_bytes) if p.bound_bytes is not None else "-"
+        typer.echo(f"{path.stem[:24]:24s} {p.hardware[:18]:18s} {p.status:9s} {human_bytes(p.traffic_bytes):>11s} "
+                   f"{bound:>11s}  {p.reason or ''}".rstrip())
+        if output is not None:
+            name = output / f"{path.stem}.{p.hardware}.plan.json"
+            save_plan(p, name)
+            typer.echo(f"wrote {name}", err=True)
 
 
 def _exit(code: int) -> None:

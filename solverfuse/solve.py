@@ -7,7 +7,8 @@ reports them to a ``progress`` callback, and checks that the objective equals
 ``cost.plan_traffic`` of the decoded plan exactly. Every plan goes through ``plans.build_plan``,
 which validates it.
 
-Parts (see :mod:`solverfuse.formulations.presolve`) are solved one after another, smallest first,
+Parts (see :mod:`solverfuse.formulations.presolve`) are solved one after another, smallest first
+(or, with ``jobs``/``ray``, in parallel batches: :func:`solve_parts`, :mod:`solverfuse.distribute`),
 each with a share of the remaining time proportional to its size, by the set-partitioning
 formulation (lazy cycle cuts added here) or, when a part has too many candidate groups, the
 representative-assignment one. The plan is ``optimal`` only if every part is proven optimal, and
@@ -38,7 +39,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from ortools.sat.python import cp_model
 
-from . import cost, dag
+from . import cost, dag, distribute
 from .errors import InternalError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
@@ -116,10 +117,17 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
                  seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
                  progress: Optional[Callable[[float, int, int], None]] = None,
                  max_groups: int = 20000, exact_ops: int = EXACT_OPS, max_pairs: int = MAX_PAIRS,
-                 window: int = WINDOW, covering: bool = False) -> SolveReport:
-    """:func:`solve`, also returning the incumbent log and the size of the decomposition."""
+                 window: int = WINDOW, covering: bool = False, jobs: int = 1,
+                 ray: Optional[str] = None) -> SolveReport:
+    """:func:`solve`, also returning the incumbent log and the size of the decomposition.
+
+    ``jobs`` (0: one per core) > 1 or a Ray cluster address ``ray`` solve the parts and windows
+    in parallel (:mod:`solverfuse.distribute`, :func:`_solve_parallel`); a part whose worker dies
+    keeps its hint and the plan says why (``plan.reason``)."""
     hw = load_hardware(hw)
     start = time.monotonic()
+    if ray is None and distribute.check_jobs(jobs) > 1:
+        distribute.prestart()  # the workers' interpreter starts while the presolve runs
     full_limit = time_limit
     if covering:  # the partition optimum first, with half the time; it hints the covering models
         time_limit = COVERING_SHARE * time_limit
@@ -187,6 +195,14 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     if progress:
         progress(time.monotonic() - start, start_v, min(start_b, start_v))
     rate = {"pair": BUILD_PER_PAIR}
+    reasons: list[str] = []
+    parallel = ((ray is not None or distribute.check_jobs(jobs) > 1) and len(todo) > 1
+                and time_limit - (time.monotonic() - start) >= PARALLEL_MIN_SECONDS)
+    if parallel:
+        if not _solve_parallel(graph, hw, units, regions, todo, start + time_limit, workers, seed, max_groups,
+                               report, notify, rate, reasons, jobs, ray):
+            status_all = "feasible"
+        todo = []
     for k in todo:
         u = units[k]
         remaining = max(0.0, time_limit - (time.monotonic() - start))
@@ -237,6 +253,9 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         raise InternalError(f"bug: every part optimal but bound {total_bound} != traffic {traffic}")
     report.plan = build_plan(graph, hw, groups, strategy="optimal", status=status_all,
                              bound_bytes=total_bound, solve_seconds=time.monotonic() - start)
+    if reasons:
+        more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+        report.plan.reason = "; ".join(reasons[:3]) + more
     return report
 
 
@@ -324,6 +343,166 @@ def _solve_window(graph: Graph, hw: Hardware, w: _Unit, deadline: float, workers
     value = sum(sub.value for sub in subs)
     if value < w.value:
         w.value, w.groups = value, [g for sub in subs for g in sub.groups]
+
+
+#: Seconds past the time limit the parallel solve waits for its last tasks before it stops them.
+PART_GRACE = 0.3
+#: Seconds a task needs to start in a worker (unpickle, presolve its part): kept out of its share.
+TASK_OVERHEAD = 0.05
+#: Tasks per parallel slot the parts are batched into (see ``_batches``).
+BATCHES_PER_SLOT = 4
+#: With less time than this left for the parts, they are solved in this process even when
+#: ``jobs``/``ray`` ask for parallel workers (starting them would take most of it).
+PARALLEL_MIN_SECONDS = 2.0
+
+
+@dataclass
+class PartResult:
+    """What a worker sends back for one part or window: its best groups (every op of the part,
+    in an executable order) with their traffic, CP-SAT's status and bound, and model sizes."""
+    groups: list[list[str]]
+    value: int
+    status: str
+    bound: int
+    variables: int = 0
+    formulations: dict = field(default_factory=dict)
+
+
+def solve_part(context: tuple, part: list[str], groups: list[list[str]], window: bool, seconds: float,
+               workers: int, seed: int, max_groups: int) -> PartResult:
+    """One unit of :func:`solve_report` solved on its own (the target of a parallel task):
+    ``context`` is ``(graph, hardware)``; ``part`` an exact part of the presolve (its model is the
+    one the sequential solve builds: the presolve of the part alone has the same candidates) or a
+    window (``window``); ``groups`` its hint. Solved for ``seconds`` at most.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> r = solve_part((g, load_hardware("nvidia-h100")), ["a", "b"], [["a"], ["b"]], False, 5, 1, 0, 20000)
+    >>> r.groups, r.value, r.status
+    ([['a', 'b']], 8192, 'optimal')
+    """
+    graph, hw = context
+    deadline = time.monotonic() + seconds
+    u = _Unit(None, list(part), 0, [list(g) for g in groups], cost.plan_traffic(graph, groups))
+    report = SolveReport(plan=None)  # type: ignore[arg-type]
+    rate = {"pair": BUILD_PER_PAIR}
+    if window:
+        _solve_window(graph, hw, u, deadline, workers, seed, max_groups, report, lambda v, b: None, rate)
+        status, bound = "feasible", 0
+    else:
+        u.pre = presolve(graph, hw, nodes=part)
+        if _worth(u, deadline, rate):
+            status, bound = _solve_unit(graph, hw, u, deadline, workers, seed, max_groups, report,
+                                        lambda v, b: None, rate)
+        else:
+            status, bound = "feasible", 0
+    return PartResult(u.groups, u.value, status, bound, report.variables, report.formulations)
+
+
+def warm_part_worker(context: tuple) -> None:
+    """A part worker's warm-up (:func:`solve_part`'s lazy imports and caches: networkx, the
+    graph's index; 0.4 s on a busy machine), run before its first task's clock starts."""
+    graph, hw = context
+    presolve(graph, hw, nodes=graph.index.order[:2])
+
+
+def solve_parts(context: tuple, items: list[tuple], seconds: float, workers: int, seed: int,
+                max_groups: int, until: Optional[tuple] = None) -> list[PartResult]:
+    """A batch of units (``items``: ``(part, groups, window)``) solved one after another, smallest
+    first, each with a share of the batch's ``seconds`` proportional to its size, as the
+    sequential solve does (:func:`solve_part` each); results in the order of ``items``. ``until``:
+    the caller's deadline (:func:`solverfuse.distribute.deadline_token`), kept on its machine."""
+    deadline = distribute.task_deadline(seconds, until)
+    left = sum(len(part) for part, _, _ in items)
+    out: dict[int, PartResult] = {}
+    for k in sorted(range(len(items)), key=lambda k: (len(items[k][0]), k)):
+        part, groups, window = items[k]
+        remaining = max(0.0, deadline - time.monotonic())
+        share = remaining * len(part) / max(left, 1)
+        left -= len(part)
+        out[k] = solve_part(context, part, groups, window, share, workers, seed, max_groups)
+    return [out[k] for k in range(len(items))]
+
+
+def _batches(units: list, todo: list[int], slots: int) -> list[list[int]]:
+    """``todo`` in batches for :func:`solve_parts`, largest first: a unit of at least
+    1/(``BATCHES_PER_SLOT`` x ``slots``) of the ops alone, smaller ones together up to that size
+    (a task per tiny part would cost more in start-up than its solve)."""
+    target = sum(len(units[k].part) for k in todo) / (BATCHES_PER_SLOT * slots)
+    out: list[list[int]] = []
+    run: list[int] = []
+    size = 0
+    for k in sorted(todo, key=lambda k: (-len(units[k].part), k)):
+        if len(units[k].part) >= target:
+            out.append([k])
+            continue
+        run.append(k)
+        size += len(units[k].part)
+        if size >= target:
+            out.append(run)
+            run, size = [], 0
+    return out + ([run] if run else [])
+
+
+def _solve_parallel(graph: Graph, hw: Hardware, units: list, regions: list, todo: list[int], deadline: float,
+                    workers: int, seed: int, max_groups: int, report: SolveReport, notify: Callable,
+                    rate: dict, reasons: list[str], jobs: int, ray: Optional[str]) -> bool:
+    """The units ``todo`` solved as parallel tasks (:func:`solve_parts` on :func:`_batches`),
+    largest first, each batch with a share of the time left proportional to its size times the
+    slots, until ``deadline`` (+ :data:`PART_GRACE`, then the rest are stopped). Units and regions
+    are updated as results come; the units of a task that failed keep their hints and ``reasons``
+    says why. Returns whether every exact part was proven optimal."""
+    ex = distribute.open_executor((graph.structure_copy(), hw), jobs=jobs, ray=ray, workers=workers,
+                                  warm="solverfuse.solve:warm_part_worker")
+    all_optimal = True
+    pending = _batches(units, todo, ex.slots)
+    left = sum(len(units[k].part) for k in todo)
+    try:
+        while pending or ex.idle() < ex.slots:
+            while pending and ex.idle() > 0:
+                batch = pending.pop(0)
+                size = sum(len(units[k].part) for k in batch)
+                remaining = deadline - time.monotonic() - TASK_OVERHEAD
+                share = min(remaining, remaining * ex.slots * size / max(left, 1))
+                left -= size
+                if share <= 0 or any(units[k].pre is not None and not _worth(units[k], time.monotonic() + share, rate)
+                                     for k in batch):
+                    all_optimal = False  # no time to build its models: they keep their hints
+                    continue
+                ex.submit(tuple(batch), "solverfuse.solve:solve_parts",
+                          ([(units[k].part, units[k].groups, units[k].pre is None) for k in batch], share,
+                           ex.task_workers, seed, max_groups, distribute.deadline_token(deadline)))
+            wait = deadline + PART_GRACE - time.monotonic()
+            outcomes = ex.wait(wait) if wait > 0 else ex.cancel_all("did not stop within the time limit; stopped")
+            for o in outcomes:
+                if not o.ok:
+                    all_optimal = False
+                    u = units[o.key[0]]
+                    what = (f"the part of {u.part[0]!r} ({len(u.part)} ops) kept its hint" if len(o.key) == 1 else
+                            f"{len(o.key)} parts ({sum(len(units[k].part) for k in o.key)} ops, the largest "
+                            f"that of {u.part[0]!r}) kept their hints")
+                    reasons.append(f"{what}: {o.reason}")
+                    continue
+                for k, r in zip(o.key, o.value):
+                    u = units[k]
+                    if sorted(v for g in r.groups for v in g) != sorted(u.part):
+                        raise InternalError(f"bug: a worker's groups for the part of {u.part[0]!r} do not cover it")
+                    report.variables += r.variables
+                    for name, n in r.formulations.items():
+                        report.formulations[name] = report.formulations.get(name, 0) + n
+                    if r.value < u.value:
+                        u.groups, u.value = r.groups, r.value
+                    if u.pre is not None:
+                        region = regions[u.region]
+                        region[0] = min(max(r.bound, region[0]), u.value)
+                        all_optimal = all_optimal and r.status == "optimal"
+                    notify(k, u.value, r.bound)
+    finally:
+        ex.close()
+    return all_optimal
 
 
 #: Share of the time limit the partition stage gets when recomputation is allowed.
@@ -590,4 +769,4 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "solve_time", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
+__all__ = ["solve", "solve_report", "solve_time", "solve_part", "solve_parts", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]

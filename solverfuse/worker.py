@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Callable, Optional, Union
 
-from . import cost, errors, greedy, zygote
+from . import cost, distribute, errors, greedy, tasks, zygote
 from .arguments import check_seed, check_time_limit, check_workers
 from .errors import InternalError, Interrupted, SolverfuseError
 from .graph import Graph
@@ -277,10 +277,14 @@ def child_main(fd: int, source: Optional[str], stamp: Optional[str]) -> None:
 
 def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed: int,
            with_hints: bool, hint: Optional[list], fault: Optional[str], covering: bool = False,
-           objective: str = "traffic") -> None:
+           objective: str = "traffic", jobs: int = 1, ray: Optional[str] = None,
+           part_fault: Optional[str] = None) -> None:
     from .solve import best_hint, solve_report, solve_time
     faulthandler.disable()
+    tasks.FAULT = part_fault
     try:
+        if ray is None and jobs != 1 and objective == "traffic" and not covering:
+            distribute.prestart()  # the part workers' interpreter imports while the hints run
         best = best_hint(graph, hw, [hint] if hint else [])
         best_traffic = cost.plan_traffic(graph, best)  # the parent has this one already
         if with_hints:
@@ -331,7 +335,7 @@ def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed
             return
         report = solve_report(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
                               hints=[best], progress=lambda s, t, b: conn.send(("progress", t, b)),
-                              covering=covering)
+                              covering=covering, jobs=1 if covering else jobs, ray=None if covering else ray)
         plan = report.plan.model_copy(update={"graph": None})
         conn.send(("done", plan, report.parts, report.largest_part, report.variables))
     except SolverfuseError as e:
@@ -344,7 +348,9 @@ def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed
         os._exit(0)
 
 
-def _fallback_plan(graph: Graph, hw: Hardware, groups: list) -> Plan:
+def fallback_plan(graph: Graph, hw: Hardware, groups: list) -> Plan:
+    """The plan of a legal partition ``groups`` returned when the solver could not finish:
+    strategy ``optimal``, status ``feasible``, bound the graph's floor (``cost.q_min``)."""
     return build_plan(graph, hw, groups, strategy="optimal", status="feasible",
                       bound_bytes=min(cost.q_min(graph), cost.plan_traffic(graph, groups)))
 
@@ -375,7 +381,7 @@ class _Spare:
                 if self.built[0] is groups:
                     return
             try:
-                plan = _fallback_plan(self.graph, self.hw, groups)
+                plan = fallback_plan(self.graph, self.hw, groups)
             except Exception:  # noqa: BLE001 -- get() rebuilds in the caller and raises there
                 return
             with self.lock:
@@ -392,7 +398,7 @@ class _Spare:
         with self.lock:
             if self.built[0] is groups or (self.built[0] is not None and thread is not None and thread.is_alive()):
                 return self.built[0], self.built[1].model_copy()
-        return groups, _fallback_plan(self.graph, self.hw, groups)
+        return groups, fallback_plan(self.graph, self.hw, groups)
 
 
 def _native_message(errfile) -> str:
@@ -427,7 +433,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
                     progress: Optional[Callable[[float, int, int], None]] = None,
                     started: Optional[float] = None, covering: bool = False,
                     objective: str = "traffic", worker: Optional[WorkerProcess] = None,
-                    source_stamp: Optional[str] = None) -> WorkerResult:
+                    source_stamp: Optional[str] = None, jobs: int = 1, ray: Optional[str] = None) -> WorkerResult:
     """The optimal plan of ``graph``, solved in a child process; never dies with the solver.
 
     ``hints``: compute every greedy baseline as a hint (in the child). ``progress(seconds,
@@ -437,11 +443,15 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     ``objective="time"``: least predicted run time (:func:`solverfuse.solve.solve_time`).
     ``worker``: a worker :func:`prestart` started earlier, used for the first attempt (and closed);
     ``source_stamp``: :func:`file_stamp` of the graph's file right after the caller loaded it --
-    equal to the worker's, the worker uses the copy it loaded itself.
+    equal to the worker's, the worker uses the copy it loaded itself. ``jobs`` (0: one per core)
+    and ``ray`` (a Ray cluster address or ``"auto"``): the child solves the graph's parts in
+    parallel (:mod:`solverfuse.distribute`); a part whose worker dies keeps its hint and
+    ``plan.reason`` says so.
     """
     start = time.monotonic() if started is None else started
     time_limit = check_time_limit(time_limit)
     workers, seed = check_workers(workers), check_seed(seed)
+    jobs, ray = distribute.check_jobs(jobs), distribute.check_ray(ray)
     hw = load_hardware(hw)
     alone = [[v] for v in graph.index.order]
     deadline = start + time_limit
@@ -466,7 +476,8 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
             proc, recv, errfile = child.proc, child.recv, child.errfile
             same = child.stamp is not None and child.stamp == source_stamp
             child.send_args((None if same else structure, hw, deadline, n_workers, seed, hints and attempts == 1,
-                             best, _fault_for(attempts), covering, objective))
+                             best, _fault_for(attempts), covering, objective, jobs, ray,
+                             tasks.FAULT if attempts == 1 else None))
             while True:
                 wait = deadline + GRACE - time.monotonic()
                 if wait <= 0:
@@ -534,4 +545,4 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     return result
 
 
-__all__ = ["solve_in_worker", "prestart", "file_stamp", "WorkerProcess", "WorkerResult", "GRACE", "FAULT"]
+__all__ = ["solve_in_worker", "fallback_plan", "prestart", "file_stamp", "WorkerProcess", "WorkerResult", "GRACE", "FAULT"]
