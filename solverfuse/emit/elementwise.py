@@ -30,7 +30,13 @@ def _gelu(at, a, ct):
     if attr_str(at.get("approximate"), "none") == "tanh":
         c = lit(math.sqrt(2 / math.pi), ct)
         return f"({half} * {a} * ({one} + tanh({c} * ({a} + {lit(0.044715, ct)} * {a} * {a} * {a}))))"
-    return f"({half} * {a} * ({one} + erf({a} * {lit(1 / math.sqrt(2), ct)})))"
+    return f"({half} * {a} * ({one} + {_erf(ct)}({a} * {lit(1 / math.sqrt(2), ct)})))"
+
+
+def _erf(ct: str) -> str:
+    """The C erf for ``ct``: the prelude's vectorisable rational ``sf_erff`` for float (see
+    emit/ctext.py), tgmath's ``erf`` otherwise."""
+    return "sf_erff" if ct == "float" else "erf"
 
 
 UNARY = {
@@ -42,7 +48,7 @@ UNARY = {
     "Exp": lambda at, a, ct: f"exp({a})",
     "Log": lambda at, a, ct: f"log({a})",
     "Tanh": lambda at, a, ct: f"tanh({a})",
-    "Erf": lambda at, a, ct: f"erf({a})",
+    "Erf": lambda at, a, ct: f"{_erf(ct)}({a})",
     "Sin": lambda at, a, ct: f"sin({a})",
     "Cos": lambda at, a, ct: f"cos({a})",
     "Floor": lambda at, a, ct: f"floor({a})",
