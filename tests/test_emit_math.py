@@ -73,3 +73,16 @@ def test_the_loop_calling_erf_vectorises(threads, tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, check=True)
     vec = {int(m.group(1)) for m in re.finditer(r"model\.c:(\d+):\d+: optimized: loop vectorized", r.stderr)}
     assert loop in vec, f"the loop at line {loop} ({src[loop - 1].strip()}) calling sf_erff is not vectorised"
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_row_loop_softmax_keeps_its_exponentials(op, cache):
+    """x + mask then (Log)Softmax over rows, one group: a row loop; Softmax keeps each row's
+    exponentials in a stack array (one exp per element), LogSoftmax has none to keep."""
+    g = graph({"x": [48, 77], "m": {"shape": [77], "constant": True}}, ["x"], ["y"],
+              [("a", "Add", ["x", "m"], ["h"]), ("s", op, ["h"], ["y"], {"axis": -1})])
+    src = render(build_plan(g, HW, [["a", "s"]], strategy="t"), g)["model.c"]
+    assert ("float E" in src) == (op == "Softmax")
+    assert src.count("exp(") == 1  # the statistics loop only
+    check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
+    check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
