@@ -20,9 +20,9 @@ def _row_index(k, node, idx, rshape):
     return linear(rshape, tuple("0" if d == 1 else i for i, d in zip(idx, rshape)))
 
 
-#: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (16 KiB):
-#: the output loop then multiplies instead of calling exp again.
-ROW_EXP_MAX = 4096
+#: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
+#: the l1_overflow motif has 4,912): the output loop then multiplies instead of calling exp again.
+ROW_EXP_MAX = 16384
 
 
 def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
