@@ -11,7 +11,8 @@ each kernel (the plan rendered with a clock around every kernel call of the driv
 where our C loses. Plans are cached under ``--cache`` (the solver is deterministic with one
 worker). Results go to ``benchmarks/results/transformers.md``.
 
-    PYTHONPATH=. python benchmarks/transformers_speed.py [--rounds 7] [--models bert_ts,t5_dynamo]
+    PYTHONPATH=. python benchmarks/transformers_speed.py [--rounds 7] [--models bert_ts,t5_dynamo] [--profile]
+    PYTHONPATH=. python benchmarks/transformers_speed.py --models none --motifs --append
 """
 from __future__ import annotations
 
@@ -229,7 +230,6 @@ def motif_bandwidth(threads: int, rounds: int, factor: float, cache: str) -> lis
         out.append(f"| {name} | {len(plan.groups)} | {plan.traffic_bytes / 1e6:.1f} MB | {1e3 * c:.1f} | {gbs:.1f} "
                    f"| {tgbs:.1f} | {100 * gbs / tgbs:.0f}% |")
         print(out[-1], flush=True)
-        del prog
     return out
 
 
@@ -238,15 +238,16 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--models", help="comma-separated stems (default: every exported model)")
+    ap.add_argument("--models", help="comma-separated stems (default: every exported model; 'none': no model)")
     ap.add_argument("--profile", action="store_true", help="per-kernel times of the optimal plan")
     ap.add_argument("--motifs", action="store_true", help="also the motifs' achieved bandwidth vs the triad")
     ap.add_argument("--factor", type=float, default=2.0, help="motif tensor size / LLC")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-transformers-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "transformers.md"))
+    ap.add_argument("--append", action="store_true", help="add this run's text to --out")
     args = ap.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
-    names = args.models.split(",") if args.models else model_names()
+    names = [] if args.models == "none" else args.models.split(",") if args.models else model_names()
     started, load0 = time.time(), os.getloadavg()
     rows = []
     motifs = motif_bandwidth(1, args.rounds, args.factor, str(Path(args.cache) / "c")) if args.motifs else []
@@ -267,8 +268,10 @@ def main(argv=None) -> int:
             f"**Noise:** a shared machine (2 cores, other jobs running): load average {load0[0]:.1f} at the start, "
             f"{load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; run time {time.time() - started:.0f} s. "
             "Absolute times are not comparable between runs; read the ratios of one run.", "",
-            f"Machine: {machine.describe().get('cpu', '')}", "", *tables(rows, threads)] + (["", "## Memory-bound motifs: achieved bandwidth", "", *motifs] if motifs else [])
-    print(write_results(args.out, text, False))
+            f"Machine: {machine.describe().get('cpu', '')}", ""]
+    text += tables(rows, threads) if rows else []
+    text += ["", "## Memory-bound motifs: achieved bandwidth", "", *motifs] if motifs else []
+    print(write_results(args.out, text, args.append))
     return 0
 
 
