@@ -5,10 +5,10 @@ output element, asking the kernel for its inputs at mapped indices (``k.value(te
 * ``NARY`` -- broadcasting ops ``(k, attrs, values, ctype, input ctypes) -> expr`` (broadcasting
   is index arithmetic: a size-1 input dim reads index 0);
 * ``INDEX_MAPS`` -- layout ops (Transpose, Reshape, Slice, Concat, Split, ...) as index maps;
-* ``STRUCTURED`` -- broadcast ops with structure (BatchNormalization, Clip, Cast).
+* ``STRUCTURED`` -- broadcast ops with structure (BatchNormalization, Clip, Cast, Pow by a known exponent).
 
 >>> sorted(UNARY)[:4], "Concat" in INDEX_MAPS, sorted(STRUCTURED)
-(['Abs', 'Ceil', 'Cos', 'Elu'], True, ['BatchNormalization', 'Cast', 'Clip'])
+(['Abs', 'Ceil', 'Cos', 'Elu'], True, ['BatchNormalization', 'Cast', 'Clip', 'Pow'])
 """
 from __future__ import annotations
 
