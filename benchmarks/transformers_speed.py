@@ -104,8 +104,7 @@ def profile(plan, g, feeds: dict, consts: dict, threads: int, cache: str, repeat
     """(seconds per run, group index, ops) of every kernel call, slowest first: the plan's C with a
     time-stamp counter read around each call of the driver (one translation unit), the fewest
     cycles of each call over ``repeats`` runs (other jobs only add time); their shares scale the
-    program's fastest run (clock_gettime is a system call on this
-    VM's clock source, ~3 µs: around every call it tripled a 70 µs run). x86-64 + GCC only."""
+    program's fastest run. x86-64 + GCC only."""
     files = render(plan, g, threads=threads, units=1)
     files.pop("buffers.json")
     head, sep, body = files["model.c"].partition("int sf_run(void *const *B)")
