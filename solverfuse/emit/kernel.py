@@ -27,7 +27,26 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from .. import cost
 from ..graph import Graph
+from ..ops import numel
 from .cexpr import ctype, is_simple, linear, lit
+
+#: Below this much work (flops + elements read and written) a kernel runs on one thread: waking
+
+
+PARALLEL_MIN_WORK = 1 << 18
+
+
+def kernel_work(graph: Graph, nodes: Sequence[str]) -> int:
+    """Flops plus elements read and written of a group: what decides whether threads pay off.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [8, 16]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> kernel_work(g, ["r"])
+    384
+    """
+    tensors = list(cost.group_reads(graph, nodes)) + list(cost.group_writes(graph, nodes))
+    return cost.group_flops(graph, nodes) + sum(numel(graph.tensors[t].shape) for t in tensors)
 
 #: ``lower(kernel, node, output position, index) -> C expression`` of one output element.
 Lowering = Callable[..., str]
@@ -100,7 +119,9 @@ class Kernel:
         self.reads = cost.group_reads(graph, nodes)
         # as the plan states: a /2 plan's recomputed ops write less than cost.group_writes
         self.writes = cost.group_writes(graph, nodes) if writes is None else list(writes)
-        self.counters, self.threads = counters, threads
+        self.counters = counters
+        # a kernel with too little work to share runs serial: no parallel region at all
+        self.threads = threads if threads > 1 and kernel_work(graph, nodes) >= PARALLEL_MIN_WORK else 1
         self.gathered = gathered_reads(graph, nodes)
         self.lower = lower
         self.first_slot = first_slot   # arena slots of this kernel: B[first_slot], B[first_slot + 1], ...

@@ -21,9 +21,15 @@ def _row_index(k, node, idx, rshape):
     return linear(rshape, tuple("0" if d == 1 else i for i, d in zip(idx, rshape)))
 
 
-def _softmax_loops(k, x, at, n, row=None):
+#: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
+#: the l1_overflow motif has 4,912): the output loop then multiplies instead of calling exp again.
+ROW_EXP_MAX = 16384
+
+
+def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     """Row max ``m`` then ``s`` = sum of exp(x - m) (double accumulator): two loops the compiler
-    vectorises (vector exp, lane-wise max and sum), where one online loop could not be."""
+    vectorises (vector exp, lane-wise max and sum), where one online loop could not be.
+    ``keep_exp``: the exponentials also go to a row array, returned third (else None)."""
     copy = _row_copy(k, x) if row is not None else None
     m, s = k.fresh("m"), k.fresh("s")
     k.line(f"float {m} = -INFINITY; double {s} = 0;")
@@ -33,9 +39,17 @@ def _softmax_loops(k, x, at, n, row=None):
         if copy is not None:
             k.line(f"{copy}[{j}] = {v};")
     _row_copied(k, x, row, copy)
+    ex = k.fresh("E") if keep_exp else None
+    if ex:
+        k.line(f"float {ex}[{n}];")
     with k.loops([n], simd=f"reduction(+:{s})") as (j,):
-        k.line(f"{s} += exp({k.value(x, at(j))} - {m});")
-    return m, s
+        if ex:
+            e = k.fresh("e")
+            k.line(f"const float {e} = exp({k.value(x, at(j))} - {m});")
+            k.line(f"{ex}[{j}] = {e}; {s} += {e};")
+        else:
+            k.line(f"{s} += exp({k.value(x, at(j))} - {m});")
+    return m, s, ex
 
 
 def softmax_stats(k, node, row=None):
@@ -46,18 +60,22 @@ def softmax_stats(k, node, row=None):
     axis = node.attributes.get("axis", -1) % len(shape)
     rshape = tuple(1 if i == axis else d for i, d in enumerate(shape))
     if row is not None:
-        m, s = _softmax_loops(k, x, lambda j: tuple(row) + (j,), shape[axis], tuple(row))
+        keep = node.op == "Softmax" and shape[axis] <= ROW_EXP_MAX
+        m, s, ex = _softmax_loops(k, x, lambda j: tuple(row) + (j,), shape[axis], tuple(row), keep)
         a, b = k.fresh("rmax"), k.fresh("rnorm")
-        if node.op == "Softmax":
+        if ex:
+            a = m  # the output reads the kept exponentials, not the max
+            k.line(f"const float {b} = (float)(1.0 / {s});")
+        elif node.op == "Softmax":
             k.line(f"const float {a} = {m}, {b} = (float)(1.0 / {s});")
         else:
             k.line(f"const float {a} = (float)((double){m} + log({s}));")
-        k.stats[node.name] = {"a": a, "b": b, "row": True}
+        k.stats[node.name] = {"a": a, "b": b, "row": True, "exp": ex}
         return
     mx, sm = k.alloc("float", numel(rshape), "row max"), k.alloc("float", numel(rshape), "row normaliser")
     k.line(f"/* pass: {node.op} row statistics (online max and sum of exponentials) */")
     with k.loops(rshape, parallel=True) as idx:
-        m, s = _softmax_loops(k, x, lambda j: idx[:axis] + (j,) + idx[axis + 1:], shape[axis])
+        m, s, _ = _softmax_loops(k, x, lambda j: idx[:axis] + (j,) + idx[axis + 1:], shape[axis])
         r = linear(rshape, idx)
         if node.op == "Softmax":
             k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = (float)(1.0 / {s});")
@@ -183,6 +201,9 @@ def _stat(k, node, idx):
 
 def _softmax_expr(k, node, pos, idx):
     a, b = _stat(k, node, idx)
+    ex = k.stats[node.name].get("exp")
+    if ex:  # a row loop's Softmax: this row's exponentials are kept, indexed along the axis
+        return f"{ex}[{idx[node.attributes.get('axis', -1) % len(idx)]}] * {b}"
     x = k.value(node.inputs[0], idx)
     if node.op == "Softmax":
         return f"exp({x} - {a}) * {b}"
