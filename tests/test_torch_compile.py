@@ -120,3 +120,25 @@ def test_backend_matches_eager_on_a_transformer(name):
     report = st.last_report()
     multi = [g for g in report.groups if len(g.nodes) > 1]
     assert multi and all(g.fused or g.reasons for g in multi)
+
+
+
+def test_a_value_recomputed_in_three_kernels_reads_its_table_in_each(hw):
+    """llama's residual stream starts as an embedding lookup that Inductor never stores: the
+    generated code has three loop kernels computing it (their names list ``embedding``); the
+    recorded loads say the same. Two of them also read a value computed from the lookup
+    (through the attention or the MLP), so the covering reading, whose groups are convex, reads
+    the lookup's result from memory there and says so."""
+    from torch._inductor.utils import run_and_get_code
+    model, inputs = MODELS["llama"]()
+    ep = st.export_for_inductor(model, inputs)
+    real = st.plan_from_exported(ep, inputs, hw, name="llama")
+    with torch.no_grad():
+        _, codes = run_and_get_code(torch.compile(ep.module()), *inputs)
+    body = "\n".join(codes)
+    generated = set(re.findall(r"^\s+(cpp_fused_\w*embedding\w*)\(", body[body.index("def call("):], re.M))
+    table = next(t for t in real.graph.tensors if "embed_tokens" in t)
+    loading = [k for k in real.kernels if k.kind == "fused" and table in k.reads]
+    assert len(generated) == len(loading) == 3
+    assert [g.name for g in real.covering.groups if "embedding" in g.nodes] == ["k0"]
+    assert any("'embedding' read from memory" in r and "not convex" in r for r in real.covering_repaired)
