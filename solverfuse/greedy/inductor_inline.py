@@ -116,7 +116,17 @@ def _inputs_in_loop(graph: Graph, v: str) -> list[str]:
 def lowered_kernels(graph: Graph, hw: Hardware) -> dict[str, frozenset]:
     """Lowering: each stored op (:func:`realised`) with the unstored ops its loop computes, keyed
     by the stored op; an inlined producer that would make a kernel illegal or non-convex is
-    stored instead (and then has a kernel of its own)."""
+    stored instead (and then has a kernel of its own).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Neg", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "Abs", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> sorted((s, sorted(m)) for s, m in lowered_kernels(g, load_hardware("nvidia-h100")).items())
+    [('b', ['a', 'b']), ('c', ['a', 'c'])]
+    """
     node, pos = graph.index.node, graph.index.position
     stored = realised(graph)
     todo = sorted(stored, key=pos.__getitem__)

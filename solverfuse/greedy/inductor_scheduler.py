@@ -28,7 +28,16 @@ INDUCTOR_STORED_ROLES = frozenset({"reduction", "anchor", "opaque", "window"})
 
 def reads_from_memory(graph: Graph, consumer: str, tensor: str) -> bool:
     """Whether ``consumer`` needs ``tensor`` in a buffer (an extern call's or a ConcatKernel's
-    argument, a gather's data); an in-loop consumer computes it in place instead."""
+    argument, a gather's data); an in-loop consumer computes it in place instead.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 4]}, "w": {"shape": [4, 4], "constant": True}},
+    ...     "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "mm", "op": "MatMul", "inputs": ["h", "w"], "outputs": ["y"]}]})
+    >>> reads_from_memory(g, "mm", "h"), reads_from_memory(g, "e", "x")
+    (True, False)
+    """
     n = graph.index.node[consumer]
     if n.op == "Concat" or cost.role(graph, consumer) in MATERIALISED_INPUT_ROLES:
         return True
@@ -131,7 +140,16 @@ def inline_homes(graph: Graph, stored: set[str]) -> dict[str, str]:
 
 
 def iteration_numel(graph: Graph, v: str) -> int:
-    """The loop a stored op runs: its output's elements, a reduction's input's."""
+    """The loop a stored op runs: its output's elements, a reduction's input's (Inductor's CPU
+    backend fuses two scheduler nodes only when they run the same loop).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 8]}}, "inputs": ["x"], "outputs": ["s"],
+    ...     "nodes": [{"name": "r", "op": "ReduceSum", "inputs": ["x"], "outputs": ["s"],
+    ...                "attributes": {"axes": [1], "keepdims": 1}}]})
+    >>> iteration_numel(g, "r")
+    32
+    """
     n = graph.index.node[v]
     t = n.inputs[0] if cost.role(graph, v) == "reduction" and n.inputs and n.inputs[0] else n.outputs[0]
     return numel(graph.tensors[t].shape)

@@ -293,7 +293,19 @@ def real_covering(graph: Graph, kernels: list[Kernel], hw, repairs: Optional[lis
     ops no kernel computes, and groups our rules reject are handled as :func:`real_partition`
     does; an op dropped from a kernel (convexity, a rule) is read from memory there, written by
     the kernel that stores it (or, when it is stored nowhere, by the first other kernel computing
-    it, or a kernel of its own)."""
+    it, or a kernel of its own).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 4]}}, "inputs": ["x"], "outputs": ["s", "y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "r", "op": "ReduceSum", "inputs": ["h"], "outputs": ["s"],
+    ...                "attributes": {"axes": [1], "keepdims": 1}},
+    ...               {"name": "b", "op": "Neg", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> ks = [Kernel("op0", "fused", ["r"], ["a", "r"], reads=["x"]),
+    ...       Kernel("op1", "fused", ["b"], ["a", "b"], reads=["x"])]  # relu computed in both loops
+    >>> [(k.nodes, k.writes) for k in real_covering(g, ks, None)[0]]
+    [(('a', 'r'), ('s',)), (('a', 'b'), ('y',))]
+    """
     from ..cost import role
     strong: set[str] = set()
     groups, names, _ = real_partition(graph, kernels, hw, strong_out=strong)  # homes, views, no-kernel ops
