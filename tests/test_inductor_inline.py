@@ -91,3 +91,37 @@ def test_random_dags_valid_and_never_better_than_the_covering_oracle(case):
     plan = greedy.recomputing_plan(g, hw, "inductor")
     validate(plan, g, hw)
     assert plan.traffic_bytes >= brute_force_covering(g, hw)[0]
+
+
+SOFTMAX = {"name": "softmax", "tensors": {"x": {"shape": [2, 16777216]}}, "inputs": ["x"], "outputs": ["y"],
+           "nodes": [{"name": "max", "op": "ReduceMax", "inputs": ["x"], "outputs": ["m"], "attributes": {"axes": [1], "keepdims": 1}},
+                     {"name": "sub", "op": "Sub", "inputs": ["x", "m"], "outputs": ["d"]},
+                     {"name": "exp", "op": "Exp", "inputs": ["d"], "outputs": ["e"]},
+                     {"name": "sum", "op": "ReduceSum", "inputs": ["e"], "outputs": ["s"], "attributes": {"axes": [1], "keepdims": 1}},
+                     {"name": "div", "op": "Div", "inputs": ["e", "s"], "outputs": ["y"]}]}
+
+
+def test_long_softmax_rows_run_as_one_looped_kernel():
+    # issue 12: torch.compile runs a softmax over 16M-float rows as one kernel of three loops,
+    # the exponent recomputed in the last: three reads of X and one write of Y
+    g = load_graph(SOFTMAX)
+    plan = greedy.recomputing_plan(g, H100, "inductor")
+    x = 2 * 16777216 * 4
+    assert [(k.nodes, k.passes) for k in plan.groups] == [(["max", "sub", "exp", "sum", "div"], 3)]
+    part = greedy.greedy_plan(g, H100, "inductor").traffic_bytes  # three kernels: x read twice, e written and read
+    assert plan.traffic_bytes == 4 * x and part == 5 * x + 4 * 8  # (+ the row maxima and sums, written and read)
+
+
+def test_looped_kernel_runs_and_counts_what_it_plans(tmp_path):
+    # the same softmax on rows a 64-byte L1 cannot hold (16 floats): emitted, vs the reference
+    micro = H100.model_copy(update={"name": "micro-l1", "l1_bytes": 64})
+    spec = {**SOFTMAX, "tensors": {"x": {"shape": [4, 16]}}}
+    g = load_graph(spec)
+    plan = greedy.recomputing_plan(g, micro, "inductor")
+    assert [k.passes for k in plan.groups] == [3]
+    validate(plan, g, micro)
+    prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path, counters=True)
+    ins = random_inputs(g, seed=5)
+    out, ref = prog.run(ins, {}), reference_outputs(g, ins, {}, engine="reference")
+    np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-5, atol=1e-7)
+    assert [c["read_bytes"] + c["written_bytes"] for c in prog.counters] == [plan.traffic_bytes] == [4 * 4 * 16 * 4]

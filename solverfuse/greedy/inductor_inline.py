@@ -26,6 +26,10 @@ first, which writes it for the others. Inductor instead *recomputes* it in each 
   proximity), fused while ``can_fuse`` (no extern call or Concat, at most ``max_fusion_size`` = 64
   scheduler nodes, one loop size, a common tensor, legal and convex union) and the kernels still
   run in some order;
+* a kernel is legal as one pass or, when a row does not fit on chip, as a looped kernel
+  (:func:`one_kernel_violation`): Inductor's CPU kernel runs a reduction and its consumers as
+  loops one after another over each row, recomputing the inlined values in each loop (a softmax
+  over 16M-float rows: one kernel of three loops, 4 x |X|);
 * views only extern calls, gathers or Concat read, and output views, are placed as the
   partition places them (:func:`~.inductor_scheduler.fold_views`): folded into a call's strides
   (a free view kernel), copied, or written by their source's kernel.
@@ -52,6 +56,7 @@ from __future__ import annotations
 from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
+from ..mapping import loop_passes
 from ..ops import MATERIALISED_INPUT_ROLES
 from ..plans import convexity_violation
 from .inductor_scheduler import INDUCTOR_MAX_FUSION_SIZE, INDUCTOR_PAIRWISE_ATTEMPTS, INDUCTOR_ROUNDS, \
@@ -104,6 +109,28 @@ def realised(graph: Graph) -> set[str]:
     return stored
 
 
+def one_kernel_violation(graph: Graph, nodes: list[str], hw: Hardware) -> str | None:
+    """Why ``nodes`` cannot run as one Inductor kernel (None when they can): our rules and
+    capacity as one pass, or else as a looped kernel -- Inductor's CPU kernel runs a reduction and
+    its consumers as loops one after another over each row, re-reading the row
+    (:func:`solverfuse.cost.kernel_violation` with :func:`solverfuse.mapping.loop_passes` passes).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 16777216]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "m", "op": "ReduceMax", "inputs": ["x"], "outputs": ["mx"],
+    ...                "attributes": {"axes": [1], "keepdims": 1}},
+    ...               {"name": "s", "op": "Sub", "inputs": ["x", "mx"], "outputs": ["y"]}]})
+    >>> h100 = load_hardware("nvidia-h100")
+    >>> cost.group_violation(g, ["m", "s"], h100) is None, one_kernel_violation(g, ["m", "s"], h100)
+    (False, None)
+    """
+    why = cost.group_violation(graph, nodes, hw)
+    if why is None or loop_passes(graph, nodes) < 2:
+        return why
+    return cost.kernel_violation(graph, nodes, hw, loop_passes(graph, nodes))
+
+
 def _inputs_in_loop(graph: Graph, v: str) -> list[str]:
     """Producers of ``v`` that ``v``'s loop may compute (not read from memory)."""
     node, producer = graph.index.node[v], graph.index.producer
@@ -140,7 +167,7 @@ def lowered_kernels(graph: Graph, hw: Hardware) -> dict[str, frozenset]:
             if p in mine or p in stored:
                 continue
             trial = sorted(mine | {p}, key=pos.__getitem__)
-            if cost.group_violation(graph, trial, hw) or convexity_violation(graph, trial):
+            if one_kernel_violation(graph, trial, hw) or convexity_violation(graph, trial):
                 if node[p].op not in INDUCTOR_VIEW_OPS:  # a view is an index expression, never stored:
                     stored.add(p)                        # placed as the partition places it
                     todo.append(p)
@@ -153,8 +180,8 @@ def lowered_kernels(graph: Graph, hw: Hardware) -> dict[str, frozenset]:
 
 
 def inductor_kernels(graph: Graph, hw: Hardware) -> list[cost.Kernel]:
-    """Inductor's kernels with its lowering's recomputation (see the module doc): a covering
-    whose kernels all run in one pass."""
+    """Inductor's kernels with its lowering's recomputation (see the module doc): a covering;
+    a kernel whose rows do not fit on chip makes :func:`~solverfuse.mapping.loop_passes` passes."""
     pos = graph.index.position
     lowered = lowered_kernels(graph, hw)
     heads = sorted(lowered, key=pos.__getitem__)
@@ -186,7 +213,7 @@ def inductor_kernels(graph: Graph, hw: Hardware) -> list[cost.Kernel]:
         if len(stored_in[a]) + len(stored_in[b]) > INDUCTOR_MAX_FUSION_SIZE or len(loops(a) | loops(b)) > 1:
             return False
         nodes = ks.nodes(ks.ops[a] | ks.ops[b])
-        return shared(a, b) >= 1 and cost.group_violation(graph, nodes, hw) is None \
+        return shared(a, b) >= 1 and one_kernel_violation(graph, nodes, hw) is None \
             and convexity_violation(graph, nodes) is None
 
     def first(k: int) -> int:
@@ -236,7 +263,8 @@ def inductor_kernels(graph: Graph, hw: Hardware) -> list[cost.Kernel]:
             ks.replace(a, old_a)
         if len(ks.ops) == before:
             break
-    return ks.kernels()
+    return [k if cost.group_violation(graph, k.nodes, hw) is None else k._replace(passes=loop_passes(graph, k.nodes))
+            for k in ks.kernels()]
 
 
 def _place_views(graph: Graph, hw: Hardware, ks: Kernels, stored_in: dict[int, set]) -> None:
