@@ -18,6 +18,7 @@ from solverfuse.hardware import load_hardware
 from solverfuse.oracle import brute_force_covering
 from solverfuse.plans import FORMAT_COVERING, validate
 from solverfuse.sources import load_graph
+from tests.test_covering import fork_case
 from tests.test_oracle import small_case
 
 H100 = load_hardware("nvidia-h100")
@@ -82,6 +83,16 @@ def test_examples_give_valid_plans_no_worse_than_unfused(path):
     plan = greedy.recomputing_plan(g, H100, "inductor")
     validate(plan, g, H100)
     assert cost.q_min(g) <= plan.traffic_bytes <= cost.unfused_traffic(g)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fork_case())
+def test_random_forks_valid_and_never_better_than_the_covering_oracle(case):
+    # forks are where Inductor recomputes (about one case in eight here)
+    g, hw = case
+    plan = greedy.recomputing_plan(g, hw, "inductor")
+    validate(plan, g, hw)
+    assert plan.traffic_bytes >= brute_force_covering(g, hw)[0]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
