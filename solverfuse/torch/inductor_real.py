@@ -10,8 +10,14 @@ graph): an FX node belongs to the kernel that writes the buffer it is the ``orig
 a node Inductor inlined (a pointwise op or view computed inside its consumers' loops, a view
 folded into an extern GEMM's strides) belongs to the first non-extern kernel whose origins list
 it, or is alone (a view-only group moves no bytes). Extern kernels (mm, conv, SDPA) are groups
-of their own. :func:`inductor_plan` validates the partition with :func:`solverfuse.plans.build_plan`
+of their own; a ConcatKernel's inputs are written into its buffer by the kernels its input
+buffers name. :func:`inductor_plan` validates the partition with :func:`solverfuse.plans.build_plan`
 and reports every group our rules reject instead of dropping it.
+
+:func:`real_covering` reads the same kernels as a covering (``RealPlan.covering``, a
+``solverfuse-plan/2`` plan when Inductor recomputes something): an op Inductor computes inside the
+loops of several kernels (an unstored pointwise value or view) is in each of them, told apart from
+a stored value by the loads each scheduler node records (``Kernel.reads``).
 """
 from __future__ import annotations
 
