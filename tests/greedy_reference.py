@@ -557,7 +557,8 @@ def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
     kernel of their own (a copy). A view with no consumer, or a graph output
     read by nobody, stays alone -- except a view (not a clone) nobody reads of an in-loop op's
     value, which that op's kernel writes; a view read only by Concats (or by such views) is
-    alone (each ConcatKernel input a kernel of its own); a clone between the transpose and the
+    alone (each ConcatKernel input a kernel of its own) -- a view read only by such views is in the
+    first one's kernel (that loop computes it); a clone between the transpose and the
     reshape is the copy (no head is copied then). A group our rules then reject loses its views (each alone); a
     view that makes its group non-convex stays alone; if the plan stays cyclic, nothing moves."""
     views = [v for v in p.order if p.node[v].op in INDUCTOR_VIEWS]
@@ -576,6 +577,10 @@ def inductor_views(p: Plain, groups: list[list[str]]) -> list[list[str]]:
             continue
         if not cons:
             label[v] = ("v", v)
+            continue
+        if all(w in to_concat for w in cons):  # computed in the loop writing that slice
+            to_concat.add(v)
+            label[v] = label[min(cons, key=p.pos.__getitem__)]
             continue
         if all(p.node[w].op == "Concat" or w in to_concat for w in cons):
             to_concat.add(v)

@@ -8,7 +8,8 @@ every group convex with an acyclic quotient graph (:meth:`Partition.why_not`).
 
 One module per baseline: ``merging`` (the shared merge bookkeeping: legality + cycle check), ``tvm_fuse_ops``,
 ``xla_priority``, ``inductor_scheduler``, ``guide_flow``; ``xla_recompute`` is XLA's priority fusion
-with producer duplication, a covering plan (:data:`RECOMPUTING`, :func:`recomputing_plan`).
+with producer duplication and ``inductor_inline`` Inductor's lowering recomputing inlined pointwise
+values in every consumer's loop, both covering plans (:data:`RECOMPUTING`, :func:`recomputing_plan`).
 
 >>> from solverfuse.graph import load_graph
 >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
@@ -28,6 +29,7 @@ from ..graph import Graph
 from ..hardware import Hardware, load_hardware
 from ..plans import Plan, build_covering_plan, build_plan
 from .guide_flow import guide, memory_bound
+from .inductor_inline import inductor_kernels
 from .inductor_scheduler import INDUCTOR_MAX_FUSION_SIZE, INDUCTOR_PAIRWISE_ATTEMPTS, INDUCTOR_ROUNDS, inductor
 from .merging import Partition, has_role
 from .tvm_fuse_ops import TVM_KIND, TVM_KIND_OVERRIDE, TVM_MAX_FUSED_OPS, tvm, tvm_kind
@@ -55,6 +57,7 @@ STRATEGIES: dict[str, Callable[[Graph, Hardware], list[list[str]]]] = {
 #: partitions also seed the solver.
 RECOMPUTING: dict[str, Callable[[Graph, Hardware], list]] = {
     "xla": xla_kernels,
+    "inductor": inductor_kernels,
 }
 
 
@@ -84,7 +87,7 @@ def greedy_plan(graph: Graph, hardware: Union[str, Hardware], name: str) -> Plan
     return build_plan(graph, hw, STRATEGIES[name](graph, hw), strategy=name, status="heuristic")
 
 
-__all__ = ["STRATEGIES", "RECOMPUTING", "greedy_plan", "recomputing_plan", "xla_kernels", "Partition", "has_role", "unfused", "tvm", "xla", "inductor",
+__all__ = ["STRATEGIES", "RECOMPUTING", "greedy_plan", "recomputing_plan", "xla_kernels", "inductor_kernels", "Partition", "has_role", "unfused", "tvm", "xla", "inductor",
            "guide", "tvm_kind", "memory_bound", "TVM_KIND", "TVM_KIND_OVERRIDE", "TVM_MAX_FUSED_OPS",
            "XLA_LAUNCH_OVERHEAD_S", "XLA_MAX_OPERANDS_AND_OUTPUTS", "INDUCTOR_MAX_FUSION_SIZE",
            "INDUCTOR_PAIRWISE_ATTEMPTS", "INDUCTOR_ROUNDS"]

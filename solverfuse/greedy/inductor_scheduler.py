@@ -26,9 +26,18 @@ INDUCTOR_REALIZE_READS = 4
 INDUCTOR_STORED_ROLES = frozenset({"reduction", "anchor", "opaque", "window"})
 
 
-def _reads_from_memory(graph: Graph, consumer: str, tensor: str) -> bool:
+def reads_from_memory(graph: Graph, consumer: str, tensor: str) -> bool:
     """Whether ``consumer`` needs ``tensor`` in a buffer (an extern call's or a ConcatKernel's
-    argument, a gather's data); an in-loop consumer computes it in place instead."""
+    argument, a gather's data); an in-loop consumer computes it in place instead.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 4]}, "w": {"shape": [4, 4], "constant": True}},
+    ...     "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "e", "op": "Exp", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "mm", "op": "MatMul", "inputs": ["h", "w"], "outputs": ["y"]}]})
+    >>> reads_from_memory(g, "mm", "h"), reads_from_memory(g, "e", "x")
+    (True, False)
+    """
     n = graph.index.node[consumer]
     if n.op == "Concat" or cost.role(graph, consumer) in MATERIALISED_INPUT_ROLES:
         return True
@@ -60,7 +69,7 @@ def realised_ops(graph: Graph) -> set[str]:
     op is inlined into the loops of its consumers (recomputed in each when there are several).
 
     Stored: reductions, extern and window calls (and a Concat), graph outputs, an op an extern
-    call, a ConcatKernel or a gather's data needs in memory (:func:`_reads_from_memory`, looking
+    call, a ConcatKernel or a gather's data needs in memory (:func:`reads_from_memory`, looking
     through views), and an op read by several consumers whose inlined expression reads more than
     ``realize_reads_threshold`` = 4 buffers (``StorageBox.mark_reuse``).
 
@@ -93,7 +102,7 @@ def realised_ops(graph: Graph) -> set[str]:
         reads[v] = frozenset(mine)
         users = eff[v]
         if (node[v].op == "Concat" or cost.role(graph, v) in INDUCTOR_STORED_ROLES
-                or any(w == "" or _reads_from_memory(graph, w, t) for w, t in users)
+                or any(w == "" or reads_from_memory(graph, w, t) for w, t in users)
                 or (len({w for w, _ in users}) > 1 and len(reads[v]) > INDUCTOR_REALIZE_READS)):
             stored.add(v)
     return stored
@@ -117,7 +126,7 @@ def inline_homes(graph: Graph, stored: set[str]) -> dict[str, str]:
     home: dict[str, str] = {}
     for v in reversed(order):
         if node[v].op in INDUCTOR_VIEW_OPS:
-            users = sorted({w for w, t in eff[v] if w in home and not _reads_from_memory(graph, w, t)},
+            users = sorted({w for w, t in eff[v] if w in home and not reads_from_memory(graph, w, t)},
                            key=pos.__getitem__)
             if users:
                 home[v] = home[users[0]]
@@ -130,8 +139,17 @@ def inline_homes(graph: Graph, stored: set[str]) -> dict[str, str]:
     return home
 
 
-def _iteration_numel(graph: Graph, v: str) -> int:
-    """The loop a stored op runs: its output's elements, a reduction's input's."""
+def iteration_numel(graph: Graph, v: str) -> int:
+    """The loop a stored op runs: its output's elements, a reduction's input's (Inductor's CPU
+    backend fuses two scheduler nodes only when they run the same loop).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 8]}}, "inputs": ["x"], "outputs": ["s"],
+    ...     "nodes": [{"name": "r", "op": "ReduceSum", "inputs": ["x"], "outputs": ["s"],
+    ...                "attributes": {"axes": [1], "keepdims": 1}}]})
+    >>> iteration_numel(g, "r")
+    32
+    """
     n = graph.index.node[v]
     t = n.inputs[0] if cost.role(graph, v) == "reduction" and n.inputs and n.inputs[0] else n.outputs[0]
     return numel(graph.tensors[t].shape)
@@ -186,7 +204,7 @@ def inductor(graph: Graph, hw: Hardware) -> list[list[str]]:
             if a != b and len(part.members[a]) + len(part.members[b]) <= INDUCTOR_MAX_FUSION_SIZE \
                     and part.why_not([a, b]) is None:
                 part.merge([a, b])
-    loop_numel = {v: _iteration_numel(graph, v) for v in stored}
+    loop_numel = {v: iteration_numel(graph, v) for v in stored}
     accessed_memo, reduction_memo, extern_memo = part.memo(), part.memo(), part.memo()
     loops_memo = part.memo()
 
@@ -280,7 +298,8 @@ def fold_views(graph: Graph, hw: Hardware, groups: list[list[str]]) -> list[list
     topological order: a view joins the group of its consumers (the earliest consumer's group
     when they run in several -- Inductor recomputes it in each); a view read only by ops that take
     their inputs from memory (extern calls, gathers) or by such views forms a view-only group with
-    them (one per call) -- except that when such a chain reshapes after a transpose (the attention
+    them (one per call); a view read only by Concats is a kernel of its own (it writes that slice of
+    the ConcatKernel's buffer), with the views only it reads -- except that when such a chain reshapes after a transpose (the attention
     output's ``view -> permute -> view`` into the output projection), no stride expresses it and
     Inductor copies the extern call's output first: the chain's views before the transpose that
     read an extern call's output form a kernel of their own. A placement our rules reject (capacity, convexity) leaves the view alone.
@@ -316,6 +335,10 @@ def fold_views(graph: Graph, hw: Hardware, groups: list[list[str]]) -> list[list
             continue
         if not cons or any(w not in where for w in cons):
             where[v], fresh = fresh, fresh + 1
+            continue
+        if all(w in to_concat for w in cons):
+            to_concat.add(v)  # computed in the loop that writes the slice
+            where[v] = where[min(cons, key=pos.__getitem__)]
             continue
         if all(node[w].op == "Concat" or w in to_concat for w in cons):
             to_concat.add(v)  # each ConcatKernel input is a kernel writing its slice

@@ -10,8 +10,14 @@ graph): an FX node belongs to the kernel that writes the buffer it is the ``orig
 a node Inductor inlined (a pointwise op or view computed inside its consumers' loops, a view
 folded into an extern GEMM's strides) belongs to the first non-extern kernel whose origins list
 it, or is alone (a view-only group moves no bytes). Extern kernels (mm, conv, SDPA) are groups
-of their own. :func:`inductor_plan` validates the partition with :func:`solverfuse.plans.build_plan`
+of their own; a ConcatKernel's inputs are written into its buffer by the kernels its input
+buffers name. :func:`inductor_plan` validates the partition with :func:`solverfuse.plans.build_plan`
 and reports every group our rules reject instead of dropping it.
+
+:func:`real_covering` reads the same kernels as a covering (``RealPlan.covering``, a
+``solverfuse-plan/2`` plan when Inductor recomputes something): an op Inductor computes inside the
+loops of several kernels (an unstored pointwise value or view) is in each of them, told apart from
+a stored value by the loads each scheduler node records (``Kernel.reads``).
 """
 from __future__ import annotations
 
@@ -24,11 +30,12 @@ from unittest import mock
 
 import torch
 
+from ..cost import Kernel as CostKernel
 from ..cost import group_violation
 from ..errors import PlanError
 from ..graph import Graph
 from ..hardware import load_hardware
-from ..plans import Plan, build_plan, order_groups
+from ..plans import Plan, build_covering_plan, build_plan, order_groups
 from .fx_import import exported_constants, export_for_inductor, from_exported_program
 
 
@@ -41,6 +48,9 @@ class Kernel:
     origins: list[str]             # every FX node Inductor lists as computed here
     buffers: list[str] = field(default_factory=list)      # buffers it writes without an origin_node
     extern_inputs: list[str] = field(default_factory=list)  # an extern call's input buffers, in order
+    #: what it loads from memory: for each buffer another kernel wrote, that buffer's origin FX
+    #: node (its buffer name when it has none); graph inputs by their buffer name
+    reads: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -54,6 +64,11 @@ class RealPlan:
     #: inlined ops moved out of a kernel's group so that our rules accept it ("kernel: op (rule)")
     repaired: list[str] = field(default_factory=list)
     seconds: float = 0.0                                # lowering + scheduling wall time
+    #: the same kernels read as a covering (``solverfuse-plan/2``): an op Inductor computes in the
+    #: loops of several kernels is in each (:func:`real_covering`); None if it could not be built
+    covering: Optional[Plan] = None
+    #: ops dropped from a kernel of the covering (each read from memory instead), with the rule
+    covering_repaired: list[str] = field(default_factory=list)
 
 
 class _Stop(Exception):
@@ -82,8 +97,24 @@ def _buffer_name(x) -> Optional[str]:
 
 def record_kernels(nodes) -> list[Kernel]:
     """The scheduler's (fused) nodes as :class:`Kernel` records, in execution order."""
+    origin_of: dict[str, str] = {}  # buffer -> the FX node it is the result of
+    for sn in nodes:
+        for s in sn.get_nodes():
+            ir = getattr(s, "node", None)
+            o = ir.get_origin_node() if ir is not None and hasattr(ir, "get_origin_node") else None
+            for b in map(_buffer_name, s.get_outputs()):
+                if b:
+                    origin_of[b] = o.name if o is not None else b
     out = []
     for sn in nodes:
+        own = {b for s in sn.get_nodes() for b in map(_buffer_name, s.get_outputs()) if b}
+        loads: list[str] = []
+        for s in sn.get_nodes():
+            rw = getattr(s, "read_writes", None)
+            for dep in (rw.reads if rw is not None else ()):
+                name = getattr(dep, "name", None)
+                if name and name not in own:
+                    loads.append(origin_of.get(name, name))
         writes, origins, buffers, ext = [], [], [], []
         for s in sn.get_nodes():
             ir = getattr(s, "node", None)
@@ -95,9 +126,11 @@ def record_kernels(nodes) -> list[Kernel]:
             for x in (getattr(ir, "origins", None) or ()):
                 if x.name not in origins:
                     origins.append(x.name)
-            if ir is not None and getattr(ir, "inputs", None) is not None and _kind(sn) == "extern":
+            if ir is not None and getattr(ir, "inputs", None) is not None and (
+                    _kind(sn) == "extern" or type(ir).__name__ == "ConcatKernel"):
                 ext += [_buffer_name(x) or "" for x in ir.inputs]
-        out.append(Kernel(sn.get_name(), _kind(sn), writes, sorted(origins), buffers, ext))
+        out.append(Kernel(sn.get_name(), _kind(sn), writes, sorted(origins), buffers, ext,
+                          sorted(set(loads))))
     return out
 
 
@@ -127,8 +160,8 @@ def capture_kernels(gm: "torch.fx.GraphModule", example_inputs: list) -> list[Ke
     return seen[-1]
 
 
-def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Optional[list[str]] = None
-                   ) -> tuple[list[list[str]], list[str], list[str]]:
+def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Optional[list[str]] = None,
+                   strong_out: Optional[set] = None) -> tuple[list[list[str]], list[str], list[str]]:
     """Our nodes grouped by Inductor kernel: (groups, kernel name per group, unmapped origins).
 
     Strong members of a kernel: the nodes whose result it writes (``origin_node``; for a buffer
@@ -169,6 +202,12 @@ def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Option
                 for t, b in zip(args, k.extern_inputs):
                     if b in by_buffer:
                         claim(producer.get(t), by_buffer[b])
+    for k in kernels:  # a ConcatKernel's inputs: each written into its slice by a kernel
+        cats = [v for v in map(node_of, k.writes) if v and known[v].op == "Concat"]
+        if k.kind == "nop" and len(cats) == 1 and len(known[cats[0]].inputs) == len(k.extern_inputs):
+            for t, b in zip(known[cats[0]].inputs, k.extern_inputs):
+                if b in by_buffer:
+                    claim(producer.get(t), by_buffer[b])
     origins = [set(map(node_of, k.origins)) for k in kernels]
     fused = [i for i, k in enumerate(kernels) if k.kind == "fused"]
     pos = graph.index.position
@@ -202,6 +241,8 @@ def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Option
             else:
                 home[v], extra = extra, extra + 1
     unmapped = sorted({v for k in kernels for v in k.origins if node_of(v) is None})
+    if strong_out is not None:
+        strong_out |= strong
     groups: dict[int, list[str]] = {}
     for v in graph.index.order:
         if v in home:
@@ -243,6 +284,122 @@ def real_partition(graph: Graph, kernels: list[Kernel], hw=None, repairs: Option
             out.append([v])
             names.append(f"(no kernel: {v})")
     return out, names, unmapped
+
+
+def real_covering(graph: Graph, kernels: list[Kernel], hw, repairs: Optional[list[str]] = None
+                  ) -> tuple[list[CostKernel], list[str]]:
+    """Inductor's kernels as a covering: (kernels with the tensors each writes, kernel name per
+    kernel).
+
+    Strong members as in :func:`real_partition`. A generated kernel also computes every other op
+    it lists among its origins that has a consumer in it and whose result it does not load from
+    memory (the scheduler node's reads: Inductor lists a superset of origins, e.g. an extern
+    call's whole argument expression on each copy kernel feeding it) -- an inlined op is in every
+    kernel whose loop computes it, a realised one only in its own. Views folded into extern calls,
+    ops no kernel computes, and groups our rules reject are handled as :func:`real_partition`
+    does; an op dropped from a kernel (convexity, a rule) is read from memory there, written by
+    the kernel that stores it (or, when it is stored nowhere, by the first other kernel computing
+    it, or a kernel of its own).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 4]}}, "inputs": ["x"], "outputs": ["s", "y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "r", "op": "ReduceSum", "inputs": ["h"], "outputs": ["s"],
+    ...                "attributes": {"axes": [1], "keepdims": 1}},
+    ...               {"name": "b", "op": "Neg", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> ks = [Kernel("op0", "fused", ["r"], ["a", "r"], reads=["x"]),
+    ...       Kernel("op1", "fused", ["b"], ["a", "b"], reads=["x"])]  # relu computed in both loops
+    >>> [(k.nodes, k.writes) for k in real_covering(g, ks, None)[0]]
+    [(('a', 'r'), ('s',)), (('a', 'b'), ('y',))]
+    """
+    from ..cost import role
+    strong: set[str] = set()
+    groups, names, _ = real_partition(graph, kernels, hw, strong_out=strong)  # homes, views, no-kernel ops
+    known, producer, pos = graph.index.node, graph.index.producer, graph.index.position
+
+    def node_of(name: str) -> Optional[str]:
+        return name if name in known else producer.get(name)
+
+    by_name = {k.name: i for i, k in enumerate(kernels)}
+    named = {node_of(o) for k in kernels for o in k.origins}
+    # an op real_partition left alone is placed again below (in every kernel computing it)
+    members: list[set[str]] = [set() if n.startswith("(no kernel") else set(g) for g, n in zip(groups, names)]
+    kernel_of = [by_name.get(n) for n in names]
+    strong_in: dict[str, int] = {}
+    for gi, m in enumerate(members):
+        for v in m & strong:
+            strong_in.setdefault(v, gi)
+    for gi, ki in enumerate(kernel_of):
+        if ki is None or kernels[ki].kind != "fused":
+            continue
+        origins = {node_of(o) for o in kernels[ki].origins}
+        loads = {node_of(r) for r in kernels[ki].reads}
+        mine = members[gi]
+        for v in reversed(graph.index.order):
+            if v in mine or v in loads or role(graph, v) in ("anchor", "opaque") \
+                    or (v not in origins and v in named):  # a no-op Inductor removed: listed nowhere
+                continue
+            if any(w in mine for w in graph.index.succs[v]):
+                mine.add(v)
+    written = {v for k in kernels for v in map(node_of, k.writes) if v}
+    for gi, n in enumerate(names):  # views folded into a call's strides: the whole index chain
+        if not n.startswith("(views folded"):
+            continue
+        mine = members[gi]
+        for v in reversed(graph.index.order):
+            if v not in mine and v not in written and role(graph, v) == "injective" \
+                    and any(w in mine for w in graph.index.succs[v]) \
+                    and not _problem(graph, sorted(mine | {v}, key=pos.__getitem__), hw):
+                mine.add(v)
+    for gi, g in enumerate(members):
+        trial = sorted(g, key=pos.__getitem__)
+        why = _problem(graph, trial, hw)
+        while why and len(trial) > 1:
+            quoted = re.findall(r"'([^']+)'", why)
+            order = quoted[1:] if "not convex" in why else quoted[::-1]
+            named = [v for v in order if v in trial and strong_in.get(v) != gi]
+            if not named:
+                break
+            trial.remove(named[0])
+            if repairs is not None:
+                repairs.append(f"{names[gi]}: {named[0]!r} read from memory ({why})")
+            keep = set(trial)  # ops left without a consumer in the kernel are not computed there
+            for v in reversed(list(trial)):
+                if strong_in.get(v) != gi and v in keep and graph.index.succs[v] \
+                        and not any(w in keep for w in graph.index.succs[v]) \
+                        and not any(t in graph.index.outputs for t in known[v].outputs):
+                    keep.discard(v)
+            trial = [v for v in trial if v in keep]
+            why = _problem(graph, trial, hw)
+        members[gi] = set(trial)
+    for v in graph.index.order:
+        if not any(v in m for m in members):
+            members.append({v})
+            names.append(f"(no kernel: {v})")
+    return _with_writes(graph, members, strong_in), names
+
+
+def _with_writes(graph: Graph, members: list[set[str]], strong_in: dict[str, int]) -> list[CostKernel]:
+    """Each tensor some kernel reads from memory (or a graph output) written once: by the kernel
+    storing its op, else by the first kernel computing it."""
+    pos, outputs = graph.index.position, graph.index.outputs
+    holders: dict[str, list[int]] = {}
+    for i, m in enumerate(members):
+        for v in m:
+            holders.setdefault(v, []).append(i)
+    writes: list[list[str]] = [[] for _ in members]
+    for v in graph.index.order:
+        hs = holders.get(v, [])
+        if not hs:
+            continue
+        for t in graph.index.node[v].outputs:
+            if not t:
+                continue
+            need = t in outputs or any(v not in members[j] for w in graph.index.consumers.get(t, [])
+                                       for j in holders.get(w, []))
+            if need:
+                writes[strong_in[v] if strong_in.get(v) in hs else hs[0]].append(t)
+    return [CostKernel(tuple(sorted(m, key=pos.__getitem__)), tuple(w)) for m, w in zip(members, writes) if m]
 
 
 def _problem(graph: Graph, g: list[str], hw) -> Optional[str]:
@@ -290,7 +447,13 @@ def plan_from_kernels(graph: Graph, kernels: list[Kernel], hardware="detect") ->
         illegal.append(f"whole plan: {e}")
         plan = build_plan(graph, hw, [[v] for v in graph.index.order], strategy="inductor-real",
                           status="heuristic")
-    return RealPlan(plan, kernels, graph, illegal, unmapped, repairs)
+    real = RealPlan(plan, kernels, graph, illegal, unmapped, repairs)
+    try:
+        cover, _ = real_covering(graph, kernels, hw, real.covering_repaired)
+        real.covering = build_covering_plan(graph, hw, cover, strategy="inductor-real", status="heuristic")
+    except PlanError as e:
+        real.covering_repaired.append(f"no covering reading: {e}")
+    return real
 
 
 def inductor_plan(model, example_inputs: tuple, hardware="detect", *, name: Optional[str] = None) -> RealPlan:
@@ -318,8 +481,13 @@ def plan_from_exported(ep, example_inputs: tuple, hardware="detect", *, name: st
 
 
 def edge_agreement(graph: Graph, a: list[list[str]], b: list[list[str]]) -> tuple[int, int]:
-    """Producer->consumer edges on which partitions ``a`` and ``b`` agree (same group in both or
-    different groups in both), and the number of edges.
+    """Producer->consumer edges on which plans ``a`` and ``b`` agree, and the number of edges.
+
+    For partitions: same group in both or different groups in both. For coverings (an op in
+    several groups) the state of an edge ``u -> w`` is, over the groups computing ``w``, whether
+    each computes ``u`` too (the set of answers: {True} when every kernel computing ``w``
+    recomputes or holds ``u``, {False} when every one reads ``u``'s result from memory); on
+    partitions this is the same count.
 
     >>> from solverfuse.graph import load_graph
     >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["z"],
@@ -327,12 +495,16 @@ def edge_agreement(graph: Graph, a: list[list[str]], b: list[list[str]]) -> tupl
     ...               {"name": "b", "op": "Exp", "inputs": ["y"], "outputs": ["z"]}]})
     >>> edge_agreement(g, [["a", "b"]], [["a"], ["b"]])
     (0, 1)
+    >>> edge_agreement(g, [["a", "b"]], [["a", "b"], ["a"]])  # a covering: b never reads y
+    (1, 1)
     """
-    wa = {v: i for i, grp in enumerate(a) for v in grp}
-    wb = {v: i for i, grp in enumerate(b) for v in grp}
-    agree = total = 0
-    for u in graph.index.order:
-        for w in graph.index.succs[u]:
-            total += 1
-            agree += (wa[u] == wa[w]) == (wb[u] == wb[w])
-    return agree, total
+    def states(groups: list[list[str]]) -> dict[tuple[str, str], frozenset]:
+        sets = [set(g) for g in groups]
+        holding: dict[str, list[int]] = {}
+        for i, g in enumerate(sets):
+            for v in g:
+                holding.setdefault(v, []).append(i)
+        return {(u, w): frozenset(u in sets[i] for i in holding.get(w, []))
+                for u in graph.index.order for w in graph.index.succs[u]}
+    sa, sb = states(a), states(b)
+    return sum(sa[e] == sb[e] for e in sa), len(sa)
