@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationError)
 
-from . import dag
+from . import dag, jsontext
 from .dtypes import np_dtype
 from .errors import GraphError
 from .files import read_text
@@ -188,7 +188,17 @@ class Graph(BaseModel):
         return tensor not in self.index.producer
 
     def flops(self, node: str) -> int:
-        """Floating-point operations of a node (op table, or the node's declared flops)."""
+        """Floating-point operations of a node (op table, or the node's declared flops); computed
+        once per node (planners ask for the same ops' flops at every candidate group)."""
+        known = self.index.memo.get("flops")
+        if known is None:
+            known = self.index.memo["flops"] = {}
+        hit = known.get(node)
+        if hit is None:
+            hit = known[node] = self._flops(node)
+        return hit
+
+    def _flops(self, node: str) -> int:
         n = self.index.node[node]
         if n.flops is not None or n.op not in OPS:
             return n.flops or 0
@@ -299,8 +309,11 @@ class Graph(BaseModel):
         return out
 
     def to_json(self, indent: Optional[int] = 1) -> str:
-        return json.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=indent,
-                          ensure_ascii=False, sort_keys=False)
+        with paused():
+            data = self.model_dump(mode="json", exclude_defaults=False)
+            if indent is None:
+                return json.dumps(data, ensure_ascii=False)
+            return jsontext.dumps(data, indent)  # = json.dumps(data, indent=indent, ensure_ascii=False)
 
     def to_networkx(self):
         """A networkx DiGraph view: node attrs ``op``/``node``; edge attrs ``tensors``/``bytes``."""

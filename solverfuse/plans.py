@@ -28,7 +28,7 @@ from typing import Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import cost, dag
+from . import cost, dag, jsontext
 from .errors import PlanError
 from .files import read_text, write_atomic
 from .gcpause import paused
@@ -395,7 +395,7 @@ def plan_to_json(plan: Plan) -> str:
     for g in data.get("groups", []):
         if g.get("passes") == 1:
             del g["passes"]
-    return json.dumps(data, indent=1, ensure_ascii=False)
+    return jsontext.dumps(data, indent=1)  # = json.dumps(data, indent=1, ensure_ascii=False)
 
 
 def save_plan(plan: Plan, path: Union[str, os.PathLike]) -> None:

@@ -3,10 +3,13 @@ partition's ranked cycle check, and the presolve's skipping of pairs known illeg
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solverfuse import cost
 from solverfuse.formulations.presolve import presolve
@@ -185,3 +188,38 @@ def test_cost_tables_follow_a_changed_graph():
     assert cost.unfused_traffic(other) == sum(reference_cost(other, [v])[2] for v in order) != before[0]
     assert cost.q_min(other) != before[1]
     assert (cost.unfused_traffic(graph), cost.q_min(graph)) == before
+
+
+# ---- indented JSON text (jsontext.dumps: what plans and graphs are written with) ----------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2 ** 80, max_value=2 ** 80) |
+    st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner) |
+    st.dictionaries(st.text(max_size=4) | st.integers(-9, 9) | st.floats(allow_nan=False) | st.booleans() | st.none(),
+                    inner, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values, indent=st.integers(0, 3))
+def test_jsontext_writes_what_json_dumps_writes(value, indent):
+    """Character for character json.dumps(indent=n, ensure_ascii=False): escapes, unicode, big
+    ints, NaN/Infinity, non-string keys, tuples, empty and nested containers."""
+    from solverfuse import jsontext
+    assert jsontext.dumps(value, indent) == json.dumps(value, indent=indent, ensure_ascii=False)
+
+
+def test_plan_and_graph_json_are_json_dumps_text():
+    """A plan (embedded graph, hardware profile, a reason) and a graph written by our encoder
+    equal the standard library's text of the same data."""
+    from solverfuse import greedy, plans
+    graph = cost_graphs()[2]
+    plan = greedy.greedy_plan(graph, H100, "tvm")
+    plan.reason = 'a "quoted" reason \u00e9\n'
+    data = plan.model_dump(mode="json", exclude_none=True)
+    for g in data["groups"]:
+        del g["passes"]
+    assert plans.plan_to_json(plan) == json.dumps(data, indent=1, ensure_ascii=False)
+    assert graph.to_json() == json.dumps(graph.model_dump(mode="json"), indent=1, ensure_ascii=False)
+    assert graph.to_json(indent=None) == json.dumps(graph.model_dump(mode="json"), ensure_ascii=False)
