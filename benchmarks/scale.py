@@ -86,15 +86,30 @@ def overshoot(graphs, runs: int, time_limit: float) -> list[dict]:
             try:
                 plan = json.loads(r.stdout)
                 row.update(status=plan["status"], solve_seconds=plan["solve_seconds"], reason=plan.get("reason") or "",
-                           traffic=plan["traffic_bytes"],
+                           traffic=plan["traffic_bytes"], groups=len(plan["groups"]),
+                           ops=sum(len(g["nodes"]) for g in plan["groups"]), returned=returned(plan),
                            gap=(plan["traffic_bytes"] - plan["bound_bytes"]) / plan["traffic_bytes"]
                            if plan["traffic_bytes"] else 0.0)
             except (ValueError, KeyError):
-                row.update(status="?", solve_seconds=float("nan"), traffic=0, gap=float("nan"),
+                row.update(status="?", solve_seconds=float("nan"), traffic=0, gap=float("nan"), groups=0, ops=0,
+                           returned="nothing (the command failed)",
                            reason=(r.stderr.strip().splitlines() or [""])[-1])
             rows.append(row)
             print(row, flush=True)
     return rows
+
+
+def returned(plan: dict) -> str:
+    """What the plan is, from its reason: the solver's (seeded with the best hint), the best
+    greedy hint the parent held (named), or every op alone."""
+    reason = plan.get("reason") or ""
+    if "returned every op alone" in reason or all(len(g["nodes"]) == 1 for g in plan["groups"]):
+        return "every op alone"
+    if "returned the best greedy plan (" in reason:
+        return "hint " + reason.split("returned the best greedy plan (", 1)[1].split(")", 1)[0]
+    if "returned the best greedy plan" in reason:
+        return "a greedy hint"
+    return "the solver's plan"
 
 
 def stages(graphs, cap: float, root: Path = ROOT, label: str = "this tree") -> list[dict]:
@@ -122,12 +137,19 @@ def markdown(rows: list[dict], stage_rows: list[dict], runs: int, seconds: float
              "is shared with other sessions (the load average before each run is in the table): wall times "
              "include their noise.", "",
              "## `solverfuse plan --time-limit 10` (whole process: start, imports, load, hints, solve, validation, exit)", "",
-             "| graph | run | load avg | wall s | overshoot s | solve_seconds | status | traffic B | gap | reason |",
-             "|---|---:|---|---:|---:|---:|---|---:|---:|---|"]
+             "| graph | run | load avg | wall s | overshoot s | solve_seconds | status | returned | groups | traffic B | gap | reason |",
+             "|---|---:|---|---:|---:|---:|---|---|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r['graph']} | {r['run']} | {r['load']} | {r['wall']:.1f} | {r['wall'] - r['limit']:+.1f} | "
-                     f"{r['solve_seconds']:.1f} | {r['status']} | {r['traffic']:,} | {100 * r['gap']:.1f}% | "
-                     f"{r['reason']} |")
+                     f"{r['solve_seconds']:.1f} | {r['status']} | {r['returned']} | {r['groups']:,} | {r['traffic']:,} | "
+                     f"{100 * r['gap']:.1f}% | {r['reason']} |")
+    lines += ["", "Worst overshoot per graph (and the load average before that run):", ""]
+    for name in dict.fromkeys(r["graph"] for r in rows):
+        mine = [r for r in rows if r["graph"] == name]
+        worst = max(mine, key=lambda r: r["wall"] - r["limit"])
+        alone = sum(r["returned"] == "every op alone" for r in mine)
+        lines.append(f"* {name}: {worst['wall'] - worst['limit']:+.1f} s (load {worst['load'].split()[0]}); "
+                     f"every op alone in {alone} of {len(mine)} runs")
     lines += ["", "Overshoot = wall time of the whole process minus the limit. The stated bound: the limit "
               "counts from the process's entry; the parent stops the solver worker at the limit + "
               "`worker.GRACE` (1 s) and returns the best validated plan it holds, waiting at most "

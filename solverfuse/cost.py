@@ -50,11 +50,13 @@ class _Table(NamedTuple):
     """The graph's structure as the cost functions read it, derived once per graph index: each
     op's distinct non-empty inputs and its non-empty outputs; the ops a free view group may hold
     (views writing no graph output); for every tensor some gather reads as data, each consumer
-    with the output whose bytes it gathers (None: it reads the tensor otherwise)."""
+    with the output whose bytes it gathers (None: it reads the tensor otherwise); the traffic of
+    each op alone, once asked."""
     ins: dict
     outs: dict
     free: frozenset
     gather: dict
+    single: dict  # op -> traffic of the op alone, filled on demand
 
 
 def _table(graph: Graph) -> _Table:
@@ -74,7 +76,7 @@ def _table(graph: Graph) -> _Table:
                 data.add(n.inputs[0])
         gather = {t: tuple((c, index.node[c].outputs[0] if gather_data_reader(graph, c, t) else None)
                            for c in index.consumers.get(t, [])) for t in data}
-        hit = memo["cost"] = _Table(ins, outs, frozenset(free), gather)
+        hit = memo["cost"] = _Table(ins, outs, frozenset(free), gather, {})
     return hit
 
 
@@ -186,13 +188,21 @@ def group_write_bytes(graph: Graph, nodes: Sequence[str]) -> dict[str, int]:
 
 
 def group_traffic(graph: Graph, nodes: Sequence[str]) -> int:
-    """Global-memory bytes of one group's kernel (reads + writes), as compilers execute it."""
+    """Global-memory bytes of one group's kernel (reads + writes), as compilers execute it
+    (:func:`group_cost`; an op alone's is computed once per graph)."""
+    if len(nodes) == 1:
+        single = _table(graph).single
+        v = next(iter(nodes))
+        hit = single.get(v)
+        if hit is None:
+            hit = single[v] = group_cost(graph, [v]).traffic
+        return hit
     return group_cost(graph, nodes).traffic
 
 
 def plan_traffic(graph: Graph, groups: Iterable[Sequence[str]]) -> int:
     """Traffic of a plan: the sum over its groups."""
-    return sum(group_cost(graph, g).traffic for g in groups)
+    return sum(group_traffic(graph, g) for g in groups)
 
 
 def unfused_traffic(graph: Graph) -> int:
