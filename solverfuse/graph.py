@@ -102,7 +102,9 @@ class GraphIndex:
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "memo"}
+        state = dict(self.__dict__)  # one step: another thread may be adding a cached table
+        state.pop("memo", None)
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
