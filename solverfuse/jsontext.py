@@ -66,7 +66,17 @@ def _key(k: Any) -> str:
 
 
 def dumps(obj: Any, indent: int = 1) -> str:
-    """``json.dumps(obj, indent=indent, ensure_ascii=False)``, faster (see the module doc)."""
+    """``json.dumps(obj, indent=indent, ensure_ascii=False)``, faster (see the module doc).
+
+    >>> print(dumps({"k0": ["a", "b"], "n": 1}))
+    {
+     "k0": [
+      "a",
+      "b"
+     ],
+     "n": 1
+    }
+    """
     out: list[str] = []
     _encode(obj, out, "\n", " " * indent, {})
     return "".join(out)

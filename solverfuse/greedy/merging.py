@@ -150,7 +150,17 @@ class Partition:
         return verdict if verdict is not None else self.op_path_back([a, b]) is not None
 
     def mask(self, g: int) -> int:
-        """Group ``g``'s ops as a bitset over topological positions (0 above :data:`REACH_MAX_OPS`)."""
+        """Group ``g``'s ops as a bitset over topological positions (0 above :data:`REACH_MAX_OPS`).
+
+        >>> from solverfuse.graph import load_graph
+        >>> from solverfuse.hardware import load_hardware
+        >>> g = load_graph({"tensors": {"x": {"shape": [8]}}, "inputs": ["x"], "outputs": ["y"],
+        ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+        ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+        >>> p = Partition(g, load_hardware("nvidia-h100"))
+        >>> p.mask(p.merge([p.gid["a"], p.gid["b"]]))
+        3
+        """
         return self._group_bits(g)[0] if len(self.pos) <= REACH_MAX_OPS else 0
 
     def uncrossed(self, a: int, union: int) -> Optional[set[int]]:
@@ -160,7 +170,20 @@ class Partition:
         neither reaching nor reached by ``a`` is in it, and so are ``a``'s neighbours in the
         quotient graph; a group ``b`` that ``a`` reaches or that reaches ``a`` otherwise is not
         (:meth:`_pair_crosses`: a path leaves the two and re-enters them). None above
-        :data:`REACH_MAX_OPS` ops (no bitsets: every group would have to be tried)."""
+        :data:`REACH_MAX_OPS` ops (no bitsets: every group would have to be tried).
+
+        >>> from solverfuse.graph import load_graph
+        >>> from solverfuse.hardware import load_hardware
+        >>> g = load_graph({"tensors": {"x": {"shape": [8]}}, "inputs": ["x"], "outputs": ["y", "z", "w"],
+        ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+        ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+        ...               {"name": "c", "op": "Neg", "inputs": ["x"], "outputs": ["z"]},
+        ...               {"name": "d", "op": "Add", "inputs": ["x", "y"], "outputs": ["w"]}]})
+        >>> p = Partition(g, load_hardware("nvidia-h100"))
+        >>> union = sum(p.mask(p.gid[v]) for v in "abcd")
+        >>> sorted(g.index.order[p.first[k]] for k in p.uncrossed(p.gid["a"], union))  # d: via b
+        ['b', 'c']
+        """
         if len(self.pos) > REACH_MAX_OPS:
             return None
         ma, da, aa = self._group_bits(a)
