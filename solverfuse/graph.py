@@ -472,8 +472,13 @@ def check_graph(g: Graph) -> Graph:
                 raise GraphError(f"constant {name!r} has no shape")
             tensors[name] = t.model_copy(update={"shape": list(np.asarray(t.value).shape)})
     pre = Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=nodes)
-    order = pre.index.order  # raises on a cycle
-    node = pre.index.node
+    # the order alone (the checked graph derives its full index once, when first asked)
+    node = {n.name: n for n in nodes}
+    succs: dict[str, list[str]] = {n.name: [] for n in nodes}
+    for n in nodes:
+        for u in dict.fromkeys(produced[t] for t in n.inputs if t in produced):
+            succs[u].append(n.name)
+    order = _topo_order(nodes, succs)  # raises on a cycle
     out_nodes = []
     for name in order:
         n = node[name]
