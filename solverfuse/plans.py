@@ -129,10 +129,8 @@ def build_plan(graph: Graph, hardware: Union[str, Hardware], groups: Sequence[Se
     for i, nodes in enumerate(ordered):
         fp = group_footprint(graph, nodes, hw)
         c = cost.group_cost(graph, nodes)
-        # our own values, of the declared types: constructed without pydantic's check (seconds at 20k groups)
-        out.append(Group.model_construct(name=f"k{i}", nodes=nodes, reads=c.reads, writes=c.writes,
-                                         traffic_bytes=c.traffic, registers=fp.registers, l1_bytes=fp.l1_bytes,
-                                         passes=1))
+        out.append(Group(name=f"k{i}", nodes=nodes, reads=c.reads, writes=c.writes, traffic_bytes=c.traffic,
+                         registers=fp.registers, l1_bytes=fp.l1_bytes))
     traffic = sum(g.traffic_bytes for g in out)
     if status == "optimal" and bound_bytes is None:
         bound_bytes = traffic
