@@ -38,60 +38,139 @@ def role(graph: Graph, node: str) -> str:
     return facts(graph, node).role
 
 
+class GroupCost(NamedTuple):
+    """What one group of a partition costs: the tensors it reads from global memory (each once,
+    first-use order), those it writes (graph order) and its traffic in bytes."""
+    reads: list
+    writes: list
+    traffic: int
+
+
+class _Table(NamedTuple):
+    """The graph's structure as the cost functions read it, derived once per graph index: each
+    op's distinct non-empty inputs and its non-empty outputs; the ops a free view group may hold
+    (views writing no graph output); for every tensor some gather reads as data, each consumer
+    with the output whose bytes it gathers (None: it reads the tensor otherwise); the traffic of
+    each op alone, once asked."""
+    ins: dict
+    outs: dict
+    free: frozenset
+    gather: dict
+    single: dict  # op -> traffic of the op alone, filled on demand
+
+
+def _table(graph: Graph) -> _Table:
+    memo = graph.index.memo
+    hit = memo.get("cost")
+    if hit is None:
+        index = graph.index
+        ins, outs, free, data = {}, {}, set(), set()
+        outputs = index.outputs
+        for n in graph.nodes:
+            ins[n.name] = tuple(dict.fromkeys(t for t in n.inputs if t))
+            outs[n.name] = tuple(t for t in n.outputs if t)
+            f = facts(graph, n.name)
+            if f.view and not any(t in outputs for t in n.outputs):
+                free.add(n.name)
+            if n.inputs and f.gather_data_input:
+                data.add(n.inputs[0])
+        gather = {t: tuple((c, index.node[c].outputs[0] if gather_data_reader(graph, c, t) else None)
+                           for c in index.consumers.get(t, [])) for t in data}
+        hit = memo["cost"] = _Table(ins, outs, frozenset(free), gather, {})
+    return hit
+
+
+def group_cost(graph: Graph, nodes: Sequence[str]) -> GroupCost:
+    """:func:`group_reads`, :func:`group_writes` and :func:`group_traffic` of one group, in one
+    pass over its ops (what a plan records for each group).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> group_cost(g, ["a"]), group_cost(g, ["a", "b"])
+    (GroupCost(reads=['x'], writes=['h'], traffic=2048), GroupCost(reads=['x'], writes=['y'], traffic=2048))
+    """
+    if not isinstance(nodes, (list, tuple)):
+        nodes = list(nodes)
+    tb = _table(graph)
+    index = graph.index
+    producer, consumers, outputs = index.producer, index.consumers, index.outputs
+    ins, outs, free = tb.ins, tb.outs, tb.free
+    members = set(nodes)
+    reads: dict[str, None] = {}
+    writes = []
+    is_free = True
+    for v in nodes:
+        for t in ins[v]:
+            if t not in reads and producer.get(t) not in members:
+                reads[t] = None
+        for t in outs[v]:
+            if t in outputs or not members.issuperset(consumers.get(t, ())):
+                writes.append(t)
+        if is_free and v not in free:
+            is_free = False
+    if is_free:
+        return GroupCost(list(reads), writes, 0)
+    nbytes, gather = index.nbytes, tb.gather
+    traffic = 0
+    for t in writes:
+        traffic += nbytes[t]
+    for t in reads:
+        traffic += _gathered(nbytes, members, t, gather[t]) if t in gather else nbytes[t]
+    return GroupCost(list(reads), writes, traffic)
+
+
+def _gathered(nbytes: dict, members, tensor: str, readers: tuple) -> int:
+    size = nbytes[tensor]
+    total = 0
+    for c, out in readers:
+        if c in members:
+            if out is None:
+                return size
+            total += nbytes[out]
+    return min(size, total)
+
+
 def group_reads(graph: Graph, nodes: Iterable[str]) -> list[str]:
     """Tensors a group reads from global memory, each once, in first-use order."""
+    if not isinstance(nodes, (list, tuple)):
+        nodes = list(nodes)
+    ins, producer = _table(graph).ins, graph.index.producer
     members = set(nodes)
     out: dict[str, None] = {}
     for v in nodes:
-        for t in graph.index.node[v].inputs:
-            if t and graph.index.producer.get(t) not in members:
+        for t in ins[v]:
+            if t not in out and producer.get(t) not in members:
                 out[t] = None
     return list(out)
 
 
 def group_writes(graph: Graph, nodes: Iterable[str]) -> list[str]:
     """Tensors a group must write to global memory: read outside it, or graph outputs."""
+    if not isinstance(nodes, (list, tuple)):
+        nodes = list(nodes)
+    outs, consumers, outputs = _table(graph).outs, graph.index.consumers, graph.index.outputs
     members = set(nodes)
-    outputs = graph.index.outputs
-    out = []
-    for v in nodes:
-        for t in graph.index.node[v].outputs:
-            if t and (t in outputs or any(c not in members for c in graph.index.consumers.get(t, []))):
-                out.append(t)
-    return out
+    return [t for v in nodes for t in outs[v]
+            if t in outputs or not members.issuperset(consumers.get(t, ()))]
 
 
 def free_view_group(graph: Graph, nodes: Iterable[str]) -> bool:
     """Whether a group is metadata only: every op a view, no graph output written (0 bytes, no
     kernel)."""
-    outputs = graph.index.outputs
-    return all(facts(graph, v).view and not any(t in outputs for t in graph.index.node[v].outputs)
-               for v in nodes)
+    free = _table(graph).free
+    return all(v in free for v in nodes)
 
 
 def read_bytes(graph: Graph, members: set[str] | frozenset[str], tensor: str) -> int:
     """Bytes a group of ``members`` pays to read ``tensor`` from outside (ignoring the view rule):
     its size, or -- when every member reading it reads it only as gather data -- the gathered bytes
     (sum of those gathers' output bytes) capped at its size."""
-    size = graph.nbytes(tensor)
-    if tensor not in _gather_data(graph):
-        return size
-    gathered = 0
-    for c in graph.index.consumers.get(tensor, []):
-        if c in members:
-            if not gather_data_reader(graph, c, tensor):
-                return size
-            gathered += graph.nbytes(graph.index.node[c].outputs[0])
-    return min(size, gathered)
-
-
-def _gather_data(graph: Graph) -> frozenset[str]:
-    """Tensors some gather reads as its data operand (cached on the graph: planners ask often)."""
-    hit = graph.__dict__.get("_gather_data")
-    if hit is None or hit[0] is not graph.nodes:
-        ts = frozenset(n.inputs[0] for n in graph.nodes if n.inputs and facts(graph, n.name).gather_data_input)
-        hit = graph.__dict__["_gather_data"] = (graph.nodes, ts)
-    return hit[1]
+    readers = _table(graph).gather.get(tensor)
+    if readers is None:
+        return graph.nbytes(tensor)
+    return _gathered(graph.index.nbytes, members, tensor, readers)
 
 
 def group_read_bytes(graph: Graph, nodes: Sequence[str]) -> dict[str, int]:
@@ -109,12 +188,16 @@ def group_write_bytes(graph: Graph, nodes: Sequence[str]) -> dict[str, int]:
 
 
 def group_traffic(graph: Graph, nodes: Sequence[str]) -> int:
-    """Global-memory bytes of one group's kernel (reads + writes), as compilers execute it."""
-    if free_view_group(graph, nodes):
-        return 0
-    members = set(nodes)
-    return sum(read_bytes(graph, members, t) for t in group_reads(graph, nodes)) + \
-        sum(graph.nbytes(t) for t in group_writes(graph, nodes))
+    """Global-memory bytes of one group's kernel (reads + writes), as compilers execute it
+    (:func:`group_cost`; an op alone's is computed once per graph)."""
+    if len(nodes) == 1:
+        single = _table(graph).single
+        v = next(iter(nodes))
+        hit = single.get(v)
+        if hit is None:
+            hit = single[v] = group_cost(graph, [v]).traffic
+        return hit
+    return group_cost(graph, nodes).traffic
 
 
 def plan_traffic(graph: Graph, groups: Iterable[Sequence[str]]) -> int:
@@ -123,8 +206,12 @@ def plan_traffic(graph: Graph, groups: Iterable[Sequence[str]]) -> int:
 
 
 def unfused_traffic(graph: Graph) -> int:
-    """Traffic with one op per kernel."""
-    return plan_traffic(graph, [[n] for n in graph.index.order])
+    """Traffic with one op per kernel (computed once per graph)."""
+    memo = graph.index.memo
+    hit = memo.get("cost.unfused_traffic")
+    if hit is None:
+        hit = memo["cost.unfused_traffic"] = plan_traffic(graph, [[n] for n in graph.index.order])
+    return hit
 
 
 def plan_floor(graph: Graph, nodes: Sequence[str]) -> int:
@@ -168,8 +255,15 @@ def q_min(graph: Graph) -> int:
     when every consumer reads it only as gather data (then the sum of all those gathers' output
     bytes, capped at its size), as a view's shape operand (0: a free view group reads nothing), or
     as a view's data (then, unless that view writes a graph output, what its output's readers must
-    pay, recursively: the view itself may be free).
+    pay, recursively: the view itself may be free). Computed once per graph.
     """
+    cached = graph.index.memo.get("cost.q_min")
+    if cached is None:
+        cached = graph.index.memo["cost.q_min"] = _q_min(graph)
+    return cached
+
+
+def _q_min(graph: Graph) -> int:
     memo: dict[str, int] = {}
     outputs = graph.index.outputs
 

@@ -27,10 +27,11 @@ import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationError)
 
-from . import dag
+from . import dag, jsontext
 from .dtypes import np_dtype
 from .errors import GraphError
 from .files import read_text
+from .gcpause import paused
 from .ops import DTYPE_ALIASES, DTYPE_SIZES, OPS, ShapeError, infer_node, node_flops, numel
 
 FORMAT = "solverfuse-graph/1"
@@ -95,6 +96,19 @@ class GraphIndex:
     succs: dict[str, list[str]]
     outputs: frozenset[str]
     tensors: dict[str, Tensor] = field(default_factory=dict, repr=False)
+    #: Tables later stages derive from this structure (the cost model's, ...), by their module's
+    #: name: they live as long as the index, and a changed graph gets a new index. Not pickled
+    #: (rebuilt on demand: cheaper than carrying them to a worker).
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)  # one step: another thread may be adding a cached table
+        state.pop("memo", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.memo = {}
 
     @cached_property
     def desc(self) -> list[int]:
@@ -176,7 +190,17 @@ class Graph(BaseModel):
         return tensor not in self.index.producer
 
     def flops(self, node: str) -> int:
-        """Floating-point operations of a node (op table, or the node's declared flops)."""
+        """Floating-point operations of a node (op table, or the node's declared flops); computed
+        once per node (planners ask for the same ops' flops at every candidate group)."""
+        known = self.index.memo.get("flops")
+        if known is None:
+            known = self.index.memo["flops"] = {}
+        hit = known.get(node)
+        if hit is None:
+            hit = known[node] = self._flops(node)
+        return hit
+
+    def _flops(self, node: str) -> int:
         n = self.index.node[node]
         if n.flops is not None or n.op not in OPS:
             return n.flops or 0
@@ -248,8 +272,9 @@ class Graph(BaseModel):
         key = self._digest_key()
         hit = self.__dict__.get("_digest_cache")
         if hit is None or hit[0] != key:
-            text = json.dumps(self.model_dump(mode="json", exclude={"tensors": {"__all__": {"data"}}}),
-                              ensure_ascii=False)
+            with paused():
+                text = json.dumps(self.model_dump(mode="json", exclude={"tensors": {"__all__": {"data"}}}),
+                                  ensure_ascii=False)
             hit = (key, hashlib.sha256(text.encode()).hexdigest())
             self.__dict__["_digest_cache"] = hit
         return hit[1]
@@ -286,8 +311,11 @@ class Graph(BaseModel):
         return out
 
     def to_json(self, indent: Optional[int] = 1) -> str:
-        return json.dumps(self.model_dump(mode="json", exclude_defaults=False), indent=indent,
-                          ensure_ascii=False, sort_keys=False)
+        with paused():
+            data = self.model_dump(mode="json", exclude_defaults=False)
+            if indent is None:
+                return json.dumps(data, ensure_ascii=False)
+            return jsontext.dumps(data, indent)  # = json.dumps(data, indent=indent, ensure_ascii=False)
 
     def to_networkx(self):
         """A networkx DiGraph view: node attrs ``op``/``node``; edge attrs ``tensors``/``bytes``."""
@@ -324,6 +352,7 @@ def _fmt_loc(loc) -> str:
     return ".".join(str(x) for x in loc)
 
 
+@paused()
 def parse_graph(data: Union[dict, str, bytes], base_dir: Union[None, str, os.PathLike] = None) -> Graph:
     """Parse JSON text or a dict into a :class:`Graph` and check it (see :func:`check_graph`).
 
@@ -373,7 +402,7 @@ def check_graph(g: Graph) -> Graph:
 
     Returns a new, fully shaped graph (nodes in a topological order). Raises GraphError.
     """
-    tensors = {k: v.model_copy() for k, v in g.tensors.items()}
+    tensors = dict(g.tensors)  # a tensor changed below is copied first: ``g`` is left as it was
     nodes = list(g.nodes)
     if not nodes:
         raise GraphError("the graph has no nodes (nothing to plan)")
@@ -385,7 +414,8 @@ def check_graph(g: Graph) -> Graph:
             raise GraphError(f"duplicate node name {n.name!r}")
         seen_nodes.add(n.name)
     for name, t in tensors.items():
-        t.dtype = DTYPE_ALIASES.get(t.dtype, t.dtype)
+        if t.dtype in DTYPE_ALIASES:
+            t = tensors[name] = t.model_copy(update={"dtype": DTYPE_ALIASES[t.dtype]})
         if t.dtype not in DTYPE_SIZES:
             raise GraphError(f"tensor {name!r}: unknown dtype {t.dtype!r}")
         if t.shape is not None:
@@ -436,23 +466,30 @@ def check_graph(g: Graph) -> Graph:
     for t in g.outputs:
         if t not in produced and t not in g.inputs and not (t in tensors and tensors[t].constant):
             raise GraphError(f"graph output {t!r} is not produced by any node")
-    for name, t in tensors.items():
+    for name, t in list(tensors.items()):
         if t.constant and t.shape is None:
             if t.value is None:
                 raise GraphError(f"constant {name!r} has no shape")
-            t.shape = list(np.asarray(t.value).shape)
+            tensors[name] = t.model_copy(update={"shape": list(np.asarray(t.value).shape)})
     pre = Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=nodes)
-    order = pre.index.order  # raises on a cycle
-    node = pre.index.node
+    # the order alone (the checked graph derives its full index once, when first asked)
+    node = {n.name: n for n in nodes}
+    succs: dict[str, list[str]] = {n.name: [] for n in nodes}
+    for n in nodes:
+        for u in dict.fromkeys(produced[t] for t in n.inputs if t in produced):
+            succs[u].append(n.name)
+    order = _topo_order(nodes, succs)  # raises on a cycle
     out_nodes = []
     for name in order:
         n = node[name]
         _infer(n, tensors, pre)
         out_nodes.append(n)
     unused = [k for k in tensors if k not in produced and k not in g.inputs and not tensors[k].constant]
-    for k in unused:
-        if not any(k in n.inputs for n in nodes) and k not in g.outputs:
-            del tensors[k]
+    if unused:
+        read = {t for n in nodes for t in n.inputs}
+        for k in unused:
+            if k not in read and k not in g.outputs:
+                del tensors[k]
     out = Graph(name=g.name, tensors=tensors, inputs=g.inputs, outputs=g.outputs, nodes=out_nodes)
     out._arrays, out._base_dir = dict(g._arrays), g._base_dir
     return out

@@ -28,9 +28,10 @@ from typing import Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import cost, dag
+from . import cost, dag, jsontext
 from .errors import PlanError
 from .files import read_text, write_atomic
+from .gcpause import paused
 from .graph import Graph
 from .hardware import Hardware, load_hardware
 from .mapping import group_footprint, loop_footprint
@@ -117,6 +118,7 @@ def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[list[str
     return [groups[i] for i in order]
 
 
+@paused()
 def build_plan(graph: Graph, hardware: Union[str, Hardware], groups: Sequence[Sequence[str]], *,
                strategy: str, status: Status = "heuristic", bound_bytes: Optional[int] = None,
                solve_seconds: float = 0.0, embed_graph: bool = True) -> Plan:
@@ -126,9 +128,8 @@ def build_plan(graph: Graph, hardware: Union[str, Hardware], groups: Sequence[Se
     out = []
     for i, nodes in enumerate(ordered):
         fp = group_footprint(graph, nodes, hw)
-        out.append(Group(name=f"k{i}", nodes=nodes, reads=cost.group_reads(graph, nodes),
-                         writes=cost.group_writes(graph, nodes),
-                         traffic_bytes=cost.group_traffic(graph, nodes),
+        c = cost.group_cost(graph, nodes)
+        out.append(Group(name=f"k{i}", nodes=nodes, reads=c.reads, writes=c.writes, traffic_bytes=c.traffic,
                          registers=fp.registers, l1_bytes=fp.l1_bytes))
     traffic = sum(g.traffic_bytes for g in out)
     if status == "optimal" and bound_bytes is None:
@@ -142,6 +143,7 @@ def build_plan(graph: Graph, hardware: Union[str, Hardware], groups: Sequence[Se
     return plan
 
 
+@paused()
 def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Hardware, None] = None) -> None:
     """Check a plan independently of whoever made it; raise PlanError naming the first problem.
 
@@ -178,7 +180,7 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
     if missing:
         raise PlanError(f"node {missing[0]!r} is in no group")
     for i, g in enumerate(plan.groups):
-        bad = convexity_violation(graph, g.nodes)
+        bad = convexity_violation(graph, g.nodes) if len(g.nodes) > 1 else None  # one op: no path back
         if bad:
             raise PlanError(f"group {g.name!r} is not convex: {bad}")
     for u in graph.index.order:
@@ -191,8 +193,8 @@ def validate(plan: Plan, graph: Optional[Graph] = None, hardware: Union[str, Har
         if why:
             raise PlanError(f"group {g.name!r} is illegal: {why}")
         fp = group_footprint(graph, g.nodes, hw)
-        expect = dict(reads=cost.group_reads(graph, g.nodes), writes=cost.group_writes(graph, g.nodes),
-                      traffic_bytes=cost.group_traffic(graph, g.nodes), registers=fp.registers,
+        c = cost.group_cost(graph, g.nodes)
+        expect = dict(reads=c.reads, writes=c.writes, traffic_bytes=c.traffic, registers=fp.registers,
                       l1_bytes=fp.l1_bytes)
         for key, val in expect.items():
             have = getattr(g, key)
@@ -263,6 +265,7 @@ def is_partition(graph: Graph, kernels: Sequence[cost.Kernel]) -> bool:
     return len(seen) == len(set(seen)) and all(k.passes == 1 for k in kernels)
 
 
+@paused()
 def build_covering_plan(graph: Graph, hardware: Union[str, Hardware], kernels: Sequence[cost.Kernel], *,
                         strategy: str, status: Status = "heuristic", bound_bytes: Optional[int] = None,
                         solve_seconds: float = 0.0, embed_graph: bool = True) -> Plan:
@@ -382,6 +385,7 @@ def convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
     return None if path is None else " -> ".join(repr(p) for p in path)
 
 
+@paused()
 def plan_to_json(plan: Plan) -> str:
     """The plan as JSON; a group's ``passes`` is left out when it is 1 (so a ``/1`` plan's JSON is
     what it was before looped kernels existed)."""
@@ -389,7 +393,7 @@ def plan_to_json(plan: Plan) -> str:
     for g in data.get("groups", []):
         if g.get("passes") == 1:
             del g["passes"]
-    return json.dumps(data, indent=1, ensure_ascii=False)
+    return jsontext.dumps(data, indent=1)  # = json.dumps(data, indent=1, ensure_ascii=False)
 
 
 def save_plan(plan: Plan, path: Union[str, os.PathLike]) -> None:
@@ -398,6 +402,7 @@ def save_plan(plan: Plan, path: Union[str, os.PathLike]) -> None:
     write_atomic(path, plan_to_json(plan) + "\n")
 
 
+@paused()
 def load_plan(path: Union[str, os.PathLike], graph: Optional[Graph] = None) -> Plan:
     """Read a plan JSON; the graph comes embedded, via ``graph_path``, or from ``graph``. Validated."""
     path = Path(path)

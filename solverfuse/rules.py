@@ -38,7 +38,7 @@ edges inside the group; :func:`needs_row` only loses downstream ops when the gro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable, Sequence
 
@@ -67,11 +67,11 @@ class Facts:
     streaming: bool = False
     view: bool = False
     gather_data_input: bool = False
+    #: Never shares a group with an exclusive op (a gather: not fused into a GEMM's kernel).
+    apart: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def apart(self) -> bool:
-        """Never shares a group with an exclusive op (a gather: not fused into a GEMM's kernel)."""
-        return self.role == "gather"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "apart", self.role == "gather")  # asked for at every group check
 
 
 _OPAQUE = Facts("opaque", *ROLE_RULES["opaque"])
@@ -140,29 +140,42 @@ def rule_violation(graph: Graph, nodes: Sequence[str]) -> str | None:
     if len(nodes) < 2:
         return None
     members = set(nodes)
-    fs = {v: facts(graph, v) for v in nodes}
-    for v in nodes:
-        if fs[v].opaque:
+    fs = _node_facts(graph)
+    index = graph.index
+    ex, apart = [], []
+    for v in nodes:  # one pass: the first op breaking rule 1 or 2 is named, then rule 3
+        f = fs[v]
+        if f.opaque:
             return f"node {v!r} is opaque to fusion and must run alone"
-        if fs[v].materialised_inputs:
-            for t in graph.index.node[v].inputs:
-                p = graph.index.producer.get(t) if t else None
+        if f.materialised_inputs:
+            for t in index.node[v].inputs:
+                p = index.producer.get(t) if t else None
                 if p in members:
-                    return f"node {v!r} ({fs[v].role}) must read {t!r} from global memory, but {p!r} is in its group"
-        elif fs[v].gather_data_input:
+                    return f"node {v!r} ({f.role}) must read {t!r} from global memory, but {p!r} is in its group"
+        elif f.gather_data_input:
             for p in sorted(data_sources(graph, v) & members):
-                t = graph.index.node[v].inputs[0]
-                return f"node {v!r} ({fs[v].role}) must read its data {t!r} from global memory, but {p!r} computes it in its group"
-    ex = [v for v in nodes if fs[v].exclusive]
+                t = index.node[v].inputs[0]
+                return f"node {v!r} ({f.role}) must read its data {t!r} from global memory, but {p!r} computes it in its group"
+        if f.exclusive:
+            ex.append(v)
+        if f.apart:
+            apart.append(v)
     if len(ex) > 1:
         a, b = ex[0], ex[1]
         if fs[a].role == fs[b].role == "anchor":
             return f"more than one compute-intensive anchor ({a!r}, {b!r})"
         return f"more than one exclusive op ({a!r}, {b!r})"
-    apart = [v for v in nodes if fs[v].apart]
     if ex and apart:
         return f"{fs[apart[0]].role} node {apart[0]!r} cannot share a kernel with {fs[ex[0]].role} {ex[0]!r}"
     return None
+
+
+def _node_facts(graph: Graph) -> dict[str, Facts]:
+    """Every op's :func:`facts`, derived once per graph index."""
+    hit = graph.index.memo.get("rules.facts")
+    if hit is None:
+        hit = graph.index.memo["rules.facts"] = {n.name: _op_facts(n.op) for n in graph.nodes}
+    return hit
 
 
 def needs_row(graph: Graph, node: str, members: Iterable[str]) -> bool:

@@ -127,7 +127,7 @@ def guide(graph: Graph, hw: Hardware) -> list[list[str]]:
                     continue
                 # The guide's tests in a cheap-first order (all must pass; none has effects):
                 # a saving, the register budget (its first gate), rules + L1, no cycle.
-                if part.op_path_back([a, b]) is not None or saved(a, b) <= 0 or \
+                if part.crosses(a, b) or saved(a, b) <= 0 or \
                         group_footprint(graph, part.nodes([a, b]), hw).registers > hw.register_budget or \
                         part.why_not([a, b]) is not None:
                     refused.add(key)

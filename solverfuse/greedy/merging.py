@@ -66,6 +66,7 @@ class Partition:
         self.version: dict[int, int] = {}
         self._merges = 0
         self._bits = self.memo()
+        self._back = self.memo()
 
     def memo(self) -> dict[int, object]:
         """A per-group cache (group id -> value) that :meth:`merge` clears for the merged groups.
@@ -120,12 +121,109 @@ class Partition:
         """
         if len(self.pos) > REACH_MAX_OPS:
             return None
+        gs = set(gs)
+        if len(gs) == 2 and self._pair_crosses(*gs) is False:
+            return None
         mask = desc = anc = 0
-        for g in set(gs):
+        for g in gs:
             m, d, a = self._group_bits(g)
             mask, desc, anc = mask | m, desc | d, anc | a
         back = desc & anc & ~mask
         return self.graph.index.order[(back & -back).bit_length() - 1] if back else None
+
+    def crosses(self, a: int, b: int) -> bool:
+        """``op_path_back([a, b]) is not None``, mostly without forming the union's bitsets.
+
+        >>> from solverfuse.graph import load_graph
+        >>> from solverfuse.hardware import load_hardware
+        >>> g = load_graph({"tensors": {"x": {"shape": [8]}}, "inputs": ["x"], "outputs": ["y", "z"],
+        ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+        ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+        ...               {"name": "c", "op": "Add", "inputs": ["h", "y"], "outputs": ["z"]}]})
+        >>> p = Partition(g, load_hardware("nvidia-h100"))
+        >>> p.crosses(p.gid["a"], p.gid["c"]), p.crosses(p.gid["b"], p.gid["c"])
+        (True, False)
+        """
+        if len(self.pos) > REACH_MAX_OPS:
+            return False
+        verdict = self._pair_crosses(a, b)
+        return verdict if verdict is not None else self.op_path_back([a, b]) is not None
+
+    def mask(self, g: int) -> int:
+        """Group ``g``'s ops as a bitset over topological positions (0 above :data:`REACH_MAX_OPS`).
+
+        >>> from solverfuse.graph import load_graph
+        >>> from solverfuse.hardware import load_hardware
+        >>> g = load_graph({"tensors": {"x": {"shape": [8]}}, "inputs": ["x"], "outputs": ["y"],
+        ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+        ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+        >>> p = Partition(g, load_hardware("nvidia-h100"))
+        >>> p.mask(p.merge([p.gid["a"], p.gid["b"]]))
+        3
+        """
+        return self._group_bits(g)[0] if len(self.pos) <= REACH_MAX_OPS else 0
+
+    def uncrossed(self, a: int, union: int) -> Optional[set[int]]:
+        """A superset of the groups ``b`` with ops in ``union`` (a bitset over positions, e.g. the
+        OR of :meth:`mask` of some groups) for which ``crosses(a, b)`` is False: every such group
+        is in it, found with a few bitset operations instead of a test per group. A group
+        neither reaching nor reached by ``a`` is in it, and so are ``a``'s neighbours in the
+        quotient graph; a group ``b`` that ``a`` reaches or that reaches ``a`` otherwise is not
+        (:meth:`_pair_crosses`: a path leaves the two and re-enters them). None above
+        :data:`REACH_MAX_OPS` ops (no bitsets: every group would have to be tried).
+
+        >>> from solverfuse.graph import load_graph
+        >>> from solverfuse.hardware import load_hardware
+        >>> g = load_graph({"tensors": {"x": {"shape": [8]}}, "inputs": ["x"], "outputs": ["y", "z", "w"],
+        ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+        ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+        ...               {"name": "c", "op": "Neg", "inputs": ["x"], "outputs": ["z"]},
+        ...               {"name": "d", "op": "Add", "inputs": ["x", "y"], "outputs": ["w"]}]})
+        >>> p = Partition(g, load_hardware("nvidia-h100"))
+        >>> union = sum(p.mask(p.gid[v]) for v in "abcd")
+        >>> sorted(g.index.order[p.first[k]] for k in p.uncrossed(p.gid["a"], union))  # d: via b
+        ['b', 'c']
+        """
+        if len(self.pos) > REACH_MAX_OPS:
+            return None
+        ma, da, aa = self._group_bits(a)
+        near = da | aa
+        out = (self._succ[a] | self._pred[a])
+        gid, order = self.gid, self.graph.index.order
+        tried: set[int] = set()
+        for p in dag.bits(union & ~near & ~ma):
+            g = gid[order[p]]
+            if g not in out and g not in tried:
+                tried.add(g)
+                if not self._group_bits(g)[0] & near:
+                    out.add(g)
+        return out
+
+    def _pair_crosses(self, a: int, b: int) -> Optional[bool]:
+        """Whether a path of ops leaves groups ``a`` + ``b`` and re-enters them, when reachability
+        alone tells; None when only the union's bitsets do (:meth:`op_path_back`).
+
+        If ``a`` reaches ``b`` and ``b`` is not a successor group of ``a``, the path from the last
+        op of ``a`` on it to the first op of ``b`` after that has an op outside both: True (and
+        likewise from ``b`` to ``a``). If neither reaches the other, no op outside lies between
+        them, and the only paths back are those of a group into itself: True exactly when one of
+        them is not convex on its own."""
+        ma, da, _ = self._group_bits(a)
+        mb, db, _ = self._group_bits(b)
+        a_to_b, b_to_a = da & mb, db & ma
+        if (a_to_b and b not in self._succ[a]) or (b_to_a and a not in self._succ[b]):
+            return True
+        if a_to_b or b_to_a:
+            return None
+        return bool(self._self_back(a) or self._self_back(b))
+
+    def _self_back(self, g: int) -> int:
+        """Ops outside group ``g`` on a path from ``g`` back into it (0 for a convex group)."""
+        hit = self._back.get(g)
+        if hit is None:
+            mask, desc, anc = self._group_bits(g)
+            hit = self._back[g] = desc & anc & ~mask
+        return hit
 
     def _group_bits(self, g: int) -> tuple[int, int, int]:
         """(members, descendants, ancestors) of group ``g`` as bitsets, memoised until it merges."""

@@ -212,11 +212,21 @@ def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
             return False  # connected siblings are not multi-output fused (IsConnected)
         if has_anchor(a) or has_anchor(b):
             return False  # library calls are never multi-output fusion roots
-        if hero_of(a) != hero_of(b) or part.op_path_back([a, b]) is not None:
+        if hero_of(a) != hero_of(b) or part.crosses(a, b):
             return False
         if operands_and_outputs(graph, part.nodes([a, b])) > XLA_MAX_OPERANDS_AND_OUTPUTS:
             return False
         return part.why_not([a, b]) is None
+
+    def worth(a: int, kpos: dict[int, int], union: int) -> Optional[list[int]]:
+        """Sorted positions (in ``users``) of the groups ``a`` may fuse with: a superset of those
+        ``fusible`` accepts (not a's successors, nor groups it reaches or that reach it through
+        other ops: :meth:`Partition.uncrossed`); None when the partition cannot tell."""
+        near = part.uncrossed(a, union)
+        if near is None:
+            return None
+        succ = part.succ(a)
+        return sorted(kpos[g] for g in near if g in kpos and g not in succ)
 
     while dirty:
         i = heapq.heappop(dirty)
@@ -228,13 +238,32 @@ def _xla_sibling_fusion(graph: Graph, part: Partition) -> None:
         fresh = [old.get(g) != start[g] for g in users]
         fresh_at = [k for k, f in enumerate(fresh) if f]  # sorted positions of fresh groups
         changed = []
+        # The groups of users only merge with each other here, so their ops stay in this union.
+        kpos = {g: k for k, g in enumerate(users)}
+        union = 0
+        for g in users:
+            union |= part.mask(g)
         for j, a in enumerate(users):
+            if a in part.members and has_anchor(a):
+                continue  # fusible(a, b) is False for every b: nothing to try
             k = j
+            cands: Optional[list[int]] = None  # positions worth trying, for a as it is now
+            version_a = version.get(a, 0)
             while a in part.members:
                 if fresh[j]:
-                    k += 1
-                    if k >= len(users):
-                        break
+                    # every later position is visited; those not in cands would be refused
+                    if cands is None or version.get(a, 0) != version_a:
+                        version_a = version.get(a, 0)
+                        cands = worth(a, kpos, union) if len(users) - k > 8 else None
+                    if cands is not None:
+                        n = bisect.bisect_right(cands, k)
+                        if n == len(cands):
+                            break
+                        k = cands[n]
+                    else:
+                        k += 1
+                        if k >= len(users):
+                            break
                 else:  # only pairs with a changed group can merge
                     n = bisect.bisect_right(fresh_at, k)
                     if n == len(fresh_at):
