@@ -395,6 +395,10 @@ class _Spare:
             thread = self.thread if self.latest is groups else None
         if thread is not None:
             thread.join(wait)  # it is validating these very groups: wait rather than start over
+            with self.lock:
+                nothing = self.built[0] is None
+            if nothing and thread.is_alive():
+                thread.join()  # no earlier plan to return, and a second build would halve both
         with self.lock:
             if self.built[0] is groups or (self.built[0] is not None and thread is not None and thread.is_alive()):
                 return self.built[0], self.built[1].model_copy()
