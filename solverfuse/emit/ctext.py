@@ -64,6 +64,11 @@ SF_SIMD float powf(float, float);
 #define SF_AVX2_TILES 1
 #include <immintrin.h>
 #endif
+#if defined(__GNUC__) && defined(__AVX512F__)
+/* the conv tiles' last partial chunk: masked loads and stores (no work on padding positions) */
+#define SF_AVX512_TILES 1
+#include <immintrin.h>
+#endif
 #if defined(__FMA__)
 #define SF_FMA(a, b, c) fmaf(a, b, c)
 #else
@@ -274,14 +279,17 @@ def _register_blocks(mb: int, body, avx2) -> str:
     return f"#if defined(SF_AVX2_TILES)\n{avx2(min(mb, 4))}#else\n{body(mb, CHUNK)}#endif\n"
 
 
-def _v8_block(rows: int, weight: str, xptr: str, indent: str) -> tuple[str, str]:
+def _v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = False) -> tuple[str, str]:
     """(declarations, multiply-adds) of ``rows`` x 2 eight-lane accumulators ``c<i>_<v>`` (AVX2):
-    row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr``."""
+    row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr`` (``masked``:
+    only the lanes of the masks ``m0``, ``m1`` are loaded, the others read as 0)."""
     decl = indent + " ".join(f"__m256 c{i}_0 = _mm256_setzero_ps(), c{i}_1 = _mm256_setzero_ps();"
                              for i in range(rows))
     # the empty asm pins the two input vectors in registers: else GCC folds them into every
     # multiply-add as a memory operand -- 3 loads per 2 FMAs, load-bound at half the FMA rate
-    body = [f"{indent}    __m256 x0 = _mm256_loadu_ps({xptr}), x1 = _mm256_loadu_ps({xptr} + 8);",
+    load = (f"_mm256_maskload_ps({xptr}, m0), x1 = _mm256_maskload_ps({xptr} + 8, m1)" if masked
+            else f"_mm256_loadu_ps({xptr}), x1 = _mm256_loadu_ps({xptr} + 8)")
+    body = [f"{indent}    __m256 x0 = {load};",
             f'{indent}    __asm__("" : "+x"(x0), "+x"(x1));']
     for i in range(rows):
         body.append(f"{indent}    {{ const __m256 wv = _mm256_broadcast_ss({weight.format(i=i)}); "
@@ -293,36 +301,61 @@ def helper_text(name: str) -> str:
     """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
     if name == "sf_conv_tile1":
         return f"""/* Conv tile of one output channel (depthwise convolutions): T[q] = sum over c < C, t < taps of
-   wp[c*taps + t] * x[c*cplane + off[t] + q]. {CHUNK} positions per step in a GNU vector (registers):
-   written as a plain loop, GCC 12 scalarised the accumulators and vectorised the tap loop with
-   gathers (3x slower). */
+   wp[c*taps + t] * x[c*cplane + off[t] + q], q < span. {CHUNK} positions per step in registers
+   (a GNU vector; written as a plain loop, GCC 12 scalarised the accumulators and vectorised the
+   tap loop with gathers, 3x slower), the last partial chunk masked (AVX-512) or scalar. */
 SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, long span, const float *restrict x,
     long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
 {{
-#if defined(__GNUC__)
+    long q = 0;
+#if defined(SF_AVX512_TILES)
+    /* explicit FMAs: a GNU-vector a * b + c is not contracted in ISO C mode */
+    for (; q + 32 <= span; q += 32) {{
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *xt = x + c*cplane + off[t] + q;
+                const __m512 w = _mm512_set1_ps(wp[c*taps + t]);
+                a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(xt), a0);
+                a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(xt + 16), a1);
+            }}
+        _mm512_storeu_ps(T + q, a0); _mm512_storeu_ps(T + q + 16, a1);
+    }}
+    for (; q < span; q += 16) {{
+        const __mmask16 m = (__mmask16)((1u << (span - q < 16 ? span - q : 16)) - 1u);
+        __m512 a0 = _mm512_setzero_ps();
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++)
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(wp[c*taps + t]), _mm512_maskz_loadu_ps(m, x + c*cplane + off[t] + q), a0);
+        _mm512_mask_storeu_ps(T + q, m, a0);
+    }}
+#elif defined(__GNUC__)
     typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
-    for (long q = 0; q < span; q += {CHUNK}) {{
+    for (; q + {CHUNK} <= span; q += {CHUNK}) {{
         sf_vec acc = {{0}};
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++)
                 acc += wp[c*taps + t] * *(const sf_vec *)(x + c*cplane + off[t] + q);
         *(sf_vec *)(T + q) = acc;
     }}
-#else
-    for (long q = 0; q < span; q++) {{
+#endif
+    for (; q < span; q++) {{
         float acc = 0;
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) acc = SF_FMA(wp[c*taps + t], x[c*cplane + off[t] + q], acc);
         T[q] = acc;
     }}
-#endif
 }}
 """
     if name.startswith("sf_conv_tile"):
         mb = int(name[len("sf_conv_tile"):])
 
         def conv_body(rows, cols):
-            return f"""    for (long q = 0; q < span; q += {CHUNK})
+            tail_decl = " ".join(f"__m512 c{i} = _mm512_setzero_ps();" for i in range(mb))
+            tail_fma = "\n".join(f"                c{i} = _mm512_fmadd_ps(_mm512_set1_ps(w[{i}]), xv, c{i});" for i in range(mb))
+            tail_store = " ".join(f"_mm512_mask_storeu_ps(T + {i}*span + q, m, c{i});" for i in range(mb))
+            return f"""    long q = 0;
+    for (; q + {CHUNK} <= span; q += {CHUNK})
         for (int a0 = 0; a0 < {mb}; a0 += {rows})
             for (int e0 = 0; e0 < {CHUNK}; e0 += {cols}) {{
         float acc[{rows}][{cols}];
@@ -336,26 +369,68 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         }}
         for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) T[(a0 + a)*span + q + e0 + e] = acc[a][e];
             }}
+    /* the last partial chunk: 16 positions at a time, masked (the portable form: one at a time) */
+#if defined(SF_AVX512_TILES)
+    for (; q < span; q += 16) {{
+        const __mmask16 m = (__mmask16)((1u << (span - q < 16 ? span - q : 16)) - 1u);
+        {tail_decl}
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++) {{
+                const __m512 xv = _mm512_maskz_loadu_ps(m, x + c*cplane + off[t] + q);
+                const float *restrict w = wp + (c*taps + t)*{mb};
+{tail_fma}
+            }}
+        {tail_store}
+    }}
+#endif
+    for (; q < span; q++)
+        for (int a = 0; a < {mb}; a++) {{
+            float s = 0;
+            for (long c = 0; c < C; c++)
+                for (long t = 0; t < taps; t++) s = SF_FMA(wp[(c*taps + t)*{mb} + a], x[c*cplane + off[t] + q], s);
+            T[a*span + q] = s;
+        }}
 """
         def conv_avx2(rows):
             decl, fma = _v8_block(rows, "w + {i}", "xt", "            ")
-            store = "\n".join(f"            _mm256_storeu_ps(T + (a0 + {i})*span + q + e0, c{i}_0); "
-                              f"_mm256_storeu_ps(T + (a0 + {i})*span + q + e0 + 8, c{i}_1);" for i in range(rows))
-            return f"""    for (long q = 0; q < span; q += {CHUNK})
-        for (int a0 = 0; a0 < {mb}; a0 += {rows})
-            for (int e0 = 0; e0 < {CHUNK}; e0 += 16) {{
+            mdecl, mfma = _v8_block(rows, "w + {i}", "xt", "            ", masked=True)
+            store = "\n".join(f"            _mm256_storeu_ps(T + (a0 + {i})*span + q, c{i}_0); "
+                              f"_mm256_storeu_ps(T + (a0 + {i})*span + q + 8, c{i}_1);" for i in range(rows))
+            mstore = "\n".join(f"            _mm256_maskstore_ps(T + (a0 + {i})*span + q, m0, c{i}_0); "
+                               f"_mm256_maskstore_ps(T + (a0 + {i})*span + q + 8, m1, c{i}_1);" for i in range(rows))
+            return f"""    long q = 0;
+    for (; q + 16 <= span; q += 16)
+        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
 {decl}
             for (long c = 0; c < C; c++)
                 for (long t = 0; t < taps; t++) {{
-                    const float *restrict xt = x + c*cplane + off[t] + q + e0;
+                    const float *restrict xt = x + c*cplane + off[t] + q;
                     const float *restrict w = wp + (c*taps + t)*{mb} + a0;
 {fma}
                 }}
 {store}
-            }}
+        }}
+    if (q < span) {{
+        /* the last partial chunk: masked loads and stores */
+        const __m256i n = _mm256_set1_epi32((int)(span - q));
+        const __m256i m0 = _mm256_cmpgt_epi32(n, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i m1 = _mm256_cmpgt_epi32(n, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
+        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
+{mdecl}
+            for (long c = 0; c < C; c++)
+                for (long t = 0; t < taps; t++) {{
+                    const float *restrict xt = x + c*cplane + off[t] + q;
+                    const float *restrict w = wp + (c*taps + t)*{mb} + a0;
+{mfma}
+                }}
+{mstore}
+        }}
+    }}
 """
         return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
-   wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
+   wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
+   registers; the positions past the last whole chunk with masked loads and stores, so a small
+   plane (13x13: 169 positions) costs no multiply-adds on padding (rounded up to 192 before). */
 SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
     const float *restrict wp, long C, long taps, const long *restrict off)
 {{
