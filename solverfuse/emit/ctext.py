@@ -321,13 +321,20 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
             }}
         _mm512_storeu_ps(T + q, a0); _mm512_storeu_ps(T + q + 16, a1);
     }}
-    for (; q < span; q += 16) {{
-        const __mmask16 m = (__mmask16)((1u << (span - q < 16 ? span - q : 16)) - 1u);
-        __m512 a0 = _mm512_setzero_ps();
+    if (q < span) {{  /* the last partial chunk in one pass, masked */
+        const long r = span - q;
+        const __mmask16 m0 = (__mmask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
+        const __mmask16 m1 = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
         for (long c = 0; c < C; c++)
-            for (long t = 0; t < taps; t++)
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(wp[c*taps + t]), _mm512_maskz_loadu_ps(m, x + c*cplane + off[t] + q), a0);
-        _mm512_mask_storeu_ps(T + q, m, a0);
+            for (long t = 0; t < taps; t++) {{
+                const float *xt = x + c*cplane + off[t] + q;
+                const __m512 w = _mm512_set1_ps(wp[c*taps + t]);
+                a0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, xt), a0);
+                if (m1) a1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, xt + 16), a1);
+            }}
+        _mm512_mask_storeu_ps(T + q, m0, a0); _mm512_mask_storeu_ps(T + q + 16, m1, a1);
+        q = span;
     }}
 #elif defined(__GNUC__)
     typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
@@ -350,10 +357,26 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
     if name.startswith("sf_conv_tile"):
         mb = int(name[len("sf_conv_tile"):])
 
+        def tail(v):  # v (1 or 2) masked 16-lane vectors per channel
+            decl = " ".join(f"__m512 c{i}_{e} = _mm512_setzero_ps();" for i in range(mb) for e in range(v))
+            loads = " ".join(f"const __m512 x{e} = _mm512_maskz_loadu_ps(m{e}, xt + {16 * e});" for e in range(v))
+            fma = "\n".join(f"                {{ const __m512 wv = _mm512_set1_ps(w[{i}]); "
+                            + " ".join(f"c{i}_{e} = _mm512_fmadd_ps(wv, x{e}, c{i}_{e});" for e in range(v)) + " }"
+                            for i in range(mb))
+            store = " ".join(f"_mm512_mask_storeu_ps(T + {i}*span + q + {16 * e}, m{e}, c{i}_{e});"
+                             for i in range(mb) for e in range(v))
+            return f"""{{
+    {decl}
+    for (long c = 0; c < C; c++)
+        for (long t = 0; t < taps; t++) {{
+            const float *restrict xt = x + c*cplane + off[t] + q;
+            const float *restrict w = wp + (c*taps + t)*{mb};
+            {loads}
+{fma}
+        }}
+    {store}
+}}"""
         def conv_body(rows, cols):
-            tail_decl = " ".join(f"__m512 c{i} = _mm512_setzero_ps();" for i in range(mb))
-            tail_fma = "\n".join(f"                c{i} = _mm512_fmadd_ps(_mm512_set1_ps(w[{i}]), xv, c{i});" for i in range(mb))
-            tail_store = " ".join(f"_mm512_mask_storeu_ps(T + {i}*span + q, m, c{i});" for i in range(mb))
             return f"""    long q = 0;
     for (; q + {CHUNK} <= span; q += {CHUNK})
         for (int a0 = 0; a0 < {mb}; a0 += {rows})
@@ -369,19 +392,10 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         }}
         for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) T[(a0 + a)*span + q + e0 + e] = acc[a][e];
             }}
-    /* the last partial chunk: 16 positions at a time, masked (the portable form: one at a time) */
+    /* the last partial chunk in one pass, masked (a function of its own: inline here, it made
+       GCC 12 allocate the main loop's registers worse -- 3.5x slower); portable: one at a time */
 #if defined(SF_AVX512_TILES)
-    for (; q < span; q += 16) {{
-        const __mmask16 m = (__mmask16)((1u << (span - q < 16 ? span - q : 16)) - 1u);
-        {tail_decl}
-        for (long c = 0; c < C; c++)
-            for (long t = 0; t < taps; t++) {{
-                const __m512 xv = _mm512_maskz_loadu_ps(m, x + c*cplane + off[t] + q);
-                const float *restrict w = wp + (c*taps + t)*{mb};
-{tail_fma}
-            }}
-        {tail_store}
-    }}
+    if (q < span) {{ sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off); q = span; }}
 #endif
     for (; q < span; q++)
         for (int a = 0; a < {mb}; a++) {{
@@ -427,7 +441,22 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         }}
     }}
 """
-        return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
+        tail_fn = f"""#if defined(SF_AVX512_TILES)
+/* Positions q.. of sf_conv_tile{mb} (fewer than {CHUNK}), masked. */
+SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span, long q, const float *restrict x,
+    long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
+{{
+    if (span - q > 16) {{
+        const __mmask16 m0 = 0xFFFF, m1 = (__mmask16)((1u << (span - q - 16)) - 1u);
+        {tail(2)}
+    }} else {{
+        const __mmask16 m0 = (__mmask16)((1u << (span - q)) - 1u);
+        {tail(1)}
+    }}
+}}
+#endif
+"""
+        return tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
    registers; the positions past the last whole chunk with masked loads and stores, so a small
    plane (13x13: 169 positions) costs no multiply-adds on padding (rounded up to 192 before). */
@@ -536,6 +565,33 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
                     if (s1 == 1) for (long j = j0; j < j1; j++) dst[j] = x[base + j];
                     else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
                     for (long j = j1; j < wq; j++) dst[j] = 0.0f;
+                }
+}
+""",
+        "sf_conv_copy_cols": """/* Zero-padded, column-shifted copy of NC planes HxW for a kernel KW columns wide (dilation d1):
+   dst[nc][ph][kw][i][j] = x at padded (i*s0 + ph, j*s1 + kw*d1), j < OW, i.e.
+   x[nc][i*s0 + ph - p0][j*s1 + kw*d1 - p1] when inside, else 0. Tap (r, kw) then reads its
+   output positions as one contiguous run of row pitch OW: no junk columns, no strided loads. */
+SF_NOINLINE SF_UNUSED static void sf_conv_copy_cols(float *restrict dst, const float *restrict x, long NC, long H,
+    long W, long s0, long s1, long hq, long OW, long p0, long p1, long KW, long d1)
+{
+    for (long nc = 0; nc < NC; nc++)
+        for (long ph = 0; ph < s0; ph++)
+            for (long kw = 0; kw < KW; kw++)
+                for (long i = 0; i < hq; i++, dst += OW) {
+                    const long ii = i*s0 + ph - p0, sh = kw*d1 - p1;
+                    /* valid columns j0 <= j < j1: 0 <= j*s1 + sh < W */
+                    long j0 = sh >= 0 ? 0 : (-sh + s1 - 1) / s1;
+                    long j1 = W - 1 - sh < 0 ? 0 : (W - 1 - sh) / s1 + 1;
+                    if (ii < 0 || ii >= H) j0 = j1 = OW;
+                    if (j0 > OW) j0 = OW;
+                    if (j1 > OW) j1 = OW;
+                    if (j1 < j0) j1 = j0;
+                    const long base = (nc*H + ii)*W + sh;
+                    for (long j = 0; j < j0; j++) dst[j] = 0.0f;
+                    if (s1 == 1) for (long j = j0; j < j1; j++) dst[j] = x[base + j];
+                    else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
+                    for (long j = j1; j < OW; j++) dst[j] = 0.0f;
                 }
 }
 """,
