@@ -476,8 +476,13 @@ def conv_blocking(k, node):
     if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and 12 * wq > 13 * out[3])):
         # small planes (13x13 3x3: 15 columns computed per 13) and strided depthwise convs
         cols, wq = kernel[1], out[3]
-    rows = max(r for r in range(1, out[2] + 1) if out[2] % r == 0
-               and (mb * _round_up(r * wq, CHUNK) <= MAX_TILE or r == 1))
+    fits = [r for r in range(1, out[2] + 1) if out[2] % r == 0
+            and (mb * _round_up(r * wq, CHUNK) <= MAX_TILE or r == 1)]
+    tiles = x[0] * group * -(-mg // mb)  # tiles per band of rows
+    # the threads share the (batch, block, band) tiles: split the rows into more bands when the
+    # tiles would not divide evenly among them (3 tiles on 2 threads: one waits a third of the time)
+    even = [r for r in fits if (tiles * (out[2] // r)) % k.threads == 0 or tiles * (out[2] // r) >= 8 * k.threads]
+    rows = max(even or fits)
     blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1])
     if w[1] == 1 and group > 1 and rows == out[2]:
         # depthwise: each tile copies its one input channel into L1 just before using it (a

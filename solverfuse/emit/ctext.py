@@ -216,17 +216,29 @@ static int sf_enter(void *const *B, void **X)
 """
 
 TIMING = r"""
-int sf_time(void *const *B, int repeats, double *seconds)
+static int sf_timed(void *const *B, int repeats, double *seconds, clockid_t clock)
 {
     for (int r = 0; r < repeats; r++) {
         struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        clock_gettime(clock, &t0);
         int rc = sf_run(B);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        clock_gettime(clock, &t1);
         if (rc) return rc;
         seconds[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     }
     return 0;
+}
+
+int sf_time(void *const *B, int repeats, double *seconds)
+{
+    return sf_timed(B, repeats, seconds, CLOCK_MONOTONIC);
+}
+
+/* The calling thread's CPU time per run: at 1 thread, the time the kernels took, not counting
+   the time other jobs of a loaded machine held the core. */
+int sf_time_cpu(void *const *B, int repeats, double *seconds)
+{
+    return sf_timed(B, repeats, seconds, CLOCK_THREAD_CPUTIME_ID);
 }
 """
 
@@ -253,6 +265,8 @@ void sf_invalidate(void);
 int sf_run(void *const *B);
 /* Run `repeats` times; seconds[r] is the wall time of run r measured inside C. */
 int sf_time(void *const *B, int repeats, double *seconds);
+/* The same, seconds[r] the calling thread's CPU time (the whole run at 1 thread). */
+int sf_time_cpu(void *const *B, int repeats, double *seconds);
 /* Bytes read and written per group in the last run (instrumented builds only): 2 per group. */
 int sf_counters(long long *out);
 #endif
