@@ -459,8 +459,15 @@ def conv_blocking(k, node):
     per group -- or 8 when padding the group's channels to a multiple of 8 adds at most 1/8 more
     work (the last block's extra channels get zero weights and no epilogue: ShuffleNet's 68
     channels per group ran at 54 GFLOP/s in blocks of 4, 78 in blocks of 8) -- so a depthwise
-    convolution (one output channel per group) takes the blocked tile with ``mb = 1`` at stride 1:
-    its taps run on contiguous vectors of the padded copy, with no bounds checks.
+    convolution (one output channel per group) takes the blocked tile with ``mb = 1``: its taps
+    run on contiguous vectors of the padded copy, with no bounds checks.
+    On small planes the phase-split copy's junk columns cost up to 30% (13x13 3x3: a row pitch of
+    15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those take
+    column-shifted copies instead (``cols``: one copy per kernel column, shifted by the column's
+    offset and subsampled by the stride, row pitch = output width; tap (r, kw) reads copy kw).
+    A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
+    when it is used) rather than the whole input in a pass of its own. With threads, the rows are
+    split into more bands when the tiles would not divide evenly among the threads.
     Instrumented builds keep the plain tile (the counters then see the reads the cost model
     describes, not the copy)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
