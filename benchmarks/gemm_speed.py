@@ -44,11 +44,13 @@ from solverfuse.greedy import greedy_plan  # noqa: E402
 
 #: Kernel shapes: emit_speed's set plus the grouped 1x1 and strided depthwise convs of ShuffleNet,
 #: its 3-channel stem, a SqueezeNet expand conv, and the pooling windows of ShuffleNet/SqueezeNet
-#: (no GFLOP/s: times only).
+#: (no GFLOP/s: times only); small planes: SqueezeNet's last conv and a 13x13 expand conv, a 7x7
+#: depthwise conv.
 GEMM_KERNELS = KERNELS + ["conv:136x28x28x136x1x1x4", "conv:272x14x14x272x1x1x4", "conv:544x7x7x544x1x1x4",
                           "conv:112x56x56x112x3x2x112", "conv:272x14x14x272x3x2x272",
                           "conv:3x224x224x24x3x2x1", "conv:16x55x55x64x3x1x1",
-                          "pool:max:24x112x112x3x2", "pool:max:96x109x109x3x2", "pool:avg:136x28x28x3x2"]
+                          "pool:max:24x112x112x3x2", "pool:max:96x109x109x3x2", "pool:avg:136x28x28x3x2",
+                          "conv:512x13x13x1000x1x1x1", "conv:64x13x13x256x3x1x1", "conv:544x7x7x544x3x1x544"]
 
 
 #: Plan cases: emit_speed's motifs and light models, T5's MatMul + RMSNorm (the group the issue
