@@ -235,6 +235,9 @@ def main(argv=None) -> int:
                "ORT's includes its Python binding's call), which leaves out the time other jobs held the core; "
                "2-thread rows: wall time." if args.clock == "cpu" else ""), ""]
     sections = []
+    scale_caption = ("Thread scaling (time at 1 thread / time at 2 threads):" if args.clock == "wall" else
+                     "Thread scaling (1-thread CPU time / 2-thread wall time: with other jobs holding the cores "
+                     "the 2-thread wall time includes their time, so this is no speed-up of either runtime):")
     if args.section in ("kernels", "all"):
         specs = args.cases.split(",") if args.cases else GEMM_KERNELS
         rows = []
@@ -246,7 +249,7 @@ def main(argv=None) -> int:
                     rows.append({"case": spec, "threads": th, "error": str(e)[:120]})
                 print(rows[-1], flush=True)
         sections += ["## Kernels", "", summary(rows, [("kernels", lambda c: True)]), "", kernel_table(rows), "",
-                     "Thread scaling (time at 1 thread / time at 2 threads):", "", scaling(rows), ""]
+                     scale_caption, "", scaling(rows), ""]
     if args.section in ("plans", "all"):
         specs = args.cases.split(",") if args.cases and args.section == "plans" else PLAN_CASES
         rows = []
@@ -261,7 +264,7 @@ def main(argv=None) -> int:
                      summary(rows, [("motifs", lambda c: c.startswith("zoo:") and c != "zoo:bert_block"),
                                     ("light models", lambda c: c.startswith("light:")),
                                     ("transformer parts", lambda c: c in ("t5:matmul_rmsnorm", "zoo:bert_block"))]), "",
-                     plan_table(rows), "", "Thread scaling (time at 1 thread / time at 2 threads):", "",
+                     plan_table(rows), "", scale_caption, "",
                      scaling(rows), ""]
     load1 = os.getloadavg()
     text += [f"Machine: {json.dumps(machine.describe())}", "",
