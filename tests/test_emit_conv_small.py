@@ -33,6 +33,8 @@ CASES = [
     ((1, 40, 7, 7), (16, 40, 1, 1), {}, "reads its input in place"),
     # ShuffleNet's strided depthwise: a per-tile copy of the channel, column-shifted at stride 2
     ((1, 24, 14, 14), (24, 1, 3, 3), {"group": 24, "strides": [2, 2], "pads": [1, 1, 1, 1]}, "copies its input channel"),
+    # the same on rows of 20 outputs (the copy's long-row form)
+    ((1, 8, 40, 39), (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}, "copies its input channel"),
     # depthwise with a channel multiplier of 2, column stride 2 and column dilation 2, batch 2
     ((2, 6, 11, 12), (12, 1, 3, 3), {"group": 6, "strides": [1, 2], "dilations": [1, 2], "pads": [1, 2, 1, 2]},
      "sf_conv_copy_cols("),
