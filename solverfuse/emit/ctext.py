@@ -65,9 +65,32 @@ SF_SIMD float powf(float, float);
 #include <immintrin.h>
 #endif
 #if defined(__GNUC__) && defined(__AVX512F__)
-/* the conv tiles' last partial chunk: masked loads and stores (no work on padding positions) */
+/* the conv tiles' last partial chunk: masked loads and stores (no work on padding positions).
+   GCC: its builtins, as <immintrin.h> costs ~0.3-0.8 s of parsing in every translation unit. */
 #define SF_AVX512_TILES 1
+#if defined(__clang__)
 #include <immintrin.h>
+typedef __m512 sf_v16;
+typedef __mmask16 sf_mask16;
+#define SF_LOAD16(p) _mm512_loadu_ps(p)
+#define SF_STORE16(p, v) _mm512_storeu_ps(p, v)
+#define SF_LOADM(m, p) _mm512_maskz_loadu_ps(m, p)
+#define SF_STOREM(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define SF_FMA16(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define SF_SET1(x) _mm512_set1_ps(x)
+#define SF_ZERO16 _mm512_setzero_ps()
+#else
+typedef float sf_v16 __attribute__((vector_size(64)));
+typedef float sf_v16u __attribute__((vector_size(64), aligned(4), may_alias));
+typedef unsigned short sf_mask16;
+#define SF_LOAD16(p) (*(const sf_v16u *)(p))
+#define SF_STORE16(p, v) (*(sf_v16u *)(p) = (v))
+#define SF_LOADM(m, p) __builtin_ia32_loadups512_mask((p), (sf_v16){0}, (m))
+#define SF_STOREM(p, m, v) __builtin_ia32_storeups512_mask((p), (v), (m))
+#define SF_FMA16(a, b, c) __builtin_ia32_vfmaddps512_mask((a), (b), (c), (sf_mask16)-1, 4)
+#define SF_SET1(x) ((sf_v16){0} + (x))
+#define SF_ZERO16 ((sf_v16){0})
+#endif
 #endif
 #if defined(__FMA__)
 #define SF_FMA(a, b, c) fmaf(a, b, c)
@@ -325,29 +348,29 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
 #if defined(SF_AVX512_TILES)
     /* explicit FMAs: a GNU-vector a * b + c is not contracted in ISO C mode */
     for (; q + 32 <= span; q += 32) {{
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        sf_v16 a0 = SF_ZERO16, a1 = SF_ZERO16;
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) {{
                 const float *xt = x + c*cplane + off[t] + q;
-                const __m512 w = _mm512_set1_ps(wp[c*taps + t]);
-                a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(xt), a0);
-                a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(xt + 16), a1);
+                const sf_v16 w = SF_SET1(wp[c*taps + t]);
+                a0 = SF_FMA16(w, SF_LOAD16(xt), a0);
+                a1 = SF_FMA16(w, SF_LOAD16(xt + 16), a1);
             }}
-        _mm512_storeu_ps(T + q, a0); _mm512_storeu_ps(T + q + 16, a1);
+        SF_STORE16(T + q, a0); SF_STORE16(T + q + 16, a1);
     }}
     if (q < span) {{  /* the last partial chunk in one pass, masked */
         const long r = span - q;
-        const __mmask16 m0 = (__mmask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
-        const __mmask16 m1 = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        const sf_mask16 m0 = (sf_mask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
+        const sf_mask16 m1 = (sf_mask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
+        sf_v16 a0 = SF_ZERO16, a1 = SF_ZERO16;
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) {{
                 const float *xt = x + c*cplane + off[t] + q;
-                const __m512 w = _mm512_set1_ps(wp[c*taps + t]);
-                a0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m0, xt), a0);
-                if (m1) a1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m1, xt + 16), a1);
+                const sf_v16 w = SF_SET1(wp[c*taps + t]);
+                a0 = SF_FMA16(w, SF_LOADM(m0, xt), a0);
+                if (m1) a1 = SF_FMA16(w, SF_LOADM(m1, xt + 16), a1);
             }}
-        _mm512_mask_storeu_ps(T + q, m0, a0); _mm512_mask_storeu_ps(T + q + 16, m1, a1);
+        SF_STOREM(T + q, m0, a0); SF_STOREM(T + q + 16, m1, a1);
         q = span;
     }}
 #elif defined(__GNUC__)
@@ -360,24 +383,26 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         *(sf_vec *)(T + q) = acc;
     }}
 #endif
+#if !defined(SF_AVX512_TILES)
     for (; q < span; q++) {{
         float acc = 0;
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) acc = SF_FMA(wp[c*taps + t], x[c*cplane + off[t] + q], acc);
         T[q] = acc;
     }}
+#endif
 }}
 """
     if name.startswith("sf_conv_tile"):
         mb = int(name[len("sf_conv_tile"):])
 
         def tail(v):  # v (1 or 2) masked 16-lane vectors per channel
-            decl = " ".join(f"__m512 c{i}_{e} = _mm512_setzero_ps();" for i in range(mb) for e in range(v))
-            loads = " ".join(f"const __m512 x{e} = _mm512_maskz_loadu_ps(m{e}, xt + {16 * e});" for e in range(v))
-            fma = "\n".join(f"                {{ const __m512 wv = _mm512_set1_ps(w[{i}]); "
-                            + " ".join(f"c{i}_{e} = _mm512_fmadd_ps(wv, x{e}, c{i}_{e});" for e in range(v)) + " }"
+            decl = " ".join(f"sf_v16 c{i}_{e} = SF_ZERO16;" for i in range(mb) for e in range(v))
+            loads = " ".join(f"const sf_v16 x{e} = SF_LOADM(m{e}, xt + {16 * e});" for e in range(v))
+            fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); "
+                            + " ".join(f"c{i}_{e} = SF_FMA16(wv, x{e}, c{i}_{e});" for e in range(v)) + " }"
                             for i in range(mb))
-            store = " ".join(f"_mm512_mask_storeu_ps(T + {i}*span + q + {16 * e}, m{e}, c{i}_{e});"
+            store = " ".join(f"SF_STOREM(T + {i}*span + q + {16 * e}, m{e}, c{i}_{e});"
                              for i in range(mb) for e in range(v))
             return f"""{{
     {decl}
@@ -409,8 +434,8 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
     /* the last partial chunk in one pass, masked (a function of its own: inline here, it made
        GCC 12 allocate the main loop's registers worse -- 3.5x slower); portable: one at a time */
 #if defined(SF_AVX512_TILES)
-    if (q < span) {{ sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off); q = span; }}
-#endif
+    if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off);
+#else
     for (; q < span; q++)
         for (int a = 0; a < {mb}; a++) {{
             float s = 0;
@@ -418,6 +443,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
                 for (long t = 0; t < taps; t++) s = SF_FMA(wp[(c*taps + t)*{mb} + a], x[c*cplane + off[t] + q], s);
             T[a*span + q] = s;
         }}
+#endif
 """
         def conv_avx2(rows):
             decl, fma = _v8_block(rows, "w + {i}", "xt", "            ")
@@ -461,10 +487,10 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
     long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
 {{
     if (span - q > 16) {{
-        const __mmask16 m0 = 0xFFFF, m1 = (__mmask16)((1u << (span - q - 16)) - 1u);
+        const sf_mask16 m0 = 0xFFFF, m1 = (sf_mask16)((1u << (span - q - 16)) - 1u);
         {tail(2)}
     }} else {{
-        const __mmask16 m0 = (__mmask16)((1u << (span - q)) - 1u);
+        const sf_mask16 m0 = (sf_mask16)((1u << (span - q)) - 1u);
         {tail(1)}
     }}
 }}
@@ -585,56 +611,28 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
         "sf_conv_copy_cols": """/* Zero-padded, column-shifted copy of NC planes HxW for a kernel KW columns wide (dilation d1):
    dst[nc][ph][kw][i][j] = x at padded (i*s0 + ph, j*s1 + kw*d1), j < OW, i.e.
    x[nc][i*s0 + ph - p0][j*s1 + kw*d1 - p1] when inside, else 0. Tap (r, kw) then reads its
-   output positions as one contiguous run of row pitch OW: no junk columns, no strided loads.
-   Short rows (OW < 16): each input row is first copied zero-padded into a row buffer, from which
-   the KW shifted rows are read without bounds checks (a 7x7 depthwise conv's copy was 2/3 of its
-   time with the bounds worked out per shifted row). */
+   output positions as one contiguous run of row pitch OW: no junk columns, no strided loads. */
 SF_NOINLINE SF_UNUSED static void sf_conv_copy_cols(float *restrict dst, const float *restrict x, long NC, long H,
     long W, long s0, long s1, long hq, long OW, long p0, long p1, long KW, long d1)
 {
-    if (OW >= 16) {
-        /* long rows: each shifted row straight from the input, its valid columns worked out (through
-           a row buffer, GCC 12's wide stores and overlapping loads stalled store forwarding: 3x) */
-        for (long nc = 0; nc < NC; nc++)
-            for (long ph = 0; ph < s0; ph++)
-                for (long kw = 0; kw < KW; kw++)
-                    for (long i = 0; i < hq; i++, dst += OW) {
-                        const long ii = i*s0 + ph - p0, sh = kw*d1 - p1;
-                        long j0 = sh >= 0 ? 0 : (-sh + s1 - 1) / s1;
-                        long j1 = W - 1 - sh < 0 ? 0 : (W - 1 - sh) / s1 + 1;
-                        if (ii < 0 || ii >= H) j0 = j1 = OW;
-                        if (j0 > OW) j0 = OW;
-                        if (j1 > OW) j1 = OW;
-                        if (j1 < j0) j1 = j0;
-                        const long base = (nc*H + ii)*W + sh;
-                        for (long j = 0; j < j0; j++) dst[j] = 0.0f;
-                        if (s1 == 1) for (long j = j0; j < j1; j++) dst[j] = x[base + j];
-                        else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
-                        for (long j = j1; j < OW; j++) dst[j] = 0.0f;
-                    }
-        return;
-    }
-    const long wp = (OW - 1) * s1 + (KW - 1) * d1 + 1;  /* padded row: columns -p1 .. wp - p1 - 1 */
-    const long lo = p1 < wp ? p1 : wp, hi = W + p1 < wp ? W + p1 : wp;  /* where the input lies in it */
-    float rb[wp];
-    for (long j = 0; j < lo; j++) rb[j] = 0.0f;
-    for (long j = hi > lo ? hi : lo; j < wp; j++) rb[j] = 0.0f;
     for (long nc = 0; nc < NC; nc++)
         for (long ph = 0; ph < s0; ph++)
-            for (long i = 0; i < hq; i++) {
-                const long ii = i*s0 + ph - p0;
-                float *out = dst + ((nc*s0 + ph)*KW*hq + i)*OW;
-                if (ii < 0 || ii >= H) {
-                    for (long kw = 0; kw < KW; kw++) for (long j = 0; j < OW; j++) out[kw*hq*OW + j] = 0.0f;
-                    continue;
+            for (long kw = 0; kw < KW; kw++)
+                for (long i = 0; i < hq; i++, dst += OW) {
+                    const long ii = i*s0 + ph - p0, sh = kw*d1 - p1;
+                    /* valid columns j0 <= j < j1: 0 <= j*s1 + sh < W */
+                    long j0 = sh >= 0 ? 0 : (-sh + s1 - 1) / s1;
+                    long j1 = W - 1 - sh < 0 ? 0 : (W - 1 - sh) / s1 + 1;
+                    if (ii < 0 || ii >= H) j0 = j1 = OW;
+                    if (j0 > OW) j0 = OW;
+                    if (j1 > OW) j1 = OW;
+                    if (j1 < j0) j1 = j0;
+                    const long base = (nc*H + ii)*W + sh;
+                    for (long j = 0; j < j0; j++) dst[j] = 0.0f;
+                    if (s1 == 1) for (long j = j0; j < j1; j++) dst[j] = x[base + j];
+                    else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
+                    for (long j = j1; j < OW; j++) dst[j] = 0.0f;
                 }
-                const float *row = x + (nc*H + ii)*W;
-                for (long j = lo; j < hi; j++) rb[j] = row[j - p1];
-                if (s1 == 1)
-                    for (long kw = 0; kw < KW; kw++) for (long j = 0; j < OW; j++) out[kw*hq*OW + j] = rb[kw*d1 + j];
-                else
-                    for (long kw = 0; kw < KW; kw++) for (long j = 0; j < OW; j++) out[kw*hq*OW + j] = rb[kw*d1 + j*s1];
-            }
 }
 """,
         "sf_conv_pack": """/* Conv weights [G*MG][C][taps] repacked as [G][B][C][taps][mb], B = ceil(MG/mb) blocks of mb
