@@ -1,7 +1,8 @@
 """Conv tiles on small planes and strided depthwise convolutions, against ONNX Runtime: the band's
 last partial chunk of positions (masked, not rounded up to 32), 1x1 convs reading their input in
 place, column-shifted input copies (no junk columns on 13x13 / 7x7 planes; strided depthwise), the
-per-tile copy of a depthwise conv's input channel, bands split for an even share among threads --
+per-tile copy of a depthwise conv's input channel, bands split for an even share among threads
+and taken one at a time --
 at 1 and 2 threads, under the sanitizers (the portable form) and in the AVX2 build. Each case
 also checks that the path it is about was emitted (else it would prove nothing)."""
 from __future__ import annotations
@@ -75,6 +76,8 @@ def test_bands_split_so_the_threads_share_tiles_evenly(cache):
     assert span[0] % 26 == 0 and span[0] // 26 >= 26  # 1 thread: the whole plane in one band
     bands = span[0] // span[1]
     assert span[0] % span[1] == 0 and bands > 1 and (3 * bands) % 2 == 0  # 2 threads: 3 x bands tiles
+    # and the threads take the tiles one at a time (a late thread does not hold up a fixed half)
+    assert "schedule(dynamic)" in two and "schedule(dynamic)" not in one
 
 
 def test_small_plane_tiles_under_sanitizer(cache):
