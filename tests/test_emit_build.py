@@ -43,3 +43,19 @@ def test_split_build_matches_reference_and_reuses_objects(tmp_path):
     files["model.c"] += "\n/* a change to the driver only */\n"
     build(files, strict=True, cache_dir=tmp_path)
     assert len(set((tmp_path / "obj").iterdir()) - objects) == 1
+
+
+def test_cpu_time_of_a_run_is_the_calling_threads(tmp_path):
+    """``Program.time(cpu=True)`` (sf_time_cpu) returns one CPU time per repeat, each no longer
+    than the same run's wall time measured around it from Python (a 1-thread run's CPU time
+    cannot exceed its wall time) and positive."""
+    import time
+
+    from solverfuse.emit.build import compile_plan
+    g = _chain(8)
+    prog = compile_plan(build_plan(g, HW, unfused(g), strategy="t"), g, cache_dir=tmp_path)
+    x, cs = random_inputs(g, seed=3), constants(g, seed=3)
+    t0 = time.perf_counter()
+    cpu = prog.time(x, cs, repeats=3, cpu=True)
+    wall = time.perf_counter() - t0
+    assert len(cpu) == 3 and all(c > 0 for c in cpu) and sum(cpu) <= wall

@@ -427,6 +427,16 @@ class ConvBlocking:
     chunk: int    # output positions per accumulator chunk
     mg: int = 1   # output channels per group
     blocks: int = 1  # blocks of mb channels per group (the last may be part padding)
+    cols: int = 0  # column-shifted copies (one per kernel column; wq = output width), 0: phase-split
+
+    @property
+    def cplane(self) -> int:
+        """Floats of one input channel's copy (all its phase planes / column copies)."""
+        return (self.cols or self.s1) * self.s0 * self.hq * self.wq
+
+    s0: int = 1   # the strides
+    s1: int = 1
+    local: int = 0  # floats of a per-tile copy of the block's one input channel (0: a copy of all)
 
     @property
     def padded(self) -> bool:
@@ -449,8 +459,15 @@ def conv_blocking(k, node):
     per group -- or 8 when padding the group's channels to a multiple of 8 adds at most 1/8 more
     work (the last block's extra channels get zero weights and no epilogue: ShuffleNet's 68
     channels per group ran at 54 GFLOP/s in blocks of 4, 78 in blocks of 8) -- so a depthwise
-    convolution (one output channel per group) takes the blocked tile with ``mb = 1`` at stride 1:
-    its taps run on contiguous vectors of the padded copy, with no bounds checks.
+    convolution (one output channel per group) takes the blocked tile with ``mb = 1``: its taps
+    run on contiguous vectors of the padded copy, with no bounds checks.
+    On small planes the phase-split copy's junk columns cost up to 30% (13x13 3x3: a row pitch of
+    15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those take
+    column-shifted copies instead (``cols``: one copy per kernel column, shifted by the column's
+    offset and subsampled by the stride, row pitch = output width; tap (r, kw) reads copy kw).
+    A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
+    when it is used) rather than the whole input in a pass of its own. With threads, the rows are
+    split into more bands when the tiles would not divide evenly among the threads.
     Instrumented builds keep the plain tile (the counters then see the reads the cost model
     describes, not the copy)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
@@ -460,13 +477,31 @@ def conv_blocking(k, node):
     mb = next(b for b in (8, 4, 2, 1) if mg % b == 0)  # a block stays in one group
     if mb < 8 and mg > 8 and 8 * _round_up(mg, 8) <= 9 * mg:
         mb = 8
-    if mb == 1 and st != [1, 1]:
-        return None  # measured: the phase-split copy costs more than a strided depthwise tile saves
     hp, wp = (max(pb[e] + x[2 + e], (out[2 + e] - 1) * st[e] + (kernel[e] - 1) * dil[e] + 1) for e in range(2))
     hq, wq = -(-hp // st[0]), -(-wp // st[1])
-    rows = max(r for r in range(1, out[2] + 1) if out[2] % r == 0
-               and (mb * _round_up(r * wq, CHUNK) <= MAX_TILE or r == 1))
-    return ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb))
+    cols = 0
+    if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and 12 * wq > 13 * out[3])):
+        # small planes (13x13 3x3: 15 columns computed per 13) and strided depthwise convs
+        cols, wq = kernel[1], out[3]
+    fits = [r for r in range(1, out[2] + 1) if out[2] % r == 0
+            and (mb * _round_up(r * wq, CHUNK) <= MAX_TILE or r == 1)]
+    tiles = x[0] * group * -(-mg // mb)  # tiles per band of rows
+    # the threads share the (batch, block, band) tiles: split the rows into more bands when the
+    # tiles would not divide evenly among them (3 tiles on 2 threads: one waits a third of the time)
+    even = [r for r in fits if (tiles * (out[2] // r)) % k.threads == 0 or tiles * (out[2] // r) >= 8 * k.threads]
+    rows = max(even or fits)
+    blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1])
+    if w[1] == 1 and group > 1 and rows == out[2]:
+        # depthwise: each tile copies its one input channel into L1 just before using it (a
+        # separate copy pass of the whole input cost as much as the convolution)
+        local = blk.cplane + max(0, out[2] * wq + _max_tap(blk, kernel, st, dil) - blk.cplane)
+        if local <= MAX_TILE:
+            blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1], local)
+    return blk
+
+
+def _max_tap(blk, kernel, st, dil) -> int:
+    return max(_tap_offset(blk, st, dil, r0, r1) for r0 in range(kernel[0]) for r1 in range(kernel[1]))
 
 
 def _round_up(n: int, m: int) -> int:
@@ -474,33 +509,57 @@ def _round_up(n: int, m: int) -> int:
 
 
 def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
-    """Offset of tap (r0, r1) from the channel's start: its phase plane, then row and column."""
+    """Offset of tap (r0, r1) from the channel's start: its phase plane (or row phase and column
+    copy), then row and column."""
     a, b = r0 * dil[0], r1 * dil[1]
+    if blk.cols:
+        return ((a % st[0]) * blk.cols + r1) * blk.hq * blk.wq + (a // st[0]) * blk.wq
     return ((a % st[0]) * st[1] + b % st[1]) * blk.hq * blk.wq + (a // st[0]) * blk.wq + b // st[1]
 
 
 def conv_input_view(k, node, blk: ConvBlocking) -> str:
     """Before the tile loops: the Conv input as the tile reads it. A 1x1 convolution at stride 1
-    without padding reads its input in place (its one phase plane is the input plane) when the
-    input lives in the arena, whose slack covers the last chunk's over-read. Otherwise a
+    without padding reads its input in place (its one phase plane is the input plane; the tile
+    masks its last partial chunk, so it reads nothing past the plane). Otherwise a
     zero-padded, phase-split copy in kernel-local scratch (``[N][C][s0][s1][hq][wq]``), with
-    zeroed slack after it for the last band's chunk, which runs past the last plane."""
+    zeroed slack after it for the last band's taps, which run past the last plane; the copy is
+    shared out among the threads (:func:`_copy_call`)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
-    if kernel == [1, 1] and st == [1, 1] and pb == [0, 0] and node.inputs[0] in k.padded:
+    if kernel == [1, 1] and st == [1, 1] and pb == [0, 0]:
         k.line("/* a 1x1 convolution reads its input in place */")
         return k.ptr(node.inputs[0], "r")
-    dims = (x[0], x[1], st[0], st[1], blk.hq, blk.wq)
-    size = numel(dims)
-    taps = max(_tap_offset(blk, st, dil, r0, r1) for r0 in range(kernel[0]) for r1 in range(kernel[1]))
-    last = (out[2] - blk.rows) * blk.wq + _round_up(blk.rows * blk.wq, blk.chunk) - 1 + taps
-    slack = max(0, last + 1 - numel(dims[2:]))
-    arr = k.alloc("float", size + slack, "zero-padded, stride-phase-split copy of a Conv input")
+    if blk.local:
+        k.line("/* each tile copies its input channel (tile_conv_blocked) */")
+        return k.ptr(node.inputs[0], "r")
+    size = x[0] * x[1] * blk.cplane
+    last = out[2] * blk.wq - 1 + _max_tap(blk, kernel, st, dil)  # the last band's last position (the tiles read no further)
+    slack = max(0, last + 1 - blk.cplane)
+    what = "column-shifted" if blk.cols else "stride-phase-split"
+    arr = k.alloc("float", size + slack, f"zero-padded, {what} copy of a Conv input")
     if slack:
         k.line(f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;")
-    k.use_helper("sf_conv_copy")
-    k.line(f"sf_conv_copy({arr}, {k.ptr(node.inputs[0], 'r')}, {x[0] * x[1]}, {x[2]}, {x[3]}, {st[0]}, {st[1]}, "
-           f"{blk.hq}, {blk.wq}, {pb[0]}, {pb[1]});")
+    _copy_call(k, arr, k.ptr(node.inputs[0], "r"), x, blk, pb, dil)
     return arr
+
+
+def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil) -> None:
+    """``sf_conv_copy`` (or ``sf_conv_copy_cols``) of all N*C planes; with threads, each thread
+    copies a contiguous run of planes (a serial copy took 10-20% of a 3x3 conv's time at 2
+    threads on 13x13 planes)."""
+    nc = x[0] * x[1]
+    fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
+    geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
+    if blk.cols:
+        geom += f", {blk.cols}, {dil[1]}"
+    k.use_helper(fn)
+    if k.threads == 1 or nc < 2 * k.threads:
+        k.line(f"{fn}({dst}, {src}, {nc}, {geom});")
+        return
+    step = -(-nc // k.threads)
+    c = k.fresh("c")
+    k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
+    with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
+        k.line(f"{fn}({dst} + {c}*{blk.cplane}, {src} + {c}*{x[2] * x[3]}, sf_min({step}, {nc} - {c}), {geom});")
 
 
 def conv_weight_view(k, node, blk: ConvBlocking) -> str:
@@ -529,17 +588,28 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     ``mi`` is the block's number (its packed weights), ``valid`` the count of real channels in
     it when the block may be part padding (:attr:`ConvBlocking.padded`)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
-    span = _round_up(blk.rows * blk.wq, blk.chunk)
+    span = blk.rows * blk.wq  # the tile masks the positions past its last whole chunk
     mb = blk.mb
     arr, off, a, j = k.fresh("T"), k.fresh("off"), k.fresh("a"), k.fresh("j")
     taps = kernel[0] * kernel[1]
-    cplane = st[0] * st[1] * blk.hq * blk.wq
+    cplane = blk.cplane
     offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
     k.line(f"float {arr}[{mb}][{span}];")
     k.line(f"static const long {off}[{taps}] = {{{', '.join(map(str, offs))}}};")
     # the block's group starts at input channel goff (0 when ungrouped)
     goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
     plane = f"({n}*{x[1]} + {goff}0)*{cplane}" if n != "0" else f"({goff}0)*{cplane}"
+    if blk.local:  # copy the one input channel here, then read the copy
+        buf = k.fresh("X")
+        chan = f"({n}*{x[1]} + {goff}0)*{x[2] * x[3]}" if n != "0" else f"({goff}0)*{x[2] * x[3]}"
+        k.line(f"float {buf}[{blk.local}];")
+        if blk.local > cplane:
+            k.line(f"for (long {j} = {cplane}; {j} < {blk.local}; {j}++) {buf}[{j}] = 0;")
+        fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
+        k.use_helper(fn)
+        geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
+        k.line(f"{fn}({buf}, {src} + {chan}, 1, {geom}{f', {blk.cols}, {dil[1]}' if blk.cols else ''});")
+        src, plane = buf, "0"
     row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
     wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
     k.use_helper(f"sf_conv_tile{mb}")

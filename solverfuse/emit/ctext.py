@@ -66,6 +66,34 @@ SF_SIMD float powf(float, float);
 #define SF_AVX2_TILES 1
 #include <immintrin.h>
 #endif
+#if defined(__GNUC__) && defined(__AVX512F__)
+/* the conv tiles' last partial chunk: masked loads and stores (no work on padding positions).
+   GCC: its builtins, as <immintrin.h> costs ~0.3-0.8 s of parsing in every translation unit. */
+#define SF_AVX512_TILES 1
+#if defined(__clang__)
+#include <immintrin.h>
+typedef __m512 sf_v16;
+typedef __mmask16 sf_mask16;
+#define SF_LOAD16(p) _mm512_loadu_ps(p)
+#define SF_STORE16(p, v) _mm512_storeu_ps(p, v)
+#define SF_LOADM(m, p) _mm512_maskz_loadu_ps(m, p)
+#define SF_STOREM(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define SF_FMA16(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define SF_SET1(x) _mm512_set1_ps(x)
+#define SF_ZERO16 _mm512_setzero_ps()
+#else
+typedef float sf_v16 __attribute__((vector_size(64)));
+typedef float sf_v16u __attribute__((vector_size(64), aligned(4), may_alias));
+typedef unsigned short sf_mask16;
+#define SF_LOAD16(p) (*(const sf_v16u *)(p))
+#define SF_STORE16(p, v) (*(sf_v16u *)(p) = (v))
+#define SF_LOADM(m, p) __builtin_ia32_loadups512_mask((p), (sf_v16){0}, (m))
+#define SF_STOREM(p, m, v) __builtin_ia32_storeups512_mask((p), (v), (m))
+#define SF_FMA16(a, b, c) __builtin_ia32_vfmaddps512_mask((a), (b), (c), (sf_mask16)-1, 4)
+#define SF_SET1(x) ((sf_v16){0} + (x))
+#define SF_ZERO16 ((sf_v16){0})
+#endif
+#endif
 #if defined(__FMA__)
 #define SF_FMA(a, b, c) fmaf(a, b, c)
 #else
@@ -238,17 +266,29 @@ static int sf_enter(void *const *B, void **X)
 """
 
 TIMING = r"""
-int sf_time(void *const *B, int repeats, double *seconds)
+static int sf_timed(void *const *B, int repeats, double *seconds, clockid_t clock)
 {
     for (int r = 0; r < repeats; r++) {
         struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        clock_gettime(clock, &t0);
         int rc = sf_run(B);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        clock_gettime(clock, &t1);
         if (rc) return rc;
         seconds[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     }
     return 0;
+}
+
+int sf_time(void *const *B, int repeats, double *seconds)
+{
+    return sf_timed(B, repeats, seconds, CLOCK_MONOTONIC);
+}
+
+/* The calling thread's CPU time per run: at 1 thread, the time the kernels took, not counting
+   the time other jobs of a loaded machine held the core. */
+int sf_time_cpu(void *const *B, int repeats, double *seconds)
+{
+    return sf_timed(B, repeats, seconds, CLOCK_THREAD_CPUTIME_ID);
 }
 """
 
@@ -275,6 +315,8 @@ void sf_invalidate(void);
 int sf_run(void *const *B);
 /* Run `repeats` times; seconds[r] is the wall time of run r measured inside C. */
 int sf_time(void *const *B, int repeats, double *seconds);
+/* The same, seconds[r] the calling thread's CPU time (the whole run at 1 thread). */
+int sf_time_cpu(void *const *B, int repeats, double *seconds);
 /* Bytes read and written per group in the last run (instrumented builds only): 2 per group. */
 int sf_counters(long long *out);
 #endif
@@ -301,14 +343,17 @@ def _register_blocks(mb: int, body, avx2) -> str:
     return f"#if defined(SF_AVX2_TILES)\n{avx2(min(mb, 4))}#else\n{body(mb, CHUNK)}#endif\n"
 
 
-def _v8_block(rows: int, weight: str, xptr: str, indent: str) -> tuple[str, str]:
+def _v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = False) -> tuple[str, str]:
     """(declarations, multiply-adds) of ``rows`` x 2 eight-lane accumulators ``c<i>_<v>`` (AVX2):
-    row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr``."""
+    row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr`` (``masked``:
+    only the lanes of the masks ``m0``, ``m1`` are loaded, the others read as 0)."""
     decl = indent + " ".join(f"__m256 c{i}_0 = _mm256_setzero_ps(), c{i}_1 = _mm256_setzero_ps();"
                              for i in range(rows))
     # the empty asm pins the two input vectors in registers: else GCC folds them into every
     # multiply-add as a memory operand -- 3 loads per 2 FMAs, load-bound at half the FMA rate
-    body = [f"{indent}    __m256 x0 = _mm256_loadu_ps({xptr}), x1 = _mm256_loadu_ps({xptr} + 8);",
+    load = (f"_mm256_maskload_ps({xptr}, m0), x1 = _mm256_maskload_ps({xptr} + 8, m1)" if masked
+            else f"_mm256_loadu_ps({xptr}), x1 = _mm256_loadu_ps({xptr} + 8)")
+    body = [f"{indent}    __m256 x0 = {load};",
             f'{indent}    __asm__("" : "+x"(x0), "+x"(x1));']
     for i in range(rows):
         body.append(f"{indent}    {{ const __m256 wv = _mm256_broadcast_ss({weight.format(i=i)}); "
@@ -320,23 +365,53 @@ def helper_text(name: str) -> str:
     """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
     if name == "sf_conv_tile1":
         return f"""/* Conv tile of one output channel (depthwise convolutions): T[q] = sum over c < C, t < taps of
-   wp[c*taps + t] * x[c*cplane + off[t] + q]. {CHUNK} positions per step in a GNU vector (registers):
-   written as a plain loop, GCC 12 scalarised the accumulators and vectorised the tap loop with
-   gathers (3x slower). */
+   wp[c*taps + t] * x[c*cplane + off[t] + q], q < span. {CHUNK} positions per step in registers
+   (a GNU vector; written as a plain loop, GCC 12 scalarised the accumulators and vectorised the
+   tap loop with gathers, 3x slower), the last partial chunk masked (AVX-512) or scalar. */
 SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, long span, const float *restrict x,
     long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
 {{
-#if defined(__GNUC__)
+    long q = 0;
+#if defined(SF_AVX512_TILES)
+    /* explicit FMAs: a GNU-vector a * b + c is not contracted in ISO C mode */
+    for (; q + 32 <= span; q += 32) {{
+        sf_v16 a0 = SF_ZERO16, a1 = SF_ZERO16;
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *xt = x + c*cplane + off[t] + q;
+                const sf_v16 w = SF_SET1(wp[c*taps + t]);
+                a0 = SF_FMA16(w, SF_LOAD16(xt), a0);
+                a1 = SF_FMA16(w, SF_LOAD16(xt + 16), a1);
+            }}
+        SF_STORE16(T + q, a0); SF_STORE16(T + q + 16, a1);
+    }}
+    if (q < span) {{  /* the last partial chunk in one pass, masked */
+        const long r = span - q;
+        const sf_mask16 m0 = (sf_mask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
+        const sf_mask16 m1 = (sf_mask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
+        sf_v16 a0 = SF_ZERO16, a1 = SF_ZERO16;
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *xt = x + c*cplane + off[t] + q;
+                const sf_v16 w = SF_SET1(wp[c*taps + t]);
+                a0 = SF_FMA16(w, SF_LOADM(m0, xt), a0);
+                if (m1) a1 = SF_FMA16(w, SF_LOADM(m1, xt + 16), a1);
+            }}
+        SF_STOREM(T + q, m0, a0); SF_STOREM(T + q + 16, m1, a1);
+        q = span;
+    }}
+#elif defined(__GNUC__)
     typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
-    for (long q = 0; q < span; q += {CHUNK}) {{
+    for (; q + {CHUNK} <= span; q += {CHUNK}) {{
         sf_vec acc = {{0}};
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++)
                 acc += wp[c*taps + t] * *(const sf_vec *)(x + c*cplane + off[t] + q);
         *(sf_vec *)(T + q) = acc;
     }}
-#else
-    for (long q = 0; q < span; q++) {{
+#endif
+#if !defined(SF_AVX512_TILES)
+    for (; q < span; q++) {{
         float acc = 0;
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) acc = SF_FMA(wp[c*taps + t], x[c*cplane + off[t] + q], acc);
@@ -348,8 +423,28 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
     if name.startswith("sf_conv_tile"):
         mb = int(name[len("sf_conv_tile"):])
 
+        def tail(v):  # v (1 or 2) masked 16-lane vectors per channel
+            decl = " ".join(f"sf_v16 c{i}_{e} = SF_ZERO16;" for i in range(mb) for e in range(v))
+            loads = " ".join(f"const sf_v16 x{e} = SF_LOADM(m{e}, xt + {16 * e});" for e in range(v))
+            fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); "
+                            + " ".join(f"c{i}_{e} = SF_FMA16(wv, x{e}, c{i}_{e});" for e in range(v)) + " }"
+                            for i in range(mb))
+            store = " ".join(f"SF_STOREM(T + {i}*span + q + {16 * e}, m{e}, c{i}_{e});"
+                             for i in range(mb) for e in range(v))
+            return f"""{{
+    {decl}
+    for (long c = 0; c < C; c++)
+        for (long t = 0; t < taps; t++) {{
+            const float *restrict xt = x + c*cplane + off[t] + q;
+            const float *restrict w = wp + (c*taps + t)*{mb};
+            {loads}
+{fma}
+        }}
+    {store}
+}}"""
         def conv_body(rows, cols):
-            return f"""    for (long q = 0; q < span; q += {CHUNK})
+            return f"""    long q = 0;
+    for (; q + {CHUNK} <= span; q += {CHUNK})
         for (int a0 = 0; a0 < {mb}; a0 += {rows})
             for (int e0 = 0; e0 < {CHUNK}; e0 += {cols}) {{
         float acc[{rows}][{cols}];
@@ -363,26 +458,75 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         }}
         for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) T[(a0 + a)*span + q + e0 + e] = acc[a][e];
             }}
+    /* the last partial chunk in one pass, masked (a function of its own: inline here, it made
+       GCC 12 allocate the main loop's registers worse -- 3.5x slower); portable: one at a time */
+#if defined(SF_AVX512_TILES)
+    if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off);
+#else
+    for (; q < span; q++)
+        for (int a = 0; a < {mb}; a++) {{
+            float s = 0;
+            for (long c = 0; c < C; c++)
+                for (long t = 0; t < taps; t++) s = SF_FMA(wp[(c*taps + t)*{mb} + a], x[c*cplane + off[t] + q], s);
+            T[a*span + q] = s;
+        }}
+#endif
 """
         def conv_avx2(rows):
             decl, fma = _v8_block(rows, "w + {i}", "xt", "            ")
-            store = "\n".join(f"            _mm256_storeu_ps(T + (a0 + {i})*span + q + e0, c{i}_0); "
-                              f"_mm256_storeu_ps(T + (a0 + {i})*span + q + e0 + 8, c{i}_1);" for i in range(rows))
-            return f"""    for (long q = 0; q < span; q += {CHUNK})
-        for (int a0 = 0; a0 < {mb}; a0 += {rows})
-            for (int e0 = 0; e0 < {CHUNK}; e0 += 16) {{
+            mdecl, mfma = _v8_block(rows, "w + {i}", "xt", "            ", masked=True)
+            store = "\n".join(f"            _mm256_storeu_ps(T + (a0 + {i})*span + q, c{i}_0); "
+                              f"_mm256_storeu_ps(T + (a0 + {i})*span + q + 8, c{i}_1);" for i in range(rows))
+            mstore = "\n".join(f"            _mm256_maskstore_ps(T + (a0 + {i})*span + q, m0, c{i}_0); "
+                               f"_mm256_maskstore_ps(T + (a0 + {i})*span + q + 8, m1, c{i}_1);" for i in range(rows))
+            return f"""    long q = 0;
+    for (; q + 16 <= span; q += 16)
+        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
 {decl}
             for (long c = 0; c < C; c++)
                 for (long t = 0; t < taps; t++) {{
-                    const float *restrict xt = x + c*cplane + off[t] + q + e0;
+                    const float *restrict xt = x + c*cplane + off[t] + q;
                     const float *restrict w = wp + (c*taps + t)*{mb} + a0;
 {fma}
                 }}
 {store}
-            }}
+        }}
+    if (q < span) {{
+        /* the last partial chunk: masked loads and stores */
+        const __m256i n = _mm256_set1_epi32((int)(span - q));
+        const __m256i m0 = _mm256_cmpgt_epi32(n, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i m1 = _mm256_cmpgt_epi32(n, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
+        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
+{mdecl}
+            for (long c = 0; c < C; c++)
+                for (long t = 0; t < taps; t++) {{
+                    const float *restrict xt = x + c*cplane + off[t] + q;
+                    const float *restrict w = wp + (c*taps + t)*{mb} + a0;
+{mfma}
+                }}
+{mstore}
+        }}
+    }}
 """
-        return f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
-   wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q]; {mb} channels x {CHUNK} positions in registers. */
+        tail_fn = f"""#if defined(SF_AVX512_TILES)
+/* Positions q.. of sf_conv_tile{mb} (fewer than {CHUNK}), masked. */
+SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span, long q, const float *restrict x,
+    long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
+{{
+    if (span - q > 16) {{
+        const sf_mask16 m0 = 0xFFFF, m1 = (sf_mask16)((1u << (span - q - 16)) - 1u);
+        {tail(2)}
+    }} else {{
+        const sf_mask16 m0 = (sf_mask16)((1u << (span - q)) - 1u);
+        {tail(1)}
+    }}
+}}
+#endif
+"""
+        return tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
+   wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
+   registers; the positions past the last whole chunk with masked loads and stores, so a small
+   plane (13x13: 169 positions) costs no multiply-adds on padding (rounded up to 192 before). */
 SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
     const float *restrict wp, long C, long taps, const long *restrict off)
 {{
@@ -488,6 +632,33 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
                     if (s1 == 1) for (long j = j0; j < j1; j++) dst[j] = x[base + j];
                     else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
                     for (long j = j1; j < wq; j++) dst[j] = 0.0f;
+                }
+}
+""",
+        "sf_conv_copy_cols": """/* Zero-padded, column-shifted copy of NC planes HxW for a kernel KW columns wide (dilation d1):
+   dst[nc][ph][kw][i][j] = x at padded (i*s0 + ph, j*s1 + kw*d1), j < OW, i.e.
+   x[nc][i*s0 + ph - p0][j*s1 + kw*d1 - p1] when inside, else 0. Tap (r, kw) then reads its
+   output positions as one contiguous run of row pitch OW: no junk columns, no strided loads. */
+SF_NOINLINE SF_UNUSED static void sf_conv_copy_cols(float *restrict dst, const float *restrict x, long NC, long H,
+    long W, long s0, long s1, long hq, long OW, long p0, long p1, long KW, long d1)
+{
+    for (long nc = 0; nc < NC; nc++)
+        for (long ph = 0; ph < s0; ph++)
+            for (long kw = 0; kw < KW; kw++)
+                for (long i = 0; i < hq; i++, dst += OW) {
+                    const long ii = i*s0 + ph - p0, sh = kw*d1 - p1;
+                    /* valid columns j0 <= j < j1: 0 <= j*s1 + sh < W */
+                    long j0 = sh >= 0 ? 0 : (-sh + s1 - 1) / s1;
+                    long j1 = W - 1 - sh < 0 ? 0 : (W - 1 - sh) / s1 + 1;
+                    if (ii < 0 || ii >= H) j0 = j1 = OW;
+                    if (j0 > OW) j0 = OW;
+                    if (j1 > OW) j1 = OW;
+                    if (j1 < j0) j1 = j0;
+                    const long base = (nc*H + ii)*W + sh;
+                    for (long j = 0; j < j0; j++) dst[j] = 0.0f;
+                    if (s1 == 1) for (long j = j0; j < j1; j++) dst[j] = x[base + j];
+                    else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
+                    for (long j = j1; j < OW; j++) dst[j] = 0.0f;
                 }
 }
 """,

@@ -184,10 +184,13 @@ class Kernel:
 
     @contextlib.contextmanager
     def loops(self, shape: Sequence[int], parallel: bool = False,
-              simd: Optional[str] = None) -> Iterator[tuple[str, ...]]:
+              simd: Optional[str] = None, dynamic: bool = False) -> Iterator[tuple[str, ...]]:
         """Nested loops over ``shape`` (size-1 dims get index ``0``); yields the index tuple.
         ``simd`` (e.g. ``"reduction(+:s)"``) marks the innermost loop ``#pragma omp simd``: a
-        reduction the compiler may then reorder into vector lanes (it may not without it)."""
+        reduction the compiler may then reorder into vector lanes (it may not without it).
+        ``dynamic`` (loops whose every iteration is a whole tile): the threads take iterations
+        one at a time, so a thread that starts late (its core busy with another job) does not
+        hold the others at the end of the loop with a fixed half of the work."""
         idx, dims = [], []
         for d in shape:
             if d == 1:
@@ -199,7 +202,12 @@ class Kernel:
         outer = self._parallel_dims(dims) if parallel and self.threads > 1 else 0
         mark = None
         with contextlib.ExitStack() as stack:
-            if outer and len(dims) == 1:
+            if outer and dynamic:
+                self.line("#pragma omp parallel for " + (f"collapse({outer}) " if outer > 1 else "")
+                          + f"schedule(dynamic) num_threads({self.threads})")
+                for v, d in dims:
+                    stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
+            elif outer and len(dims) == 1:
                 # one dim: threads take contiguous chunks; the loop inside a chunk stays a plain
                 # unit-stride loop with a hoisted bound, which the compiler vectorises
                 (v, d), = dims

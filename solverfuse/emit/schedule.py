@@ -256,6 +256,11 @@ def _flat_band(k: Kernel, t: str, shape: tuple, blk, deps: frozenset) -> bool:
     return True
 
 
+#: Blocked conv/matmul tiles are shared among the threads one at a time (``Kernel.loops``'s
+#: ``dynamic``), not in fixed halves.
+DYNAMIC_TILES = True
+
+
 def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: frozenset) -> None:
     """A pass over a Conv output with the register-blocked tile: loops over (batch, block of mb
     output channels, band of output rows), the tile, then per channel (its constants loaded,
@@ -266,7 +271,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
     bands = shape[2] // blk.rows
     nblocks = shape[1] // blk.mg * blk.blocks
     flat = _flat_band(k, t, shape, blk, deps)
-    with k.loops((shape[0], nblocks, bands), parallel=True) as (n, mi, band):
+    with k.loops((shape[0], nblocks, bands), parallel=True, dynamic=DYNAMIC_TILES) as (n, mi, band):
         valid = ""
         if mi == "0":
             m0 = "0"
@@ -310,7 +315,7 @@ def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body) -
     """A pass over a MatMul output with the register-blocked tile: loops over (batch..., block
     of mb rows), the tile, then per row of the block the epilogue's loop over the row."""
     bsrc = anchors.matmul_b_view(k, node, mb)
-    with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as outer:
+    with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=DYNAMIC_TILES) as outer:
         batch, mi = tuple(outer[:-1]), outer[-1]
         i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
         arr = anchors.tile_matmul_blocked(k, node, batch, i0, bsrc, mb)

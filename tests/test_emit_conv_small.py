@@ -1,0 +1,133 @@
+"""Conv tiles on small planes and strided depthwise convolutions, against ONNX Runtime: the band's
+last partial chunk of positions (masked, not rounded up to 32), 1x1 convs reading their input in
+place, column-shifted input copies (no junk columns on 13x13 / 7x7 planes; strided depthwise), the
+per-tile copy of a depthwise conv's input channel, bands split for an even share among threads
+and taken one at a time --
+at 1 and 2 threads, under the sanitizers (the portable form) and in the AVX2 build. Each case
+also checks that the path it is about was emitted (else it would prove nothing)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from solverfuse.emit.program import render
+
+from .emit_helpers import check, graph
+from .test_emit_gemm import _host_flags
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("emit-conv-small-cache")
+
+
+def _const(shape):
+    return {"shape": list(shape), "constant": True}
+
+
+#: (input shape, weight shape, attributes, a marker of the path in the C)
+CASES = [
+    # 13x13 3x3: column-shifted copy (pitch 13, not 15), 169 positions = 5 chunks + 9 masked
+    ((1, 16, 13, 13), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_copy_cols("),
+    # 7x7 1x1 in place: 49 positions = 1 chunk + 17 (two masked vectors)
+    ((1, 40, 7, 7), (16, 40, 1, 1), {}, "reads its input in place"),
+    # ShuffleNet's strided depthwise: a per-tile copy of the channel, column-shifted at stride 2
+    ((1, 24, 14, 14), (24, 1, 3, 3), {"group": 24, "strides": [2, 2], "pads": [1, 1, 1, 1]}, "copies its input channel"),
+    # the same on rows of 20 outputs (the copy's long-row form)
+    ((1, 8, 40, 39), (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}, "copies its input channel"),
+    # depthwise with a channel multiplier of 2, column stride 2 and column dilation 2, batch 2
+    ((2, 6, 11, 12), (12, 1, 3, 3), {"group": 6, "strides": [1, 2], "dilations": [1, 2], "pads": [1, 2, 1, 2]},
+     "sf_conv_copy_cols("),
+    # grouped, strided, asymmetric padding on a small plane
+    ((1, 8, 9, 10), (16, 4, 3, 2), {"group": 2, "strides": [2, 1], "pads": [0, 1, 1, 0]}, "sf_conv_copy_cols("),
+]
+
+
+def _conv_bn_relu(shape, kernel, attrs):
+    c = kernel[0]
+    t = {"x": list(shape), "w": _const(kernel), "s": _const([c]), "bb": _const([c]), "mean": _const([c]),
+         "var": _const([c])}
+    return graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w"], ["h"], attrs),
+                                   ("bn", "BatchNormalization", ["h", "s", "bb", "mean", "var"], ["n"]),
+                                   ("r", "Relu", ["n"], ["y"])])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape,kernel,attrs,marker", CASES)
+def test_small_plane_and_strided_depthwise_convs_match_onnxruntime(shape, kernel, attrs, marker, threads, cache):
+    g = _conv_bn_relu(shape, kernel, attrs)
+    plan, _, _ = check(g, [["c", "bn", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    assert "sf_conv_tile" in src and marker in src, marker
+    if threads > 1 and "copy of a Conv input" in src:
+        # the whole-input copy is shared among the threads: a run of planes each
+        assert re.search(r"#pragma omp parallel for[^\n]*\n\s*for \(long (c\d+) = 0;[^\n]*\n\s*sf_conv_copy\w*\(\w+ \+ \1\*", src)
+
+
+def test_bands_split_so_the_threads_share_tiles_evenly(cache):
+    """3 blocks of 8 channels on a 26-row plane: one band per block would give 2 threads 2 and 1
+    tiles; the rows are split into bands so that the count divides evenly (or is large)."""
+    g = _conv_bn_relu((1, 8, 26, 26), (24, 8, 3, 3), {"pads": [1, 1, 1, 1]})
+    plan, _, _ = check(g, [["c", "bn", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
+    one = render(plan, g, threads=1)["model.c"]
+    two = render(plan, g, threads=2)["model.c"]
+    span = [int(re.search(r"float T\d+\[8\]\[(\d+)\];", src).group(1)) for src in (one, two)]
+    assert span[0] % 26 == 0 and span[0] // 26 >= 26  # 1 thread: the whole plane in one band
+    bands = span[0] // span[1]
+    assert span[0] % span[1] == 0 and bands > 1 and (3 * bands) % 2 == 0  # 2 threads: 3 x bands tiles
+    # and the threads take the tiles one at a time (a late thread does not hold up a fixed half)
+    assert "schedule(dynamic)" in two and "schedule(dynamic)" not in one
+
+
+def test_small_plane_tiles_under_sanitizer(cache):
+    """The portable form (scalar tail) of every case at once, with ASan/UBSan: no read or write
+    past the copies, the in-place input or the tiles."""
+    ts, nodes, outs = {}, [], []
+    for i, (shape, kernel, attrs, _) in enumerate(CASES):
+        ts[f"x{i}"], ts[f"w{i}"] = list(shape), _const(kernel)
+        nodes.append((f"c{i}", "Conv", [f"x{i}", f"w{i}"], [f"y{i}"], attrs))
+        outs.append(f"y{i}")
+    g = graph(ts, [f"x{i}" for i in range(len(CASES))], outs, nodes)
+    check(g, [[n[0]] for n in nodes], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
+
+
+@pytest.mark.parametrize("target,extra", [
+    pytest.param("avx2", "-mno-avx512f", marks=pytest.mark.skipif(
+        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+    pytest.param("avx512", "", marks=pytest.mark.skipif(
+        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code"))])
+def test_small_plane_tiles_in_the_simd_builds(target, extra, tmp_path, cache):
+    """The AVX2 form (maskload/maskstore tail; built for this host without AVX-512) and the
+    AVX-512 form (masked builtins) of every case; the compiler wrapper's log shows that the
+    -march=native build itself succeeded (a failed one is retried without -march and would pass
+    on the portable form)."""
+    import stat
+
+    import numpy as np
+
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.emit.data import constants, random_inputs
+    from solverfuse.emit.reference import reference_outputs
+    from solverfuse.plans import build_plan
+
+    from .emit_helpers import HW
+    log = tmp_path / "cc.log"
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\ncc "$@" {extra}\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    ts, nodes, outs = {}, [], []
+    for i, (shape, kernel, attrs, _) in enumerate(CASES):
+        ts[f"x{i}"], ts[f"w{i}"] = list(shape), _const(kernel)
+        nodes.append((f"c{i}", "Conv", [f"x{i}", f"w{i}"], [f"h{i}"], attrs))
+        nodes.append((f"r{i}", "Relu", [f"h{i}"], [f"y{i}"]))
+        outs.append(f"y{i}")
+    g = graph(ts, [f"x{i}" for i in range(len(CASES))], outs, nodes)
+    plan = build_plan(g, HW, [[f"c{i}", f"r{i}"] for i in range(len(CASES))], strategy="test")
+    prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path / "cache", cc=str(cc))
+    assert all(ln.startswith("0 ") for ln in log.read_text().splitlines() if "-march=native" in ln)
+    assert any("-march=native" in ln for ln in log.read_text().splitlines())
+    ins, cs = random_inputs(g, seed=2), constants(g, seed=2)
+    out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
+    for name in g.outputs:
+        np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
