@@ -7,9 +7,9 @@ piece's memory time with the other's compute. So the connected optimum is not a 
 
 * :func:`time_floor_ps` -- valid for every plan, partition or covering (any groups, connected or
   not): ``max(memory floor, compute floor) + K_min x launch``, where the memory floor charges the
-  traffic bound's bytes at the fastest bandwidth except the bytes some kernel of a known working
-  set must move (every graph output, every source read in full), charged at that working set's
-  bandwidth; the compute floor is every non-view op's flops at the highest peak; ``K_min``
+  traffic bound's bytes at the fastest bandwidth except the bytes some kernel of a known least
+  working set must move (every graph output, every source read in full), charged at that working
+  set's bandwidth; the compute floor is every non-view op's flops at the highest peak; ``K_min``
   (:func:`min_kernels`) is a set of ops no two of which may share a kernel.
 * :func:`merge_pair` -- the condition under which the connected optimum *is* the global one: if no
   two ops with no path between them and no tensor in common may share a kernel, no legal group has
@@ -52,27 +52,48 @@ def _needs_kernel(graph: Graph, v: str) -> bool:
     return not facts(graph, v).view or any(t in graph.index.outputs for t in graph.index.node[v].outputs)
 
 
-def pinned_bytes(graph: Graph) -> dict[str, int]:
-    """Tensors some kernel of at least their size must move, in every plan: each graph output
-    (written once, by a kernel that is not free, at its size) and each source read by an op that
-    is neither a view nor a gather reading it as data (the kernel of that op pays its size)."""
-    out: dict[str, int] = {}
+def pinned_bytes(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Tensors whose bytes some kernel of a known least working set must move, in every plan:
+    tensor -> (bytes, least working set). Each graph output is written once, at its size, by a
+    kernel that is not free and holds its producer ``p``; each source read by an op ``c`` that is
+    neither a view nor a gather reading it as data is read at its size by a kernel holding ``c``.
+    That kernel also reads ``c``'s (``p``'s) other such sources in full (every copy of an op reads
+    its sources from memory, so this holds for coverings too), so its working set is at least their
+    sum (for a source: the least such sum over its readers).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}, "b": {"shape": [1], "constant": True}},
+    ...     "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Add", "inputs": ["x", "b"], "outputs": ["y"]}]})
+    >>> sorted(pinned_bytes(g).items())
+    [('b', (4, 20)), ('x', (16, 20)), ('y', (16, 36))]
+    """
+
+    def held(v: str) -> list[str]:
+        """Op ``v``'s sources it reads in full (none for a view)."""
+        if facts(graph, v).view:
+            return []
+        node = graph.index.node[v]
+        return [t for t in dict.fromkeys(node.inputs) if t and graph.is_source(t) and not gather_data_reader(graph, v, t)]
+
+    def ws(v: str) -> int:
+        return sum(graph.nbytes(t) for t in held(v))
+
+    out: dict[str, tuple[int, int]] = {}
+    for n in graph.nodes:
+        for t in held(n.name):
+            least = ws(n.name)
+            out[t] = (graph.nbytes(t), min(out[t][1], least) if t in out else least)
     for t in dict.fromkeys(graph.outputs):
         if not graph.is_source(t):
-            out[t] = graph.nbytes(t)
-    for n in graph.nodes:
-        if facts(graph, n.name).view:
-            continue
-        for t in n.inputs:
-            if t and graph.is_source(t) and not gather_data_reader(graph, n.name, t):
-                out[t] = graph.nbytes(t)
+            out[t] = (graph.nbytes(t), graph.nbytes(t) + ws(graph.index.producer[t]))
     return out
 
 
 def memory_floor_ps(graph: Graph, hw: Hardware, traffic_bound: int) -> int:
     """A lower bound on the sum of the kernels' memory terms, given that every plan moves at least
-    ``traffic_bound`` bytes: the pinned bytes (:func:`pinned_bytes`) at their own working set's
-    bandwidth, the rest at the fastest.
+    ``traffic_bound`` bytes: the pinned bytes (:func:`pinned_bytes`) at the bandwidth of their
+    least working set, the rest at the fastest.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -84,10 +105,10 @@ def memory_floor_ps(graph: Graph, hw: Hardware, traffic_bound: int) -> int:
     """
     pinned = pinned_bytes(graph)
     fast = max(1, int(hw.bandwidth(0)))
-    known = sum(pinned.values())
+    known = sum(b for b, _ in pinned.values())
     total = Fraction(max(0, traffic_bound - known) * cost.PS, fast)
-    for b in pinned.values():
-        total += Fraction(b * cost.PS, max(1, int(hw.bandwidth(b))))
+    for b, w in pinned.values():
+        total += Fraction(b * cost.PS, max(1, int(hw.bandwidth(w))))
     return _ceil(total)
 
 
