@@ -538,7 +538,8 @@ def merge_pieces(graph: Graph, hw: Hardware, groups: Sequence[Sequence[str]], de
         best = sorted(((v, k) for k, v in gain.items() if v > 0), reverse=True)
         done = False
         for v, (i, j) in best:
-            trial = [g for k, g in enumerate(out) if k not in (i, j)] + [sorted(out[i] + out[j], key=pos.__getitem__)]
+            trial = [g for k, g in enumerate(out) if k not in (i, j) and g] + \
+                [sorted(out[i] + out[j], key=pos.__getitem__)]
             try:
                 order_groups(graph, trial)
             except PlanError:
