@@ -453,7 +453,7 @@ def solve_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: flo
     left = sum(len(pre.parts[k]) for k in todo)
     for k in todo:
         part = pre.parts[k]
-        share = max(0.0, time_limit - (time.monotonic() - start)) * len(part) / max(left, 1)
+        share = max(0.0, (1 - MERGE_SHARE) * time_limit - (time.monotonic() - start)) * len(part) / max(left, 1)
         left -= len(part)
         if share <= 0 or sum(len(pre.cand[v]) - 1 for v in part) > MAX_PAIRS:
             continue
@@ -479,7 +479,7 @@ def solve_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: flo
     connected_time = cost.plan_time_ps(graph, groups, hw)
     pair = time_bound.merge_pair(graph, hw)
     if pair is not None:  # (None: no two pieces may share a kernel)
-        groups = merge_pieces(graph, hw, groups, deadline=start + time_limit + MERGE_GRACE)
+        groups = merge_pieces(graph, hw, groups, deadline=max(start + time_limit, time.monotonic() + MERGE_MIN))
     spent = cost.plan_time_ps(graph, groups, hw)
     connected = sum(min(bounds[k], cost.plan_time_ps(graph, inside.get(k, []), hw)) for k in range(len(pre.parts)))
     traffic_bound = base.bound_bytes if base.bound_bytes is not None else cost.q_min(graph)
@@ -500,8 +500,10 @@ def solve_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: flo
                       connected_time_ps=connected_time, merge_pair=pair)
 
 
-#: Seconds past the time limit the merge pass of :func:`solve_time` may take at most.
-MERGE_GRACE = 1.0
+#: Share of :func:`solve_time`'s limit kept for its merge pass (which gets at least
+#: ``MERGE_MIN`` seconds: a small plan's pass takes milliseconds).
+MERGE_SHARE = 0.1
+MERGE_MIN = 0.2
 #: Plans with more groups than this skip the merge pass (it looks at every pair).
 MERGE_MAX_GROUPS = 300
 

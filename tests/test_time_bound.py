@@ -106,3 +106,19 @@ def test_worked_example_two_pieces_merge_and_the_floor_proves_it():
     assert r.connected_time_ps == 11_008_126 and r.merge_pair == ("p", "q")
     assert r.plan.group_nodes() == [["p", "q", "r"]] and r.time_ps == r.bound_ps == 8_008_125
     assert r.plan.status == "optimal" and brute_force_time(g, load_hardware("nvidia-h100"))[0] == 8_008_125
+
+
+def test_objectives_benchmark_says_slower_only_beyond_noise():
+    from tests.test_benchmarks import _load
+    obj = _load("objectives")
+    hw = load_hardware("detect")
+    base = {"same": False, "pred_traffic": 100, "pred_time": 90, "k_traffic": 5, "k_time": 4,
+            "part": 1000, "time_traffic_bytes": 1000, "part_status": "optimal"}
+    slower = obj.verdict({**base, "rounds_traffic": [1.0, 1.01, 0.99], "rounds_time": [1.2, 1.21, 1.19]}, hw)
+    assert slower[0].startswith("x1.200") and slower[1].startswith("**slower beyond noise**")
+    # one round faster: not beyond noise, whatever the medians say
+    noisy = obj.verdict({**base, "rounds_traffic": [1.0, 1.0, 1.3], "rounds_time": [1.2, 1.2, 1.1]}, hw)
+    assert noisy[1].startswith("within noise")
+    faster = obj.verdict({**base, "rounds_traffic": [1.2, 1.21, 1.19], "rounds_time": [1.0, 1.01, 0.99]}, hw)
+    assert faster[1].startswith("faster beyond noise")
+    assert obj.verdict({**base, "same": True, "rounds_traffic": [1.0], "rounds_time": [1.0]}, hw)[1] == "same plan"
