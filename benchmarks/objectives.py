@@ -87,7 +87,9 @@ def one(build, hw, time_limit: float, rounds: int, workers: int, measure: bool) 
     # the partition optimum as hint: the covering stage starts from it, so it can only improve on it
     cov = solve_report(g, hw, time_limit=time_limit, workers=workers, covering=True,
                        hints=[part.group_nodes()]).plan
-    tr = solve_time_report(g, hw, time_limit=time_limit, workers=workers)
+    # the traffic plan as hint: the time objective starts from it, so it is never predicted slower
+    # (without it, its own traffic stage -- half its limit -- may stop at a worse plan)
+    tr = solve_time_report(g, hw, time_limit=time_limit, workers=workers, hints=[part.group_nodes()])
     fast = tr.plan
     res = {"ops": len(g.nodes), "part": part.traffic_bytes, "part_status": part.status, "part_bound": part.bound_bytes,
            "cov": cov.traffic_bytes, "cov_status": cov.status, "cov_bound": cov.bound_bytes,

@@ -135,9 +135,12 @@ def kendall(a, b) -> float:
 def plans_for(g, hw, time_limit: float) -> dict[str, object]:
     """Distinct plans of ``g`` by groups: name (names joined by '=') -> plan."""
     made = [(name, greedy.greedy_plan(g, hw, name)) for name in greedy.STRATEGIES]
-    made.append(("traffic-opt", solve(g, hw, time_limit=time_limit, workers=1)))
-    made.append(("time-opt", solve_time(g, hw, time_limit=time_limit, workers=1)))
-    made.append(("time-opt-old-profile", solve_time(g, old_profile(hw), time_limit=time_limit, workers=1)))
+    lean = solve(g, hw, time_limit=time_limit, workers=1)
+    made.append(("traffic-opt", lean))
+    # hinted with the traffic plan, so neither time plan starts from a worse one
+    made.append(("time-opt", solve_time(g, hw, time_limit=time_limit, workers=1, hints=[lean.group_nodes()])))
+    made.append(("time-opt-old-profile", solve_time(g, old_profile(hw), time_limit=time_limit, workers=1,
+                                                    hints=[lean.group_nodes()])))
     made.append(("xla-recompute", greedy.recomputing_plan(g, hw, "xla")))
     made.append(("covering-opt", solve_report(g, hw, time_limit=time_limit, workers=1, covering=True).plan))
     by_groups: dict[frozenset, list] = {}
