@@ -2,7 +2,8 @@
 
 For each graph -- the memory-bound motifs of :mod:`solverfuse.zoo` and a few of the exported
 models of ``tests/data/models`` -- several legal plans are made: every greedy baseline (``unfused``
-among them) and XLA's with producer duplication (``xla-recompute``), the traffic-optimal plan (``solve``), the time-optimal plan (``solve_time``) and the
+among them) and XLA's with producer duplication (``xla-recompute``), the traffic-optimal plan (``solve``), the time-optimal plan (``solve_time``; also under
+:func:`old_profile`) and the
 covering-optimal plan (recomputation and looped kernels allowed: ``solve_report(covering=True)``).
 Plans with the same groups are measured once (their names are joined). Every distinct plan is
 compiled (one thread) and timed inside C, interleaved with the graph's other plans over
@@ -10,7 +11,9 @@ compiled (one thread) and timed inside C, interleaved with the graph's other pla
 machine (``detect``: the same numbers the time objective would use here).
 
 Reported: per graph, Spearman's rho and Kendall's tau-b between predicted time
-(``cost.plan_time_ps``) and measured median; overall, Kendall's tau over all pairs of plans of the
+(``cost.plan_time_ps``) and measured median, under this machine's profile and -- on the same
+measurements -- under the profile ``detect`` had before cache-level bandwidths were modelled
+(:func:`old_profile`: 8 GB/s DRAM per core for every working set, 2 us per kernel); overall, Kendall's tau over all pairs of plans of the
 same graph and Spearman's rho of the per-graph ranks pooled; and the time objective's plan vs the
 traffic objective's plan, measured. Rank statistics are computed here with numpy (ties get
 average ranks). Writes ``benchmarks/results/time_rank.md``.
@@ -62,6 +65,13 @@ def graphs(quick: bool):
     yield from motifs[:3] if quick else motifs
     for name in (["bert_ts"] if quick else ["bert_ts", "gpt2_ts", "resnet_ts"]):
         yield name, load_graph(MODELS / f"{name}.onnx")
+
+
+def old_profile(hw):
+    """``detect`` as it was before issue 12's time model: DRAM bandwidth (estimated 8 GB/s per
+    core) for every kernel whatever its working set, and a 2 us launch per kernel."""
+    return hw.model_copy(update={"dram_bandwidth": 8e9 * hw.cores, "l2_bandwidth": None, "l3_bandwidth": None,
+                                 "launch_overhead_s": 2e-6})
 
 
 def ranks(x) -> np.ndarray:
@@ -125,8 +135,12 @@ def kendall(a, b) -> float:
 def plans_for(g, hw, time_limit: float) -> dict[str, object]:
     """Distinct plans of ``g`` by groups: name (names joined by '=') -> plan."""
     made = [(name, greedy.greedy_plan(g, hw, name)) for name in greedy.STRATEGIES]
-    made.append(("traffic-opt", solve(g, hw, time_limit=time_limit, workers=1)))
-    made.append(("time-opt", solve_time(g, hw, time_limit=time_limit, workers=1)))
+    lean = solve(g, hw, time_limit=time_limit, workers=1)
+    made.append(("traffic-opt", lean))
+    # hinted with the traffic plan, so neither time plan starts from a worse one
+    made.append(("time-opt", solve_time(g, hw, time_limit=time_limit, workers=1, hints=[lean.group_nodes()])))
+    made.append(("time-opt-old-profile", solve_time(g, old_profile(hw), time_limit=time_limit, workers=1,
+                                                    hints=[lean.group_nodes()])))
     made.append(("xla-recompute", greedy.recomputing_plan(g, hw, "xla")))
     made.append(("covering-opt", solve_report(g, hw, time_limit=time_limit, workers=1, covering=True).plan))
     by_groups: dict[frozenset, list] = {}
@@ -191,6 +205,8 @@ def main(argv=None) -> int:
     pooled_pairs = [0, 0, 0, 0]
     pooled0 = [0, 0, 0, 0]
     by_kind = {"motif": [0, 0, 0, 0], "model": [0, 0, 0, 0]}
+    by_kind_old = {"motif": [0, 0, 0, 0], "model": [0, 0, 0, 0]}
+    hw_old = old_profile(hw)
     hw0 = hw.model_copy(update={"launch_overhead_s": 0.0})
     pooled_ranks: tuple[list, list] = ([], [])
     for gname, g in graphs(a.quick):
@@ -210,6 +226,10 @@ def main(argv=None) -> int:
         c = pair_counts(pred, meas)
         kind = "model" if gname.endswith(("_ts", "_dynamo")) else "motif"
         by_kind[kind] = [x + y for x, y in zip(by_kind[kind], c)]
+        old = [predicted_ps(g, plans[n], hw_old) for n in names]
+        c_old = pair_counts(old, meas)
+        by_kind_old[kind] = [x + y for x, y in zip(by_kind_old[kind], c_old)]
+        tau_old = kendall(old, meas)
         pooled_pairs = [x + y for x, y in zip(pooled_pairs, c)]
         if len(names) > 1:
             pooled_ranks[0].extend(ranks(pred) / len(names))
@@ -222,7 +242,7 @@ def main(argv=None) -> int:
                 f"{meas[names.index(n)] * 1e6:.0f} vs {meas[names.index(fname)] * 1e6:.0f} us " \
                 f"(x{meas[names.index(n)] / meas[names.index(fname)]:.2f})"
         vs = f"{versus('time-opt')} | {versus('covering-opt')}"
-        summary.append(f"| {gname} | {len(g.nodes)} | {len(names)} | {fmt(rho)} | {fmt(tau)} | {c[0]} / {c[1]} | {fmt(rho0)} / {fmt(tau0)} | {vs} |")
+        summary.append(f"| {gname} | {len(g.nodes)} | {len(names)} | {fmt(rho)} | {fmt(tau)} | {c[0]} / {c[1]} | {fmt(rho0)} / {fmt(tau0)} | {fmt(tau_old)} | {vs} |")
         detail += [f"### {gname}", "", "| plan | kernels | traffic B | predicted us | without launch us | measured us (median) | rounds us |",
                    "|---|---:|---:|---:|---:|---:|---|"]
         for n, pr, b0, m in sorted(zip(names, pred, bare, meas), key=lambda t: t[1]):
@@ -241,8 +261,9 @@ def main(argv=None) -> int:
     lines = [
         "# The time model's ranking of plans vs measured C time", "",
         f"`PYTHONPATH=. python benchmarks/time_rank.py --rounds {a.rounds}{' --quick' if a.quick else ''}` -- "
-        f"profile `detect` of this machine ({hw.dram_bandwidth / 1e9:.0f} GB/s, "
-        f"{hw.peak('float32') / 1e9:.0f} GFLOP/s, {hw.launch_overhead_s * 1e6:.0f} us launch); motifs at "
+        f"profile `detect` of this machine (DRAM {hw.dram_bandwidth / 1e9:.1f} GB/s, L3 "
+        f"{(hw.l3_bandwidth or 0) / 1e9:.1f} GB/s, L2 {(hw.l2_bandwidth or 0) / 1e9:.1f} GB/s by working set, "
+        f"{hw.peak('float32') / 1e9:.0f} GFLOP/s, {hw.launch_overhead_s * 1e9:.0f} ns launch); motifs at "
         f"[{ROWS}, {COLS}] float32; C at 1 thread, median of {a.rounds} interleaved rounds, each the median of warm runs (as many as take ~20 ms); "
         f"solver limit {a.time_limit:g} s.",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['compiler']}; {m['date_utc']}; load average "
@@ -255,8 +276,14 @@ def main(argv=None) -> int:
         f"profile's launch overhead (roofline terms only): Kendall's tau **{fmt(tau0_all)}** ({c0} / {d0}). "
         + "; ".join(f"{k}s only: Kendall's tau **{fmt(tau_of(v))}** ({v[0]} / {v[1]})" for k, v in by_kind.items())
         + ".", "",
-        "| graph | ops | distinct plans | Spearman rho | Kendall tau-b | pairs conc. / disc. | rho / tau without launch overhead | time-opt vs traffic-opt, measured | covering-opt vs traffic-opt, measured |",
-        "|---|---:|---:|---:|---:|---|---|---|---|"] + summary + ["", "## Per graph", ""] + detail
+        "Before / after the cache-level time model (same plans, same measurements; *before*: the old `detect` "
+        f"profile, {hw_old.dram_bandwidth / 1e9:.0f} GB/s for every working set and "
+        f"{hw_old.launch_overhead_s * 1e6:.0f} us per kernel; *after*: this profile): "
+        + "; ".join(f"{k}s Kendall's tau **{fmt(tau_of(by_kind_old[k]))} -> {fmt(tau_of(by_kind[k]))}** "
+                    f"({by_kind_old[k][0]} / {by_kind_old[k][1]} -> {by_kind[k][0]} / {by_kind[k][1]} conc. / disc.)"
+                    for k in by_kind) + ".", "",
+        "| graph | ops | distinct plans | Spearman rho | Kendall tau-b | pairs conc. / disc. | rho / tau without launch overhead | tau, old profile | time-opt vs traffic-opt, measured | covering-opt vs traffic-opt, measured |",
+        "|---|---:|---:|---:|---:|---|---|---:|---|---|"] + summary + ["", "## Per graph", ""] + detail
     write_atomic(Path(a.out), "\n".join(lines) + "\n")
     print("\n".join(lines[:12 + len(summary)]))
     return 0

@@ -310,13 +310,14 @@ def group_flops(graph: Graph, nodes: Iterable[str]) -> int:
 
 
 def group_time(graph: Graph, nodes: Sequence[str], hw: Hardware) -> float:
-    """Roofline time of a group: max(bytes / bandwidth, flops / peak) + launch overhead (0 for a
-    free view group: no kernel)."""
+    """Roofline time of a group in seconds: max(bytes / bandwidth, flops / peak) + launch overhead
+    (0 for a free view group: no kernel); the bandwidth is :meth:`Hardware.bandwidth` of its bytes.
+    :func:`group_time_ps` is the same in exact integer picoseconds."""
     if free_view_group(graph, nodes):
         return 0.0
     dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
-    return max(group_traffic(graph, nodes) / hw.dram_bandwidth,
-               group_flops(graph, nodes) / hw.peak(dtype)) + hw.launch_overhead_s
+    nbytes = group_traffic(graph, nodes)
+    return max(nbytes / hw.bandwidth(nbytes), group_flops(graph, nodes) / hw.peak(dtype)) + hw.launch_overhead_s
 
 
 def plan_time(graph: Graph, groups: Iterable[Sequence[str]], hw: Hardware) -> float:
@@ -424,7 +425,10 @@ PS = 10 ** 12  # picoseconds per second
 def kernel_time_ps(graph: Graph, nodes: Sequence[str], writes: Sequence[str], hw: Hardware, passes: int = 1) -> int:
     """Roofline time of one kernel in integer picoseconds: ``max(ceil(bytes / bandwidth),
     ceil(flops / peak)) + launch overhead``, with every pass's recomputed flops counted; 0 for a
-    free view kernel (no launch). Exact integers, so a solver's objective can equal it.
+    free view kernel (no launch). The bandwidth is the one of the kernel's working set, its bytes
+    (:meth:`solverfuse.hardware.Hardware.bandwidth`: a kernel whose reads + writes fit in L2 or L3
+    runs at that cache's bandwidth where the profile states one, else at DRAM's). Exact integers,
+    so a solver's objective can equal it (``formulations/time.md``).
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -439,9 +443,20 @@ def kernel_time_ps(graph: Graph, nodes: Sequence[str], writes: Sequence[str], hw
     ops = [v for p in pass_nodes(graph, nodes) for v in p] if passes > 1 else list(nodes)
     flops = sum(graph.flops(v) for v in ops)
     dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
-    mem = -(-kernel_traffic(graph, nodes, writes, passes) * PS // max(1, int(hw.dram_bandwidth)))
+    nbytes = kernel_traffic(graph, nodes, writes, passes)
+    mem = -(-nbytes * PS // max(1, int(hw.bandwidth(nbytes))))
     compute = -(-flops * PS // max(1, int(hw.peak(dtype))))
-    return max(mem, compute) + round(hw.launch_overhead_s * PS)
+    return max(mem, compute) + launch_ps(hw)
+
+
+def launch_ps(hw: Hardware) -> int:
+    """A kernel's launch overhead in integer picoseconds.
+
+    >>> from solverfuse.hardware import load_hardware
+    >>> launch_ps(load_hardware("nvidia-h100")) > 0
+    True
+    """
+    return round(hw.launch_overhead_s * PS)
 
 
 def group_time_ps(graph: Graph, nodes: Sequence[str], hw: Hardware) -> int:

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import HardwareError
 from .files import read_text
@@ -48,6 +48,10 @@ class Hardware(BaseModel):
     l2_bytes: int = Field(gt=0)
     l3_bytes: Optional[int] = Field(None, gt=0)
     dram_bandwidth: float = Field(gt=0, description="bytes/s")
+    l2_bandwidth: Optional[float] = Field(None, gt=0, description="bytes/s of a kernel whose bytes fit in L2 "
+                                          "(None: DRAM bandwidth, not modelled)")
+    l3_bandwidth: Optional[float] = Field(None, gt=0, description="bytes/s of a kernel whose bytes fit in L3 "
+                                          "(None: DRAM bandwidth, not modelled)")
     peak_flops: dict[str, float] = Field(description="flop/s per dtype")
     cores: int = Field(gt=0, description="SMs or CPU cores")
     launch_overhead_s: float = Field(ge=0)
@@ -61,6 +65,31 @@ class Hardware(BaseModel):
         if not v or any(x <= 0 for x in v.values()):
             raise ValueError("peak_flops needs positive entries")
         return v
+
+    @model_validator(mode="after")
+    def _monotone(self):
+        # the time objective's bound needs bandwidth non-increasing in a kernel's working set
+        l3 = self.l3_bandwidth or self.dram_bandwidth
+        if l3 < self.dram_bandwidth or (self.l2_bandwidth or l3) < l3:
+            raise ValueError("bandwidths must not grow with the working set: l2_bandwidth >= l3_bandwidth >= "
+                             "dram_bandwidth")
+        return self
+
+    def bandwidth(self, working_set: int) -> float:
+        """Bytes/s of a kernel moving ``working_set`` bytes: L2's bandwidth when they fit in L2,
+        L3's when they fit in L3, else DRAM's (a level without a stated bandwidth uses the next).
+        Never grows with the working set.
+
+        >>> hw = load_hardware("detect")
+        >>> hw.bandwidth(1024) >= hw.bandwidth(hw.l2_bytes + 1) >= hw.bandwidth(1 << 40) == hw.dram_bandwidth
+        True
+        """
+        l3 = self.l3_bandwidth or self.dram_bandwidth
+        if working_set <= self.l2_bytes and self.l2_bandwidth:
+            return self.l2_bandwidth
+        if self.l3_bytes is not None and working_set <= self.l3_bytes:
+            return l3
+        return self.dram_bandwidth
 
     def peak(self, dtype: str) -> float:
         """Peak flop/s for a dtype (falls back to float32)."""
@@ -134,8 +163,11 @@ def _cache_sizes() -> dict[int, int]:
 def detect() -> Hardware:
     """A CPU profile for this host: core count and caches from the OS, vector width from cpuinfo.
 
-    DRAM bandwidth and peak flops cannot be read from the OS; they are estimated (8 GB/s and
-    16 fp32 flop/cycle at 2.5 GHz per core) and marked as such in ``sources``.
+    Bandwidths, launch overhead and peak flops cannot be read from the OS; they are estimates, per
+    core times the core count, marked as such in ``sources``: the bandwidths (DRAM 9.6 GB/s, L3
+    54.8 GB/s, L2 110.7 GB/s per core) and the per-kernel overhead of an emitted C call (5 ns) as
+    measured on the development host (an AMD EPYC, one thread) by ``benchmarks/host_profile.py``
+    (``benchmarks/results/host_profile.md``), the flops as 16 fp32 flop/cycle at 2.5 GHz.
     """
     caches = _cache_sizes()
     cores = os.cpu_count() or 1
@@ -157,11 +189,19 @@ def detect() -> Hardware:
         name="detect", description=f"this host: {model}, {cores} cores", kind="cpu",
         register_budget=vregs, kernel_base_registers=4, register_bytes=vbytes,
         l1_bytes=caches.get(1, 32 * 1024), l2_bytes=caches.get(2, 1 << 20), l3_bytes=caches.get(3),
-        dram_bandwidth=8e9 * cores, peak_flops={"float32": 2.5e9 * 16 * cores},
-        cores=cores, launch_overhead_s=2e-6,
+        dram_bandwidth=9.6e9 * cores, l2_bandwidth=110.7e9 * cores,
+        l3_bandwidth=54.8e9 * cores if caches.get(3) else None,
+        peak_flops={"float32": 2.5e9 * 16 * cores}, cores=cores, launch_overhead_s=5e-9,
         gemm_tile={"m": 6, "n": 2 * vbytes // 4, "k": 256, "stages": 1, "accumulator_registers": 12},
         window_tile_elements=vbytes // 4,
         sources={"cores": "os.cpu_count()", "caches": "/sys/devices/system/cpu/cpu0/cache",
                  "register_budget": "/proc/cpuinfo flags (avx512f -> 32 zmm, else 16 ymm; arm64 -> 32 v)",
-                 "dram_bandwidth": "estimate: 8 GB/s per core (not measured)",
+                 "dram_bandwidth": "estimate: 9.6 GB/s per core, as measured on the development host (AMD EPYC, "
+                                   "triad at 4 x L3, one thread) by benchmarks/host_profile.py",
+                 "l2_bandwidth": "estimate: 110.7 GB/s per core, as measured on the development host (triad at "
+                                 "L2/2, one thread) by benchmarks/host_profile.py",
+                 "l3_bandwidth": "estimate: 54.8 GB/s per core, as measured on the development host (triad at "
+                                 "L3/2, one thread) by benchmarks/host_profile.py",
+                 "launch_overhead_s": "estimate: 5 ns per kernel of an emitted C call at one thread, as measured "
+                                      "on the development host by benchmarks/host_profile.py (2-6 ns)",
                  "peak_flops": "estimate: 2.5 GHz x 16 fp32 flop/cycle per core (not measured)"})

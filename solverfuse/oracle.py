@@ -1,4 +1,5 @@
-"""Brute-force oracle: the least-traffic legal plan of a small graph, by enumerating partitions.
+"""Brute-force oracle: the least-traffic (or least-time) legal plan of a small graph, by enumerating
+partitions.
 
 Independent of the CP-SAT formulations and their presolve: it walks every set partition of the
 ops (ops in graph order; each op joins an existing group or opens a new one), prunes a branch as
@@ -46,6 +47,93 @@ def brute_force(graph: Graph, hw: Hardware, max_ops: int = 11) -> tuple[int, lis
                 return
             legal += 1
             t = cost.plan_traffic(graph, groups)
+            if best[0] is None or t < best[0]:
+                best[0], best[1] = t, [list(g) for g in groups]
+            return
+        v = nodes[i]
+        for g in groups:
+            g.append(v)
+            if cost.group_violation(graph, g, hw) is None:
+                rec(i + 1)
+            g.pop()
+        groups.append([v])
+        rec(i + 1)
+        groups.pop()
+
+    rec(0)
+    return best[0], best[1], legal
+
+
+def kernel_time(graph: Graph, hw: Hardware, nodes: list[str]) -> int:
+    """Picoseconds of one group by the time objective's definition (``formulations/time.md``),
+    written out here rather than taken from the solver: 0 for a group of views writing no graph
+    output; else ``max(ceil(B * 1e12 / bw), ceil(F * 1e12 / peak)) + launch`` with ``B`` the
+    group's bytes (``cost.group_traffic``), ``bw`` the bandwidth of the smallest cache level its
+    ``B`` bytes fit in (DRAM's when none or when the level states none), ``F`` its ops' flops and
+    ``peak`` the peak of its first op's dtype."""
+    views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
+    outputs = set(graph.outputs)
+    if all(graph.index.node[v].op in views and not outputs & set(graph.index.node[v].outputs) for v in nodes):
+        return 0
+    b = cost.group_traffic(graph, nodes)
+    bw = hw.dram_bandwidth
+    if hw.l3_bytes is not None and b <= hw.l3_bytes and hw.l3_bandwidth:
+        bw = hw.l3_bandwidth
+    if b <= hw.l2_bytes and hw.l2_bandwidth:
+        bw = hw.l2_bandwidth
+    f = sum(graph.flops(v) for v in nodes)
+    dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
+    peak = hw.peak_flops.get(dtype, hw.peak_flops.get("float32", max(hw.peak_flops.values())))
+    ps = 10 ** 12
+    return max(-(-b * ps // int(bw)), -(-f * ps // int(peak))) + round(hw.launch_overhead_s * ps)
+
+
+def brute_force_time(graph: Graph, hw: Hardware, max_ops: int = 9, connected: bool = False) -> tuple[int, list[list[str]], int]:
+    """(least predicted time in picoseconds (:func:`kernel_time` summed), one fastest partition,
+    number of legal partitions seen) over every legal partition -- groups need not be connected,
+    so two kernels that share no tensor may merge to save a launch. ``connected``: only partitions
+    whose every group is connected (ops joined through tensors one produces and another reads, or
+    both read), the space the solver searches.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}, "y": {"shape": [4]}}, "inputs": ["x", "y"],
+    ...     "outputs": ["a", "b"], "nodes": [{"name": "p", "op": "Relu", "inputs": ["x"], "outputs": ["a"]},
+    ...                                     {"name": "q", "op": "Relu", "inputs": ["y"], "outputs": ["b"]}]})
+    >>> hw = load_hardware("nvidia-h100")
+    >>> brute_force_time(g, hw)[1], brute_force_time(g, hw, connected=True)[1]
+    ([['p', 'q']], [['p'], ['q']])
+    """
+    nodes = list(graph.index.order)
+    if len(nodes) > max_ops:
+        raise ValueError(f"brute force is for graphs of at most {max_ops} ops, this one has {len(nodes)}")
+    best: list = [None, None]
+    legal = 0
+    groups: list[list[str]] = []
+
+    def joined(g: list[str]) -> bool:
+        seen, todo = {g[0]}, [g[0]]
+        while todo:
+            v = todo.pop()
+            mine = {t for t in graph.index.node[v].inputs + graph.index.node[v].outputs if t}
+            for u in g:
+                if u not in seen and (mine & set(graph.index.node[u].inputs) or
+                                      set(graph.index.node[u].outputs) & set(graph.index.node[v].inputs)):
+                    seen.add(u)
+                    todo.append(u)
+        return len(seen) == len(g)
+
+    def rec(i: int) -> None:
+        nonlocal legal
+        if i == len(nodes):
+            if connected and not all(joined(g) for g in groups):
+                return
+            try:
+                order_groups(graph, groups)
+            except PlanError:
+                return
+            legal += 1
+            t = sum(kernel_time(graph, hw, g) for g in groups)
             if best[0] is None or t < best[0]:
                 best[0], best[1] = t, [list(g) for g in groups]
             return
