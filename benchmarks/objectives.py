@@ -42,7 +42,8 @@ from report import write_results  # noqa: E402
 from solverfuse import cost  # noqa: E402
 from solverfuse.hardware import load_hardware  # noqa: E402
 from solverfuse.plans import plan_kernels  # noqa: E402
-from solverfuse.solve import solve_report, solve_time_report  # noqa: E402
+from solverfuse.solve import solve_report  # noqa: E402
+from solverfuse.time_objective import solve_time_report  # noqa: E402
 from solverfuse.sources import load_graph  # noqa: E402
 
 MODELS = HERE.parent / "tests" / "data" / "models"

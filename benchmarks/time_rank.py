@@ -45,7 +45,8 @@ from solverfuse.emit.data import constants, random_inputs  # noqa: E402
 from solverfuse.files import write_atomic  # noqa: E402
 from solverfuse.hardware import load_hardware  # noqa: E402
 from solverfuse.plans import plan_kernels  # noqa: E402
-from solverfuse.solve import solve, solve_report, solve_time  # noqa: E402
+from solverfuse.solve import solve, solve_report  # noqa: E402
+from solverfuse.time_objective import solve_time  # noqa: E402
 from solverfuse.sources import load_graph  # noqa: E402
 
 MODELS = HERE.parent / "tests" / "data" / "models"

@@ -35,7 +35,8 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
     partition), ``covering`` (the best plan with recomputation and looped reductions, a
     ``solverfuse-plan/2`` plan when it duplicates an op or loops; see ``formulations/covering.md``)
     or a greedy name. ``objective``: ``traffic`` (default) or ``time`` (least predicted run time,
-    ``cost.plan_time_ps``, for ``optimal``; no optimality claimed, see :func:`solverfuse.solve.solve_time`).
+    ``cost.plan_time_ps``, for ``optimal``; ``optimal`` only when a proven bound on every partition is
+    met, else the bound and gap in ``reason``: :func:`solverfuse.time_objective.solve_time`).
 
     ``optimal`` solves in a worker process (:mod:`solverfuse.worker`): the call returns within
     ``time_limit`` plus a small overhead, counted from entry, and a solver crash or hang gives the

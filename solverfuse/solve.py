@@ -47,7 +47,7 @@ from .plans import Plan, build_covering_plan, build_plan, order_groups
 from .formulations import assign, covering, set_partition
 from .formulations.protocol import Formulation
 from .formulations.presolve import Presolve, presolve, traffic_floor
-from . import time_bound
+
 
 #: CP-SAT status -> what it means for one part (the only place statuses are mapped).
 STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.UNKNOWN: "no-solution",
@@ -305,9 +305,9 @@ def _solve_unit(graph: Graph, hw: Hardware, u: _Unit, deadline: float, workers: 
     report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
     report.variables += len(f.model.Proto().variables)
     f.hint(u.groups)
-    log = _Log(graph, f, notify)
+    log = IncumbentLog(graph, f, notify)
     while True:
-        status, bnd = _run(f, deadline - time.monotonic(), workers, seed, log)
+        status, bnd = run_model(f, deadline - time.monotonic(), workers, seed, log)
         cycle = quotient_cycle(graph, log.last) if log.last is not None else None
         if cycle is None or time.monotonic() >= deadline:
             break
@@ -551,7 +551,7 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
                 report.variables += len(f.model.Proto().variables)
                 f.hint(groups)
                 log = _CoverLog(f)
-                status, cp_bound = _run(f, deadline - time.monotonic(), workers, seed, log)
+                status, cp_bound = run_model(f, deadline - time.monotonic(), workers, seed, log)
                 if log.best is not None and log.best[0] < value:
                     value, best = log.best
                 bnd = value if status == "optimal" else max(bnd, cp_bound)
@@ -564,178 +564,6 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
     status_all = "optimal" if exact and bound == traffic else "feasible"
     return build_covering_plan(graph, hw, kernels, strategy="covering", status=status_all, bound_bytes=bound,
                                solve_seconds=time.monotonic() - start)
-
-
-@dataclass
-class TimeReport:
-    """A time-objective plan and what is proven about it (integer picoseconds): ``time_ps`` its
-    predicted time (``cost.plan_time_ps``), ``bound_ps`` a lower bound on every legal partition's,
-    from ``floor_ps`` (:func:`solverfuse.time_bound.time_floor_ps`, any plan) and, when no two
-    pieces may share a kernel (``merge_pair`` None), ``connected_ps`` (the connected optimum's
-    CP-SAT bound, then a bound on every partition: ``formulations/time.md``);
-    ``connected_time_ps`` the time of the best connected plan found, before :func:`merge_pieces`."""
-    plan: Plan
-    time_ps: int
-    bound_ps: int
-    floor_ps: int
-    connected_ps: int
-    connected_time_ps: int
-    merge_pair: Optional[tuple]
-
-    @property
-    def gap(self) -> float:
-        """(time - bound) / time."""
-        return 0.0 if self.time_ps == 0 else (self.time_ps - self.bound_ps) / self.time_ps
-
-
-def solve_time(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-               seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None) -> Plan:
-    """A partition of least predicted run time (``cost.plan_time_ps``, integer picoseconds).
-
-    The traffic-optimal plan comes first (half the time limit) and hints, part by part, a
-    set-partitioning model whose columns (connected groups) cost ``cost.group_time_ps``; a part
-    keeps its traffic-optimal groups unless the model finds a faster partition. Then groups that
-    may share a kernel are merged while that saves time (:func:`merge_pieces`). Status
-    ``optimal`` only when the time equals a proven lower bound on every legal partition, connected
-    groups or not (:func:`solve_time_report`, ``formulations/time.md``); else ``feasible`` and the
-    bound and gap are in ``reason``.
-
-    >>> from solverfuse.graph import load_graph
-    >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
-    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
-    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
-    >>> p = solve_time(g, "nvidia-h100", workers=1)
-    >>> p.strategy, p.status, [grp.nodes for grp in p.groups]
-    ('optimal-time', 'optimal', [['a', 'b']])
-    """
-    return solve_time_report(graph, hw, time_limit=time_limit, workers=workers, seed=seed, hints=hints).plan
-
-
-def solve_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-                      seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None) -> TimeReport:
-    """:func:`solve_time` with its bound: a :class:`TimeReport`."""
-    hw = load_hardware(hw)
-    start = time.monotonic()
-    base = solve_report(graph, hw, time_limit=COVERING_SHARE * time_limit, workers=workers, seed=seed,
-                        hints=hints).plan
-    pre = presolve(graph, hw, max_part=MAX_PART_OPS)
-    part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
-    inside: dict[int, list[list[str]]] = {}
-    for g in normalise(graph, base.group_nodes()):
-        inside.setdefault(part_of[g[0]], []).append(g)
-    score = lambda g: cost.group_time_ps(graph, g, hw)  # noqa: E731
-    # per part: a lower bound on the time of every connected plan of its ops
-    bounds = {k: (cost.plan_time_ps(graph, inside[k], hw) if len(part) == 1 else time_bound.part_floor_ps(graph, hw, part))
-              for k, part in enumerate(pre.parts)}
-    todo = sorted((k for k, part in enumerate(pre.parts) if 1 < len(part) <= MAX_PART_OPS),
-                  key=lambda k: (len(pre.parts[k]), k))
-    left = sum(len(pre.parts[k]) for k in todo)
-    for k in todo:
-        part = pre.parts[k]
-        share = max(0.0, (1 - MERGE_SHARE) * time_limit - (time.monotonic() - start)) * len(part) / max(left, 1)
-        left -= len(part)
-        if share <= 0 or sum(len(pre.cand[v]) - 1 for v in part) > MAX_PAIRS:
-            continue
-        deadline = time.monotonic() + share
-        f = set_partition.build(graph, hw, pre, part, score=score)
-        if f is None:
-            continue
-        groups = order_groups(graph, inside[k])
-        f.hint(groups)
-        log = _Log(graph, f, lambda v, b: None)
-        while time.monotonic() < deadline:
-            # every model of the loop is a relaxation of the acyclic plans (cuts only remove
-            # cyclic ones), so each one's bound holds
-            status, bnd = _run(f, deadline - time.monotonic(), workers, seed, log)
-            bounds[k] = max(bounds[k], bnd)
-            cycle = quotient_cycle(graph, log.last) if log.last is not None else None
-            if cycle is None:
-                break
-            f.forbid(cycle)
-        if log.best is not None and log.best[0] < cost.plan_time_ps(graph, groups, hw):
-            inside[k] = log.best[1]
-    groups = [g for k in range(len(pre.parts)) for g in inside.get(k, [])]
-    connected_time = cost.plan_time_ps(graph, groups, hw)
-    pair = time_bound.merge_pair(graph, hw)
-    if pair is not None:  # (None: no two pieces may share a kernel)
-        groups = merge_pieces(graph, hw, groups, deadline=max(start + time_limit, time.monotonic() + MERGE_MIN))
-    spent = cost.plan_time_ps(graph, groups, hw)
-    connected = sum(min(bounds[k], cost.plan_time_ps(graph, inside.get(k, []), hw)) for k in range(len(pre.parts)))
-    traffic_bound = base.bound_bytes if base.bound_bytes is not None else cost.q_min(graph)
-    floor = time_bound.time_floor_ps(graph, hw, traffic_bound)
-    bound = min(spent, max(floor, connected if pair is None else 0))
-    status = "optimal" if bound == spent else "feasible"
-    plan = build_plan(graph, hw, groups, strategy="optimal-time", status=status,
-                      solve_seconds=time.monotonic() - start)
-    why = ("no two ops without a path or tensor between them may share a kernel, so the connected "
-           "optimum's bound holds for every partition" if pair is None else
-           f"ops {pair[0]!r} and {pair[1]!r} share no tensor but may share a kernel, so the bound is the floor "
-           "(traffic bound, flops, fewest kernels)" if pair else "the bound is the floor (traffic bound, flops, "
-           "fewest kernels)")
-    plan.reason = (f"time objective: predicted {spent:,} ps, lower bound {bound:,} ps (gap "
-                   f"{100 * (spent - bound) / max(spent, 1):.1f}%; {why}); traffic is not this objective"
-                   + ("" if status != "optimal" else ", bound_bytes is this plan's own traffic"))
-    return TimeReport(plan=plan, time_ps=spent, bound_ps=bound, floor_ps=floor, connected_ps=connected,
-                      connected_time_ps=connected_time, merge_pair=pair)
-
-
-#: Share of :func:`solve_time`'s limit kept for its merge pass (which gets at least
-#: ``MERGE_MIN`` seconds: a small plan's pass takes milliseconds).
-MERGE_SHARE = 0.1
-MERGE_MIN = 0.2
-#: Plans with more groups than this skip the merge pass (it looks at every pair).
-MERGE_MAX_GROUPS = 300
-
-
-def merge_pieces(graph: Graph, hw: Hardware, groups: Sequence[Sequence[str]], deadline: float = math.inf) -> list[list[str]]:
-    """Groups of a partition merged greedily, the largest time saving (``cost.group_time_ps``)
-    first, while a merge saves time and keeps the plan legal (rules, capacity, acyclic quotient):
-    under the time objective a kernel of two pieces that share no tensor saves a launch and
-    overlaps one's memory time with the other's compute. Never slower than ``groups``.
-
-    >>> from solverfuse.graph import load_graph
-    >>> from solverfuse.hardware import load_hardware
-    >>> g = load_graph({"tensors": {"x": {"shape": [4]}, "y": {"shape": [4]}}, "inputs": ["x", "y"],
-    ...     "outputs": ["a", "b"], "nodes": [{"name": "p", "op": "Relu", "inputs": ["x"], "outputs": ["a"]},
-    ...                                     {"name": "q", "op": "Relu", "inputs": ["y"], "outputs": ["b"]}]})
-    >>> merge_pieces(g, load_hardware("nvidia-h100"), [["p"], ["q"]])
-    [['p', 'q']]
-    """
-    out = [list(g) for g in groups]
-    if len(out) > MERGE_MAX_GROUPS:
-        return out
-    pos = graph.index.position
-    t = [cost.group_time_ps(graph, g, hw) for g in out]
-
-    def saving(i: int, j: int) -> int:
-        u = sorted(out[i] + out[j], key=pos.__getitem__)
-        if cost.group_violation(graph, u, hw) is not None:
-            return 0
-        return t[i] + t[j] - cost.group_time_ps(graph, u, hw)
-
-    gain = {(i, j): saving(i, j) for i in range(len(out)) for j in range(i + 1, len(out))
-            if time.monotonic() < deadline}
-    while time.monotonic() < deadline:
-        best = sorted(((v, k) for k, v in gain.items() if v > 0), reverse=True)
-        done = False
-        for v, (i, j) in best:
-            trial = [g for k, g in enumerate(out) if k not in (i, j) and g] + \
-                [sorted(out[i] + out[j], key=pos.__getitem__)]
-            try:
-                order_groups(graph, trial)
-            except PlanError:
-                gain[(i, j)] = 0
-                continue
-            out[i], out[j], t[i], t[j] = trial[-1], [], t[i] + t[j] - v, 0
-            for k in range(len(out)):
-                if k not in (i, j) and out[k]:
-                    gain[(min(i, k), max(i, k))] = saving(min(i, k), max(i, k))
-                gain[(min(j, k), max(j, k))] = 0
-            done = True
-            break
-        if not done:
-            break
-    return order_groups(graph, [g for g in out if g])
 
 
 class _CoverLog(cp_model.CpSolverSolutionCallback):
@@ -765,7 +593,7 @@ def _formulate(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], m
     raise PlanError(f"bug: no formulation accepted the part of {part[0]!r}")
 
 
-class _Log(cp_model.CpSolverSolutionCallback):
+class IncumbentLog(cp_model.CpSolverSolutionCallback):
     """Incumbent log of one part: reports every acyclic solution, keeps the best one."""
 
     def __init__(self, graph: Graph, f: Formulation, notify: Callable[[int, int], None]):
@@ -792,7 +620,7 @@ def _floor(bound: float) -> int:
 INTERLEAVE_BATCH: Optional[int] = None
 
 
-def _run(f: Formulation, seconds: float, workers: int, seed: int, log: _Log) -> tuple[str, int]:
+def run_model(f: Formulation, seconds: float, workers: int, seed: int, log: IncumbentLog) -> tuple[str, int]:
     """Solve one part's model: (status, bound). Solutions arrive through ``log``; the final one
     is checked against CP-SAT's own objective value."""
     solver = cp_model.CpSolver()
@@ -882,4 +710,4 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "solve_time", "solve_time_report", "TimeReport", "solve_part", "solve_parts", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "STATUS"]
+__all__ = ["solve", "solve_report", "solve_part", "solve_parts", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "run_model", "IncumbentLog", "STATUS"]

@@ -279,7 +279,8 @@ def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed
            with_hints: bool, hint: Optional[list], fault: Optional[str], covering: bool = False,
            objective: str = "traffic", jobs: int = 1, ray: Optional[str] = None,
            part_fault: Optional[str] = None) -> None:
-    from .solve import best_hint, solve_report, solve_time
+    from .solve import best_hint, solve_report
+    from .time_objective import solve_time
     faulthandler.disable()
     tasks.FAULT = part_fault
     try:
@@ -444,7 +445,7 @@ def solve_in_worker(graph: Graph, hw: Union[str, Hardware], *, time_limit: float
     traffic, bound)`` sees every incumbent. ``started``: ``time.monotonic()`` when the caller's
     clock started (default: now); the time limit counts from there. ``covering``: allow
     recomputation and looped reductions (``formulations/covering.md``); the fallbacks stay partitions.
-    ``objective="time"``: least predicted run time (:func:`solverfuse.solve.solve_time`).
+    ``objective="time"``: least predicted run time (:func:`solverfuse.time_objective.solve_time`).
     ``worker``: a worker :func:`prestart` started earlier, used for the first attempt (and closed);
     ``source_stamp``: :func:`file_stamp` of the graph's file right after the caller loaded it --
     equal to the worker's, the worker uses the copy it loaded itself. ``jobs`` (0: one per core)

@@ -292,7 +292,8 @@ def test_emitted_recomputed_fork_matches_the_reference_and_counts_the_stated_byt
 
 @pytest.mark.parametrize("name", ["attention", "inception", "layernorm_gelu", "mlp", "residual"])
 def test_time_objective_is_never_predicted_slower_than_the_traffic_plan(name, examples_dir):
-    from solverfuse.solve import solve, solve_time
+    from solverfuse.solve import solve
+    from solverfuse.time_objective import solve_time
     g = load_graph(examples_dir / f"{name}.json")
     fast = solve_time(g, H100, workers=1, time_limit=10)
     lean = solve(g, H100, workers=1, time_limit=10)

@@ -17,7 +17,7 @@ from solverfuse import cost, time_bound, zoo
 from solverfuse.hardware import load_hardware
 from solverfuse.oracle import brute_force_time, kernel_time
 from solverfuse.plans import validate
-from solverfuse.solve import solve_time_report
+from solverfuse.time_objective import solve_time_report
 from tests.test_oracle import small_case
 
 
