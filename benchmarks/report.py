@@ -471,13 +471,18 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("recomp", "Recomputation and looped reductions: partition vs covering optimum (`benchmarks/recompute.py`)"),
           ("loops", "Looped kernels in C: the softmax over 16M-float rows (`benchmarks/softmax_loops.py`)"),
           ("time_rank", "The time model against measured C times: rank correlation (`benchmarks/time_rank.py`)"),
+          ("objectives", "Partition vs covering optimum, and both objectives' plans measured in C (`benchmarks/objectives.py`)"),
+          ("host_profile", "This host's cache bandwidths and kernel-call cost, for the time model (`benchmarks/host_profile.py`)"),
+          ("inductor_inline", "Inductor's lowering recomputation vs real torch.compile kernels (`benchmarks/inductor_inline.py`)"),
           ("emit", "Emitted C vs ONNX Runtime (`benchmarks/emit_speed.py`)"),
           ("gemm", "GEMM, convolution and pooling kernels vs ONNX Runtime/MLAS (`benchmarks/gemm_speed.py`)"),
+          ("transformers", "The exported transformers and the motifs in C vs ONNX Runtime (`benchmarks/transformers_speed.py`)"),
           ("torch", "Inside PyTorch: inductor-real agreement and the solverfuse backend (`benchmarks/torch_bench.py`)"),
           ("fix", "Inside PyTorch after the rule fixes: real Inductor kernels vs our rules (`benchmarks/fix_agreement.py`)"),
           ("tvm", "Inside TVM: tvm-real agreement and TVM built along the plan (`benchmarks/tvm_bench.py`)"),
           ("fuzz", "Bad input and time limits (`benchmarks/fuzz.py`)"),
           ("scale", "Time limits at scale: baselines, presolve and overshoot on 1k-20k-op graphs (`benchmarks/scale.py`)"),
+          ("parallel", "Parts in parallel worker processes (`benchmarks/parallel.py`)"),
           ("struct", "Graph-side speed before/after the DAG toolkit (`benchmarks/speed.py`)")]
 
 
