@@ -425,6 +425,7 @@ def sweep_cmd(graphs: list[Path] = typer.Argument(..., help="graph JSON or ONNX 
         fail(f"{output}: no such folder")
     plans = sweep(graphs, hardware, strategy=strategy, time_limit=time_limit, workers=workers, seed=seed,
                   jobs=jobs, ray=ray)
+    names: list[Path] = []
     typer.echo(f"{'graph':24s} {'hardware':18s} {'status':9s} {'traffic':>11s} {'bound':>11s}  note")
     for k, p in enumerate(plans):
         path = graphs[k // len(hardware)]
@@ -433,8 +434,18 @@ def sweep_cmd(graphs: list[Path] = typer.Argument(..., help="graph JSON or ONNX 
                    f"{bound:>11s}  {p.reason or ''}".rstrip())
         if output is not None:
             name = output / f"{path.stem}.{p.hardware}.plan.json"
+            names.append(name if name not in names else output / f"{path.stem}.{p.hardware}.{k}.plan.json")
+    written: list[Path] = []
+    try:  # all the plans or none: a write that fails takes the earlier ones back
+        for p, name in zip(plans, names):
             save_plan(p, name)
-            typer.echo(f"wrote {name}", err=True)
+            written.append(name)
+    except BaseException:
+        for name in written:
+            name.unlink(missing_ok=True)
+        raise
+    for name in written:
+        typer.echo(f"wrote {name}", err=True)
 
 
 def _exit(code: int) -> None:

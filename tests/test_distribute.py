@@ -220,3 +220,28 @@ def test_an_interrupt_leaves_no_part_worker(tmp_path):
     assert proc.returncode == 130 and len(stderr.strip().splitlines()) == 1, stderr
     assert not (tmp_path / "p.json").exists()
     assert none_left(kids), [k for k in kids if alive(k)]
+
+
+def test_sweep_writes_every_plan_or_none(tmp_path):
+    """Same stems get distinct files; a write that fails takes the earlier plans back."""
+    g = ('{"tensors": {"x": {"shape": [64]}}, "inputs": ["x"], "outputs": ["y"], "nodes": ['
+         '{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},'
+         '{"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]}')
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    paths = [tmp_path / "one" / "net.json", tmp_path / "two" / "net.json"]
+    for p in paths:
+        p.write_text(g)
+    out = tmp_path / "plans"
+    out.mkdir()
+    hw = ["--hardware", "nvidia-h100", "--hardware", "nvidia-a100"]
+    r = runner.invoke(app, ["sweep", *map(str, paths), *hw, "--strategy", "tvm", "--jobs", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert len(list(out.iterdir())) == 4
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "net.nvidia-a100.plan.json").mkdir()  # the second plan's name is taken by a folder
+    r = runner.invoke(app, ["sweep", str(paths[0]), *hw, "--strategy", "tvm", "--jobs", "1", "-o", str(bad)])
+    assert r.exit_code == 2, r.output
+    assert [f.name for f in bad.iterdir()] == ["net.nvidia-a100.plan.json"]
+    assert r.output.strip().splitlines()[-1].startswith("error: ")
