@@ -29,8 +29,9 @@ from .mapping import loop_passes
 from .plans import convexity_violation, order_groups
 
 
-def brute_force(graph: Graph, hw: Hardware, max_ops: int = 11) -> tuple[int, list[list[str]], int]:
-    """(least traffic, one optimal partition, number of legal partitions seen)."""
+def _least(graph: Graph, hw: Hardware, max_ops: int, score, keep=lambda groups: True) -> tuple:
+    """(least ``score(groups)``, one partition reaching it, number of legal partitions seen) over
+    every legal partition (``keep`` filters them further): the one enumeration both objectives use."""
     nodes = list(graph.index.order)
     if len(nodes) > max_ops:
         raise ValueError(f"brute force is for graphs of at most {max_ops} ops, this one has {len(nodes)}")
@@ -41,12 +42,14 @@ def brute_force(graph: Graph, hw: Hardware, max_ops: int = 11) -> tuple[int, lis
     def rec(i: int) -> None:
         nonlocal legal
         if i == len(nodes):
+            if not keep(groups):
+                return
             try:
                 order_groups(graph, groups)
             except PlanError:
                 return
             legal += 1
-            t = cost.plan_traffic(graph, groups)
+            t = score(groups)
             if best[0] is None or t < best[0]:
                 best[0], best[1] = t, [list(g) for g in groups]
             return
@@ -62,6 +65,11 @@ def brute_force(graph: Graph, hw: Hardware, max_ops: int = 11) -> tuple[int, lis
 
     rec(0)
     return best[0], best[1], legal
+
+
+def brute_force(graph: Graph, hw: Hardware, max_ops: int = 11) -> tuple[int, list[list[str]], int]:
+    """(least traffic, one optimal partition, number of legal partitions seen)."""
+    return _least(graph, hw, max_ops, lambda groups: cost.plan_traffic(graph, groups))
 
 
 def kernel_time(graph: Graph, hw: Hardware, nodes: list[str]) -> int:
@@ -104,13 +112,6 @@ def brute_force_time(graph: Graph, hw: Hardware, max_ops: int = 9, connected: bo
     >>> brute_force_time(g, hw)[1], brute_force_time(g, hw, connected=True)[1]
     ([['p', 'q']], [['p'], ['q']])
     """
-    nodes = list(graph.index.order)
-    if len(nodes) > max_ops:
-        raise ValueError(f"brute force is for graphs of at most {max_ops} ops, this one has {len(nodes)}")
-    best: list = [None, None]
-    legal = 0
-    groups: list[list[str]] = []
-
     def joined(g: list[str]) -> bool:
         seen, todo = {g[0]}, [g[0]]
         while todo:
@@ -123,32 +124,8 @@ def brute_force_time(graph: Graph, hw: Hardware, max_ops: int = 9, connected: bo
                     todo.append(u)
         return len(seen) == len(g)
 
-    def rec(i: int) -> None:
-        nonlocal legal
-        if i == len(nodes):
-            if connected and not all(joined(g) for g in groups):
-                return
-            try:
-                order_groups(graph, groups)
-            except PlanError:
-                return
-            legal += 1
-            t = sum(kernel_time(graph, hw, g) for g in groups)
-            if best[0] is None or t < best[0]:
-                best[0], best[1] = t, [list(g) for g in groups]
-            return
-        v = nodes[i]
-        for g in groups:
-            g.append(v)
-            if cost.group_violation(graph, g, hw) is None:
-                rec(i + 1)
-            g.pop()
-        groups.append([v])
-        rec(i + 1)
-        groups.pop()
-
-    rec(0)
-    return best[0], best[1], legal
+    return _least(graph, hw, max_ops, lambda groups: sum(kernel_time(graph, hw, g) for g in groups),
+                  keep=(lambda groups: all(joined(g) for g in groups)) if connected else (lambda groups: True))
 
 
 def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[int, list[cost.Kernel]]:
