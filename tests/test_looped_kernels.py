@@ -258,3 +258,18 @@ def test_looped_violation_is_monotone_under_subsets(g):
             legal[s] = cost.looped_violation(g, list(s), hw) is None
             if legal[s]:
                 assert all(legal[t] for t in itertools.combinations(s, n - 1) if t), s
+
+
+def test_a_reduction_computed_only_for_its_charged_reads_builds_strict(tmp_path):
+    """Found by the random test above in CI: the covering optimum put ReduceSum(x) into a kernel
+    that neither writes nor reads its result (x is read there anyway); the strict build failed on
+    the unused temporary."""
+    g = graph({"x": [3, 40], "w": [40], "z": [3, 1]}, ["x", "w", "z"], ["t0", "t3", "t4"], [
+        ("n0", "ReduceSum", ["x"], ["t0"], {"axes": [1], "keepdims": 1}),
+        ("n1", "Neg", ["x"], ["t1"]),
+        ("n2", "ReduceSum", ["t1"], ["t2"], {"axes": [1], "keepdims": 1}),
+        ("n3", "LayerNormalization", ["t1", "w"], ["t3"], {"axis": -1}),
+        ("n4", "Add", ["x", "t2"], ["t4"])], name="rowdag")
+    plan = solve_report(g, _profile(240), workers=1, covering=True).plan
+    for (r, w), grp in zip(_run(g, plan, tmp_path), plan.groups):
+        assert r + w == cost.kernel_traffic(g, grp.nodes, grp.writes, grp.passes), grp.name

@@ -250,12 +250,13 @@ class Kernel:
             n += 1
         return n if trips >= self.threads else 0
 
-    def tmp(self, ct: str, expr: str, prefix: str = "v") -> str:
-        """``expr`` as a const temporary of type ``ct`` (itself when already simple)."""
+    def tmp(self, ct: str, expr: str, prefix: str = "v", may_be_unused: bool = False) -> str:
+        """``expr`` as a const temporary of type ``ct`` (itself when already simple);
+        ``may_be_unused`` marks it ``SF_UNUSED`` (strict builds turn an unused one into an error)."""
         if is_simple(expr):
             return expr
         name = self.fresh(prefix)
-        self.line(f"const {ct} {name} = {expr};")
+        self.line(f"{'SF_UNUSED ' if may_be_unused else ''}const {ct} {name} = {expr};")
         return name
 
     def index(self, expr: str) -> str:

@@ -361,7 +361,8 @@ def reduce_pass_shared(k, nodes, stores=(), computes=()) -> None:
                 _acc_step(k, kind, acc, at, flag, k.value(node.inputs[0], at_x))
         n = numel([xs[a] for a in axes])
         for node, (_, _, kind), (acc, _, _, _), dest in zip(nodes, setups, accs, dests):
-            res = k.tmp(k.ct(node.outputs[0]), _acc_result(k, node, kind, acc, n), "red")
+            # a reduction a kernel computes only because its reads are charged has no reader
+            res = k.tmp(k.ct(node.outputs[0]), _acc_result(k, node, kind, acc, n), "red", may_be_unused=True)
             if node.outputs[0] in k.writes:
                 k.store(node.outputs[0], idx, res)
             if dest is not None:
@@ -405,7 +406,7 @@ def reduce_row(k, node, row) -> None:
     axes, keep, kind = _reduce_setup(k, node)
     idx = tuple(row) + (("0",) if keep else ())
     copy = _row_copy(k, node.inputs[0])
-    v = k.tmp(k.ct(t), _reduce_value(k, node, idx, axes, keep, kind, copy), "red")
+    v = k.tmp(k.ct(t), _reduce_value(k, node, idx, axes, keep, kind, copy), "red", may_be_unused=True)
     _row_copied(k, node.inputs[0], row, copy)
     k.bind(t, idx, v)
 
