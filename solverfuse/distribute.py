@@ -37,6 +37,7 @@ from typing import Any, Optional, Protocol
 from . import tasks, zygote
 from .errors import ArgumentError, InternalError
 
+
 class Executor(Protocol):
     """What the solver and the sweep need from an executor."""
     slots: int          # tasks that run at once
