@@ -111,21 +111,6 @@ def cpu_warm(fn):
     return run
 
 
-def ort_call(sess, inputs: dict):
-    """One ONNX Runtime run with IO binding (bound once, as :func:`run.ort_runner`)."""
-    import numpy as np
-    io = sess.io_binding()
-    for i in sess.get_inputs():
-        io.bind_cpu_input(i.name, np.ascontiguousarray(inputs[i.name]))
-    for o in sess.get_outputs():
-        io.bind_output(o.name, "cpu")
-    sess.run_with_iobinding(io)
-    for o, v in zip(sess.get_outputs(), io.get_outputs()):
-        arr = v.numpy()
-        io.bind_output(o.name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
-    return lambda: sess.run_with_iobinding(io)
-
-
 def time_case(spec: str, threads: int, rounds: int, cache: str, variants: tuple, cc: str | None = None,
               clock: str = "wall") -> dict:
     """Median ms of each plan variant's C and of ORT on one case (``clock`` "cpu": the calling
@@ -142,7 +127,7 @@ def time_case(spec: str, threads: int, rounds: int, cache: str, variants: tuple,
         prog = compile_plan(plan, g, threads=threads, cache_dir=cache, cc=cc)
         runners[name] = (lambda prog=prog: prog.time(x, cs, repeats=2, cpu=cpu)[1])
     sess = ort_session(g, cs, threads)
-    runners["ort"] = cpu_warm(ort_call(sess, x)) if cpu else bench.ort_runner(sess, x)
+    runners["ort"] = cpu_warm(bench.ort_call(sess, x)) if cpu else bench.ort_runner(sess, x)
     for k, v in bench.time_side_by_side(runners, rounds).items():
         # the fastest round: on a shared machine other jobs only ever add time, so the minimum
         # is the steadiest estimate of what the code takes (the median moved 2x between runs)

@@ -65,21 +65,13 @@ def ort_session(path: Path, threads: int):
 
 def ort_batch(sess, feeds: dict, batch: int):
     """A runner: median seconds of ``batch`` warm IO-bound runs."""
-    io = sess.io_binding()
-    for i in sess.get_inputs():
-        io.bind_cpu_input(i.name, np.ascontiguousarray(feeds[i.name]))
-    for o in sess.get_outputs():
-        io.bind_output(o.name, "cpu")
-    sess.run_with_iobinding(io)
-    for o, v in zip(sess.get_outputs(), io.get_outputs()):
-        arr = v.numpy()
-        io.bind_output(o.name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+    call = bench.ort_call(sess, feeds)
 
     def run() -> float:
         ts = []
         for _ in range(batch):
             t = time.perf_counter()
-            sess.run_with_iobinding(io)
+            call()
             ts.append(time.perf_counter() - t)
         return statistics.median(ts)
     return run
