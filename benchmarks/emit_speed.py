@@ -112,16 +112,21 @@ def ort_session(graph, consts: dict, threads: int):
     """ONNX Runtime, every graph optimisation, ``threads`` intra-op threads that do not spin after
     a run: spinning ORT threads would take the cores from the C program timed next in the same
     process (measured here: every 2-thread C run took ~35 ms more with them spinning)."""
-    import onnxruntime as ort
-
     from solverfuse.emit.reference import to_onnx
+    return ort_model_session(to_onnx(graph, consts).SerializeToString(), threads)
+
+
+def ort_model_session(model, threads: int):
+    """:func:`ort_session` of an ONNX model (a file path or serialised bytes)."""
+    import onnxruntime as ort
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(to_onnx(graph, consts).SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
+                                providers=["CPUExecutionProvider"])
 
 
 def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str) -> dict:

@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import machine  # noqa: E402  (benchmarks/machine.py)
 from report import write_results  # noqa: E402  (benchmarks/report.py)
 import run as bench  # noqa: E402  (benchmarks/run.py: interleaving)
+from emit_speed import ort_model_session  # noqa: E402
 from tests.model_set import MODELS_DIR, load_inputs, materialise, model_names  # noqa: E402
 
 from solverfuse import api  # noqa: E402
@@ -49,18 +50,6 @@ from solverfuse.plans import load_plan, save_plan  # noqa: E402
 from solverfuse.runner import compare_outputs, model_outputs  # noqa: E402
 
 HW = "nvidia-h100"
-
-
-def ort_session(path: Path, threads: int):
-    """ONNX Runtime on the model file, every graph optimisation, non-spinning workers."""
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def ort_batch(sess, feeds: dict, batch: int):
@@ -151,7 +140,7 @@ def measure(name: str, threads_list: list[int], rounds: int, batch: int, cache: 
             if "error" in row:
                 rows.append(row)
                 continue
-            runners["ort"] = ort_batch(ort_session(path, th), feeds, batch)
+            runners["ort"] = ort_batch(ort_model_session(path, th), feeds, batch)
             for k, v in bench.time_side_by_side(runners, rounds).items():
                 row[k + "_us"] = 1e6 * statistics.median(v)
             if prof:
