@@ -59,3 +59,44 @@ def test_cpu_time_of_a_run_is_the_calling_threads(tmp_path):
     cpu = prog.time(x, cs, repeats=3, cpu=True)
     wall = time.perf_counter() - t0
     assert len(cpu) == 3 and all(c > 0 for c in cpu) and sum(cpu) <= wall
+
+
+def _wrapper(tmp_path, body):
+    """A compiler wrapper script around the real ``cc`` that logs every call's flags."""
+    import stat
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\necho \"$*\" >> " + str(tmp_path / "cc.log") + "\n" + body)
+    cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    return str(cc)
+
+
+def test_a_compiler_without_march_native_builds_generic_code_with_a_warning(tmp_path):
+    """A compiler that rejects ``-march=native`` (as some cross or old compilers do) gets one
+    retry without it, and the build warns that it lost the host's vector extensions."""
+    import pytest
+    g = _chain(3)
+    plan = build_plan(g, HW, unfused(g), strategy="t")
+    files = render(plan, g, threads=1)
+    files.pop("buffers.json")
+    cc = _wrapper(tmp_path, 'for a in "$@"; do [ "$a" = -march=native ] && '
+                  '{ echo "cc1: error: bad value (native) for -march= switch" >&2; exit 1; }; done\nexec cc "$@"\n')
+    with pytest.warns(RuntimeWarning, match="rejects -march=native"):
+        path = build(files, cc=cc, strict=True, cache_dir=tmp_path / "cache")
+    x, cs = random_inputs(g, seed=1), constants(g, seed=1)
+    prog = Program(plan, g, buffer_table(plan, g), path, sanitize=False, counters=False, threads=1)
+    want = reference_outputs(g, x, cs, engine="onnxruntime")["y"]
+    np.testing.assert_allclose(prog.run(x, cs)["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_compile_error_is_reported_once_not_retried_without_march(tmp_path):
+    """Any other compiler error is not hidden behind a second build without ``-march=native``:
+    one call per unit, the compiler's own message in the EmitError."""
+    import pytest
+
+    from solverfuse.errors import EmitError
+    files = {"model.h": "", "model.c": "int f(void) { return undeclared_name; }\n"}
+    cc = _wrapper(tmp_path, 'exec cc "$@"\n')
+    with pytest.raises(EmitError, match="undeclared_name"):
+        build(files, cc=cc, cache_dir=tmp_path / "cache")
+    calls = (tmp_path / "cc.log").read_text().splitlines()
+    assert len(calls) == 1 and "-march=native" in calls[0]

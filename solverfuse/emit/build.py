@@ -1,7 +1,7 @@
 """Build, load, run and time the C of a plan: ``compile_plan(plan) -> Program``.
 
 The source from :func:`solverfuse.emit.program.render` is compiled with ``cc -O3 -march=native`` (retried
-without ``-march`` if the compiler rejects it; ``-fopenmp`` when ``threads > 1``) into a shared
+without ``-march``, with a warning, only if the compiler rejects that flag; ``-fopenmp`` when ``threads > 1``) into a shared
 library, cached under a content hash of the source, compiler and flags, and loaded with ctypes.
 ``sanitize=True`` builds a standalone executable under ``-fsanitize=address,undefined`` instead
 (an ASan library cannot be loaded into a plain Python); ``run`` then exchanges buffers through
@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Union
@@ -110,9 +111,16 @@ def _compile(cc: str, flags: list[str], sources: list[str], out: str, cwd: str, 
 
 
 def _compile_native(cc: str, flags: list[str], sources: list[str], out: str, cwd: str, link: bool = True) -> None:
-    """Compile with ``-march=native``, else (a compiler that rejects it) without; EmitError on failure."""
-    if _compile(cc, flags + ["-march=native"], sources, out, cwd, link) is None:
+    """Compile with ``-march=native``; only a compiler that rejects that flag gets a second try
+    without it (with a warning: the code is then built for the generic target). Any other error
+    is an EmitError with the compiler's own first lines."""
+    err = _compile(cc, flags + ["-march=native"], sources, out, cwd, link)
+    if err is None:
         return
+    if "march" not in err:
+        raise EmitError(f"C compiler {cc!r} failed: {err}")
+    warnings.warn(f"C compiler {cc!r} rejects -march=native ({err}); building for its generic target, "
+                  "without this host's vector extensions", RuntimeWarning, stacklevel=2)
     err = _compile(cc, flags, sources, out, cwd, link)
     if err is not None:
         raise EmitError(f"C compiler {cc!r} failed: {err}")
