@@ -235,7 +235,8 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
                 as_json: bool = typer.Option(False, "--json", help='print {"rows": [...]}'),
                 markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
                 plans_dir: Optional[Path] = typer.Option(None, "--plans", help="also write every plan JSON into this folder"),
-                recompute: bool = typer.Option(False, "--recompute", help="also solve for the optimum with recomputation (a 'covering' row) and check recomputing rows against it")):
+                recompute: bool = typer.Option(False, "--recompute", help="also solve for the optimum with recomputation (a 'covering' row) and check recomputing rows against it"),
+                objective: str = typer.Option("traffic", "--objective", help="traffic, or time: also the time objective's rows (optimal-time; covering-time with --recompute)")):
     """Optimal vs every greedy baseline vs no fusion: one table."""
     from .compare import format_markdown, format_table, plan_all, real_plans, rows_for, rows_json
     from .sources import load_graph
@@ -247,6 +248,8 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
     check_workers(workers)
     if as_json and markdown:
         fail("give either --json or --markdown, not both")
+    if objective not in ("traffic", "time"):
+        fail(f"unknown objective {objective!r} (traffic or time)")
     if plans_dir is not None and not plans_dir.is_dir():
         fail(f"{plans_dir}: no such folder")
     hw = load_hardware(hardware)
@@ -257,7 +260,8 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
     else:
         g = load_graph(graph)
         extra = real_plans(graph, g, hw)
-    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=extra, covering=recompute)
+    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=extra, covering=recompute,
+                     objective=objective)
     rows = rows_for(g, hw, plans)
     if plans_dir is not None:
         for name, (p, _) in plans.items():

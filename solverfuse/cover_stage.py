@@ -48,6 +48,10 @@ from .plans import order_kernels, plan_kernels
 COVERING_SHARE = 0.5
 #: A part with more candidate groups than this keeps its hint in the covering stage.
 COVER_MAX_GROUPS = 5000
+#: Candidate groups a covering model may have per second of its part's share (about 1 ms each to
+#: build under the time objective on a busy machine, 0.6 ms under traffic; clip_vision's 1,716-column
+#: part): a part with more keeps its hint, so building its model does not overrun the time limit.
+COVER_GROUPS_PER_SECOND = 1000
 
 #: Solves one covering model within ``seconds``: (status, bound, best (value, kernels) or None).
 Runner = Callable[[Covering, float], tuple]
@@ -113,7 +117,8 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
     :func:`baseline_kernels`; ``names`` theirs, for :attr:`CoverResult.whole`). ``score(nodes,
     writes, passes)``: a kernel's cost (default ``cost.kernel_traffic``); ``floor``: a part's lower
     bound (default :func:`covering_floor`). Parts of over ``max_part_ops`` ops or ``max_pairs``
-    candidate pairs keep their best hint (the partition stage's limits:
+    candidate pairs, or more candidate groups than :data:`COVER_GROUPS_PER_SECOND` times their
+    share of the time, keep their best hint (the partition stage's limits:
     :data:`solverfuse.solve.MAX_PART_OPS`, :data:`~solverfuse.solve.MAX_PAIRS`). Parts are solved
     smallest first, each with a share of the time left proportional to its ops."""
     if score is None:
@@ -155,7 +160,8 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
             bnd, status = val, "optimal"
         elif len(part) <= max_part_ops and sum(len(pre.cand[v]) - 1 for v in part) <= max_pairs and share > 0:
             stop = time.monotonic() + share
-            f = covering.build(graph, hw, pre, part, max_groups=max_groups, score=score)
+            limit = min(max_groups, int(share * COVER_GROUPS_PER_SECOND))
+            f = covering.build(graph, hw, pre, part, max_groups=limit, score=score) if limit > 0 else None
             if f is not None and time.monotonic() < stop:
                 out.models += 1
                 out.variables += len(f.model.Proto().variables)
@@ -183,4 +189,4 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
 
 
 __all__ = ["cover", "CoverResult", "partition_kernels", "baseline_kernels", "traffic_value", "covering_floor",
-           "COVERING_SHARE", "COVER_MAX_GROUPS", "Runner", "Floor"]
+           "COVERING_SHARE", "COVER_MAX_GROUPS", "COVER_GROUPS_PER_SECOND", "Runner", "Floor"]

@@ -174,7 +174,8 @@ def solve_covering_time(graph: Graph, hw: Union[str, Hardware], *, time_limit: f
 
 def solve_covering_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0,
                                workers: int = 2, seed: int = 0,
-                               hints: Optional[Sequence[Sequence[Sequence[str]]]] = None) -> TimeReport:
+                               hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
+                               traffic_plan: Optional[Plan] = None) -> TimeReport:
     """:func:`solve_covering_time` with its bound: a :class:`TimeReport` (``connected_ps``: the sum
     of the parts' bounds over coverings of connected kernels; ``connected_time_ps``: the plan's
     own time; ``merge_pair`` under ``cost.looped_violation``).
@@ -184,11 +185,12 @@ def solve_covering_time_report(graph: Graph, hw: Union[str, Hardware], *, time_l
     connected covering optimum is the optimum of every covering), else the floor
     (:func:`solverfuse.time_bound.time_floor_ps` with the traffic covering's proven bound, valid
     for coverings: every op's flops count at least once, every output is written and every source
-    read by some kernel)."""
+    read by some kernel). ``traffic_plan``: a traffic covering made already (with its bound), used
+    instead of solving one (then the time objective's stages share the whole limit)."""
     hw = load_hardware(hw)
     start = time.monotonic()
-    traffic = solve_report(graph, hw, time_limit=TRAFFIC_COVER_SHARE * time_limit, workers=workers, seed=seed,
-                           hints=hints, covering=True).plan
+    traffic = traffic_plan or solve_report(graph, hw, time_limit=TRAFFIC_COVER_SHARE * time_limit, workers=workers,
+                                           seed=seed, hints=hints, covering=True).plan
     left = max(0.0, start + time_limit - time.monotonic())
     timed = solve_time_report(graph, hw, time_limit=min(left, TIME_PARTITION_SHARE * time_limit), workers=workers,
                               seed=seed, hints=hints).plan

@@ -17,6 +17,8 @@ from solverfuse.oracle import brute_force_covering_time, covering_kernel_time
 from solverfuse.plans import plan_kernels, validate
 from solverfuse.solve import solve_report
 from solverfuse.time_objective import solve_covering_time_report
+from solverfuse.sources import load_graph
+from tests.model_set import MODELS_DIR, model_names
 from tests.test_covering import FORK, SOFTMAX, SOFTMAX_OPS, TIGHT, X, fork_case
 from tests.test_oracle import small_case
 
@@ -112,3 +114,23 @@ def test_traffic_covering_never_worse_than_the_recomputing_baselines(name):
     plan = solve_report(g, hw, workers=1, time_limit=0.5, covering=True).plan
     for base in RECOMPUTING:
         assert plan.traffic_bytes <= recomputing_plan(g, hw, base).traffic_bytes
+
+
+def _never_worse(g, hw, limit):
+    plan = solve_report(g, hw, workers=1, time_limit=limit, covering=True).plan
+    validate(plan, g, hw)
+    for base in RECOMPUTING:
+        # the baseline's own traffic, by the cost model on its own validated plan
+        ref = cost.covering_traffic(g, plan_kernels(recomputing_plan(g, hw, base)))
+        assert plan.traffic_bytes <= ref, (base, plan.traffic_bytes, ref)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_traffic_covering_never_worse_than_the_recomputing_baselines_on_the_exported_models(name):
+    _never_worse(load_graph(MODELS_DIR / f"{name}.onnx"), H100, 0.3)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_traffic_covering_never_worse_than_the_recomputing_baselines_on_random_dags(seed):
+    from solverfuse.zoo import synthetic_graph
+    _never_worse(synthetic_graph(60, seed=seed), H100, 0.2)
