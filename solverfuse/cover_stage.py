@@ -91,19 +91,33 @@ def partition_kernels(graph: Graph, groups: Sequence[Sequence[str]]) -> list[cos
 def baseline_kernels(graph: Graph, hw: Hardware) -> dict[str, list[cost.Kernel]]:
     """The recomputing baselines' validated plans as kernels, by strategy name
     (``xla-recompute``, ``inductor-recompute``: :func:`solverfuse.greedy.recomputing_plan`), to hint
-    the covering stage so that it is never worse than either."""
+    the covering stage so that it is never worse than either.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> baseline_kernels(g, load_hardware("nvidia-h100"))["xla-recompute"]
+    [Kernel(nodes=('a', 'b'), writes=('y',), passes=1)]
+    """
     return {f"{name}-recompute": plan_kernels(greedy.recomputing_plan(graph, hw, name))
             for name in greedy.RECOMPUTING}
 
 
-def traffic_value(graph: Graph, kernels: Sequence[cost.Kernel]) -> int:
-    """The traffic objective of kernels (``cost.covering_traffic``)."""
-    return cost.covering_traffic(graph, kernels)
-
-
 def covering_floor(graph: Graph, max_part_ops: int) -> Floor:
     """The traffic floor of a part over every covering: ``traffic_floor(recompute=True)``, or
-    ``cost.plan_floor`` for a part of over ``max_part_ops`` ops (too large for candidates)."""
+    ``cost.plan_floor`` for a part of over ``max_part_ops`` ops (too large for candidates).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> pre = presolve(g, load_hardware("nvidia-h100"), violation=cost.looped_violation)
+    >>> covering_floor(g, 400)(pre, pre.parts[0])
+    32
+    """
     return lambda pre, part: (traffic_floor(graph, pre, part, recompute=True) if len(part) <= max_part_ops
                               else cost.plan_floor(graph, part))
 
@@ -188,5 +202,5 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
     return out
 
 
-__all__ = ["cover", "CoverResult", "partition_kernels", "baseline_kernels", "traffic_value", "covering_floor",
+__all__ = ["cover", "CoverResult", "partition_kernels", "baseline_kernels", "covering_floor",
            "COVERING_SHARE", "COVER_MAX_GROUPS", "COVER_GROUPS_PER_SECOND", "Runner", "Floor"]

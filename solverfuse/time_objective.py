@@ -206,7 +206,9 @@ def solve_covering_time_report(graph: Graph, hw: Union[str, Hardware], *, time_l
     if spent != r.value:
         raise InternalError(f"bug: covering time objective {r.value} != cost model time {spent}")
     pair = time_bound.merge_pair(graph, hw, violation=cost.looped_violation)
-    traffic_bound = traffic.bound_bytes if traffic.bound_bytes is not None else cost.plan_floor(graph, list(graph.index.order))
+    traffic_bound = traffic.bound_bytes
+    if traffic_bound is None:
+        traffic_bound = cost.plan_floor(graph, list(graph.index.order))
     floor = time_bound.time_floor_ps(graph, hw, traffic_bound, violation=cost.looped_violation)
     bound = min(spent, max(floor, r.bound if pair is None else 0))
     status = "optimal" if bound == spent else "feasible"

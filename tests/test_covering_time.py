@@ -134,3 +134,14 @@ def test_traffic_covering_never_worse_than_the_recomputing_baselines_on_the_expo
 def test_traffic_covering_never_worse_than_the_recomputing_baselines_on_random_dags(seed):
     from solverfuse.zoo import synthetic_graph
     _never_worse(synthetic_graph(60, seed=seed), H100, 0.2)
+
+
+def test_compare_shows_the_time_rows_and_the_proven_covering_time_is_the_fastest_row():
+    from solverfuse.compare import compare
+    rows = {r.strategy: r for r in compare(FORK, TIGHT, time_limit=5, workers=1, covering=True, objective="time")}
+    assert list(rows)[:4] == ["optimal", "covering", "optimal-time", "covering-time"]
+    ct = rows["covering-time"]
+    assert ct.status == "optimal"
+    # every row's plan is a covering: none may be predicted faster than the proven time optimum
+    assert all(ct.predicted_ps <= r.predicted_ps for r in rows.values())
+    assert ct.predicted_ps == brute_force_covering_time(FORK, TIGHT)[0]
