@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from . import cost, greedy
+from .errors import PlanError
 from .formulations import covering
 from .formulations.covering import Covering, Score
 from .formulations.presolve import Presolve, presolve, traffic_floor
@@ -91,7 +92,8 @@ def partition_kernels(graph: Graph, groups: Sequence[Sequence[str]]) -> list[cos
 def baseline_kernels(graph: Graph, hw: Hardware) -> dict[str, list[cost.Kernel]]:
     """The recomputing baselines' validated plans as kernels, by strategy name
     (``xla-recompute``, ``inductor-recompute``: :func:`solverfuse.greedy.recomputing_plan`), to hint
-    the covering stage so that it is never worse than either.
+    the covering stage so that it is never worse than either. A baseline whose plan the validator
+    rejects (a bug of that baseline) is left out rather than failing the solve.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -101,8 +103,13 @@ def baseline_kernels(graph: Graph, hw: Hardware) -> dict[str, list[cost.Kernel]]
     >>> baseline_kernels(g, load_hardware("nvidia-h100"))["xla-recompute"]
     [Kernel(nodes=('a', 'b'), writes=('y',), passes=1)]
     """
-    return {f"{name}-recompute": plan_kernels(greedy.recomputing_plan(graph, hw, name))
-            for name in greedy.RECOMPUTING}
+    out = {}
+    for name in greedy.RECOMPUTING:
+        try:
+            out[f"{name}-recompute"] = plan_kernels(greedy.recomputing_plan(graph, hw, name))
+        except PlanError:  # a baseline bug (``compare`` shows it): the covering stage goes on without it
+            continue
+    return out
 
 
 def covering_floor(graph: Graph, max_part_ops: int) -> Floor:
