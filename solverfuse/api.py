@@ -35,8 +35,9 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
     partition), ``covering`` (the best plan with recomputation and looped reductions, a
     ``solverfuse-plan/2`` plan when it duplicates an op or loops; see ``formulations/covering.md``)
     or a greedy name. ``objective``: ``traffic`` (default) or ``time`` (least predicted run time,
-    ``cost.plan_time_ps``, for ``optimal``; ``optimal`` only when a proven bound on every partition is
-    met, else the bound and gap in ``reason``: :func:`solverfuse.time_objective.solve_time`).
+    ``cost.covering_time_ps``, for ``optimal`` and ``covering``; ``optimal`` only when a proven bound on
+    every partition (covering) is met, else the bound and gap in ``reason``:
+    :func:`solverfuse.time_objective.solve_time`, :func:`~solverfuse.time_objective.solve_covering_time`).
 
     ``optimal`` solves in a worker process (:mod:`solverfuse.worker`): the call returns within
     ``time_limit`` plus a small overhead, counted from entry, and a solver crash or hang gives the
@@ -52,8 +53,8 @@ def plan(graph: Union[Graph, str, dict, Any], hardware: Union[str, Hardware] = "
     jobs, ray = check_jobs(jobs), check_ray(ray)
     if objective not in ("traffic", "time"):
         raise SolverfuseError(f"unknown objective {objective!r} (traffic or time)")
-    if objective == "time" and strategy != "optimal":
-        raise SolverfuseError("objective 'time' is supported by strategy 'optimal' only")
+    if objective == "time" and strategy not in ("optimal", "covering"):
+        raise SolverfuseError("objective 'time' is supported by strategies 'optimal' and 'covering' only")
     if not isinstance(strategy, str):
         raise SolverfuseError(f"strategy must be a string, got {type(strategy).__name__}")
     if strategy in ("optimal", "covering"):

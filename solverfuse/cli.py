@@ -235,7 +235,8 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
                 as_json: bool = typer.Option(False, "--json", help='print {"rows": [...]}'),
                 markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
                 plans_dir: Optional[Path] = typer.Option(None, "--plans", help="also write every plan JSON into this folder"),
-                recompute: bool = typer.Option(False, "--recompute", help="also solve for the optimum with recomputation (a 'covering' row) and check recomputing rows against it")):
+                recompute: bool = typer.Option(False, "--recompute", help="also solve for the optimum with recomputation (a 'covering' row) and check recomputing rows against it"),
+                objective: str = typer.Option("traffic", "--objective", help="traffic, or time: also the time objective's rows (optimal-time; covering-time with --recompute)")):
     """Optimal vs every greedy baseline vs no fusion: one table."""
     from .compare import format_markdown, format_table, plan_all, real_plans, rows_for, rows_json
     from .sources import load_graph
@@ -247,6 +248,8 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
     check_workers(workers)
     if as_json and markdown:
         fail("give either --json or --markdown, not both")
+    if objective not in ("traffic", "time"):
+        fail(f"unknown objective {objective!r} (traffic or time)")
     if plans_dir is not None and not plans_dir.is_dir():
         fail(f"{plans_dir}: no such folder")
     hw = load_hardware(hardware)
@@ -257,7 +260,8 @@ def compare_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model o
     else:
         g = load_graph(graph)
         extra = real_plans(graph, g, hw)
-    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=extra, covering=recompute)
+    plans = plan_all(g, hw, time_limit=time_limit, workers=workers, seed=seed, extra=extra, covering=recompute,
+                     objective=objective)
     rows = rows_for(g, hw, plans)
     if plans_dir is not None:
         for name, (p, _) in plans.items():
@@ -323,7 +327,7 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
              output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),
              keep_partial: bool = typer.Option(False, "--keep-partial", help="on SIGINT/SIGTERM, write the best plan so far to -o"),
              recompute: bool = typer.Option(False, "--recompute", help="allow recomputation and looped reductions (solverfuse-plan/2)"),
-             objective: str = typer.Option("traffic", "--objective", help="traffic or time (predicted run time; no optimality claimed)"),
+             objective: str = typer.Option("traffic", "--objective", help="traffic or time (least predicted run time; with --recompute over plans that recompute)"),
              jobs: int = typer.Option(1, "--jobs", help="solve independent parts in this many processes (0: one per core)"),
              ray: Optional[str] = typer.Option(None, "--ray", help="solve parts on a Ray cluster: auto or ADDRESS (solverfuse[ray])"),
              as_json: bool = typer.Option(False, "--json", help="print the plan JSON instead of the summary")):
@@ -341,8 +345,6 @@ def plan_cmd(graph: Path = typer.Argument(..., help="graph JSON, ONNX model or s
     jobs, ray = check_jobs(jobs), check_ray(ray)
     if objective not in ("traffic", "time"):
         fail(f"unknown objective {objective!r} (traffic or time)")
-    if objective == "time" and recompute:
-        fail("--objective time does not support --recompute yet")
     from .worker import prestart
     child = prestart(graph)  # its imports (OR-Tools: a second or more) overlap the graph's loading
     try:

@@ -13,7 +13,10 @@ against ``optimal`` (the partition optimum). A row that recomputes lies outside 
 legitimately move fewer bytes (its ``gap %`` is then negative): it is checked against the proven
 bound of the ``covering`` row (the optimum with recomputation) when ``plan_all(covering=True)``
 computed one, and otherwise is not checked at all -- the row says so (``checked_against`` is None)
-and the table adds a footnote.
+and the table adds a footnote. ``objective="time"`` adds the time objective's rows
+(``optimal-time``, and ``covering-time`` with ``covering``): their ``pred. time`` is what they
+minimise; their traffic is checked against the proven bounds only (they do not minimise traffic),
+and ``covering-time`` may not be slower than a recomputing baseline (it is hinted with them).
 
 >>> from solverfuse.graph import load_graph
 >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y"],
@@ -85,22 +88,27 @@ def real_plans(source: Union[str, os.PathLike], graph: Graph, hw: Hardware) -> d
 
 
 def plan_all(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-             seed: int = 0, extra: Optional[dict[str, tuple[Plan, float]]] = None, covering: bool = False
-             ) -> dict[str, tuple[Plan, float]]:
+             seed: int = 0, extra: Optional[dict[str, tuple[Plan, float]]] = None, covering: bool = False,
+             objective: str = "traffic") -> dict[str, tuple[Plan, float]]:
     """Every strategy's plan and its planning wall time, optimal first.
 
     Each recomputing baseline (``xla-recompute``) is listed right after the partition baseline
     it refines. ``covering`` also solves for the optimum with recomputation (a ``covering`` row
     after ``optimal``, with its own ``time_limit``), against which recomputing rows are checked.
+    ``objective="time"`` adds ``optimal-time`` (and ``covering-time`` with ``covering``) right
+    after them, each with its own ``time_limit``.
     ``extra`` adds plans made elsewhere (``inductor-real``: the partition real torch.compile
     chose); each is listed right after the baseline its name starts with."""
     from .api import plan as make_plan
     hw = load_hardware(hw)
     out: dict[str, tuple[Plan, float]] = {}
-    for name in ("optimal", "covering") if covering else ("optimal",):
+    made = [("optimal", "traffic")] + ([("covering", "traffic")] if covering else [])
+    if objective == "time":
+        made += [(name, "time") for name, _ in made]
+    for name, obj in made:
         start = time.perf_counter()
-        out[name] = (make_plan(graph, hw, strategy=name, time_limit=time_limit, workers=workers,
-                               seed=seed), time.perf_counter() - start)
+        p = make_plan(graph, hw, strategy=name, time_limit=time_limit, workers=workers, seed=seed, objective=obj)
+        out[p.strategy if obj == "time" else name] = (p, time.perf_counter() - start)
     for name in greedy.STRATEGIES:
         start = time.perf_counter()
         out[name] = (greedy.greedy_plan(graph, hw, name), time.perf_counter() - start)
@@ -157,12 +165,16 @@ def check_optimality(plans: dict[str, tuple[Plan, float]]) -> dict[str, Optional
                                     f"missed a legal plan")
             out[name] = "covering"
         if p.format != FORMAT_COVERING:
-            limit = best.traffic_bytes if name != "covering" else best.bound_bytes
+            limit = best.traffic_bytes if name not in TIME_ROWS + ("covering",) else best.bound_bytes
             if limit is not None and p.traffic_bytes < limit:
                 raise InternalError(f"bug: the optimal plan moves {best.traffic_bytes} bytes but {name!r} moves "
                                     f"only {p.traffic_bytes} -- the optimal planner missed a legal plan")
             out[name] = "optimal"
     return out
+
+
+#: Rows of the time objective (they minimise predicted time, not traffic).
+TIME_ROWS = ("optimal-time", "covering-time")
 
 
 def rows_for(graph: Graph, hw: Union[str, Hardware], plans: dict[str, tuple[Plan, float]]) -> list[Row]:
@@ -181,6 +193,11 @@ def rows_for(graph: Graph, hw: Union[str, Hardware], plans: dict[str, tuple[Plan
     for name, (p, seconds) in plans.items():
         t = p.traffic_bytes
         ps = cost.covering_time_ps(graph, plan_kernels(p), hw)
+        if name == "covering-time":
+            for base in greedy.RECOMPUTING:
+                other = plans.get(f"{base}-recompute")
+                if other is not None and ps > cost.covering_time_ps(graph, plan_kernels(other[0]), hw):
+                    raise InternalError(f"bug: covering-time is hinted with {base}-recompute but is slower")
         rows.append(Row(strategy=name, status=p.status, groups=len(p.groups), traffic_bytes=t,
                         x_unfused=round(unfused / t, 4) if t else 1.0,
                         gap_to_optimal_pct=round(100.0 * (t - best) / best, 3) if best else 0.0,
@@ -192,10 +209,10 @@ def rows_for(graph: Graph, hw: Union[str, Hardware], plans: dict[str, tuple[Plan
 
 
 def compare(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
-            seed: int = 0, covering: bool = False) -> list[Row]:
+            seed: int = 0, covering: bool = False, objective: str = "traffic") -> list[Row]:
     """Plan ``graph`` with every strategy and return the scored rows (optimal first)."""
     return rows_for(graph, hw, plan_all(graph, hw, time_limit=time_limit, workers=workers, seed=seed,
-                                        covering=covering))
+                                        covering=covering, objective=objective))
 
 
 def unchecked_note(rows: list[Row]) -> str:

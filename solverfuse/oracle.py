@@ -25,7 +25,7 @@ from . import cost
 from .errors import PlanError
 from .graph import Graph
 from .hardware import Hardware
-from .mapping import loop_passes
+from .mapping import loop_passes, pass_nodes
 from .plans import convexity_violation, order_groups
 
 
@@ -204,4 +204,114 @@ def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[
                     dist[nxt] = nd
                     back[nxt] = (state, cost.Kernel(combo, ws, passes))
                     heapq.heappush(heap, (nd, nxt))
+    raise ValueError("bug: no covering found, but every op alone is one")
+
+
+def covering_kernel_time(graph: Graph, hw: Hardware, nodes, writes, passes: int = 1) -> int:
+    """Picoseconds of one kernel of a covering by the time objective's definition
+    (``formulations/time.md``), written out here rather than taken from the solver: 0 for a kernel
+    of views writing no graph output; else ``max(ceil(B * 1e12 / bw), ceil(F * 1e12 / peak)) +
+    launch`` with ``B`` its bytes (``cost.kernel_traffic``: every pass's reads and its writes),
+    ``bw`` the bandwidth of the smallest cache level ``B`` fits in (DRAM's when none or when the
+    level states none), ``F`` the flops of every op of every pass (a looped kernel recomputes the
+    ops of each pass: ``mapping.pass_nodes``) and ``peak`` the peak of its first op's dtype."""
+    views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
+    if all(graph.index.node[v].op in views for v in nodes) and not set(writes) & set(graph.outputs):
+        return 0
+    b = cost.kernel_traffic(graph, list(nodes), list(writes), passes)
+    bw = hw.dram_bandwidth
+    if hw.l3_bytes is not None and b <= hw.l3_bytes and hw.l3_bandwidth:
+        bw = hw.l3_bandwidth
+    if b <= hw.l2_bytes and hw.l2_bandwidth:
+        bw = hw.l2_bandwidth
+    ops = [v for p in pass_nodes(graph, list(nodes)) for v in p] if passes > 1 else list(nodes)
+    f = sum(graph.flops(v) for v in ops)
+    dtype = graph.tensors[graph.index.node[nodes[0]].outputs[0]].dtype
+    peak = hw.peak_flops.get(dtype, hw.peak_flops.get("float32", max(hw.peak_flops.values())))
+    ps = 10 ** 12
+    return max(-(-b * ps // int(bw)), -(-f * ps // int(peak))) + round(hw.launch_overhead_s * ps)
+
+
+def brute_force_covering_time(graph: Graph, hw: Hardware, max_ops: int = 6,
+                              connected: bool = False) -> tuple[int, list[cost.Kernel]]:
+    """(least predicted time in picoseconds (:func:`covering_kernel_time` summed), one fastest
+    covering plan as kernels in execution order) over every plan with recomputation and looped
+    reductions -- the shortest path of :func:`brute_force_covering` with kernels timed instead of
+    weighed: a kernel is any convex set of ops legal as one pass or looped
+    (``cost.kernel_violation``), writing any subset of the tensors it produces not yet in memory.
+    ``connected``: only kernels whose ops are joined through tensors (one produces what another
+    reads, or both read it), the space the covering formulation's columns span.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}, "y": {"shape": [4]}}, "inputs": ["x", "y"],
+    ...     "outputs": ["a", "b"], "nodes": [{"name": "p", "op": "Relu", "inputs": ["x"], "outputs": ["a"]},
+    ...                                     {"name": "q", "op": "Relu", "inputs": ["y"], "outputs": ["b"]}]})
+    >>> hw = load_hardware("nvidia-h100")
+    >>> [k.nodes for k in brute_force_covering_time(g, hw)[1]], len(brute_force_covering_time(g, hw, connected=True)[1])
+    ([('p', 'q')], 2)
+    """
+    nodes = list(graph.index.order)
+    if len(nodes) > max_ops:
+        raise ValueError(f"brute force is for graphs of at most {max_ops} ops, this one has {len(nodes)}")
+    tensors = [t for v in nodes for t in graph.index.node[v].outputs if t]
+    tbit = {t: 1 << i for i, t in enumerate(tensors)}
+    outputs = graph.index.outputs
+
+    def joined(combo) -> bool:
+        touch = {v: {t for t in graph.index.node[v].inputs + graph.index.node[v].outputs if t} for v in combo}
+        seen, todo = {combo[0]}, [combo[0]]
+        while todo:
+            v = todo.pop()
+            for u in combo:
+                if u not in seen and touch[u] & touch[v]:
+                    seen.add(u)
+                    todo.append(u)
+        return len(seen) == len(combo)
+
+    kernels = []
+    for size in range(1, len(nodes) + 1):
+        for combo in combinations(nodes, size):
+            if size > 1 and convexity_violation(graph, list(combo)) is not None:
+                continue
+            if connected and not joined(combo):
+                continue
+            for passes in sorted({1, loop_passes(graph, combo)}):
+                if cost.kernel_violation(graph, list(combo), hw, passes) is not None:
+                    continue
+                need = sum(tbit[t] for t in cost.group_reads(graph, combo) if t in tbit)
+                out = [t for v in combo for t in graph.index.node[v].outputs
+                       if t and (t in outputs or graph.index.consumers.get(t))]
+                options = [(sum(tbit[t] for t in ws), ws, covering_kernel_time(graph, hw, combo, ws, passes))
+                           for k in range(len(out) + 1) for ws in combinations(out, k)]
+                kernels.append((sum(1 << nodes.index(v) for v in combo), need, options, combo, passes))
+    full = (1 << len(nodes)) - 1
+    goal_t = sum(tbit[t] for t in outputs if t in tbit)
+    dist = {(0, 0): 0}
+    back: dict = {}
+    heap = [(0, (0, 0))]
+    while heap:
+        d, state = heapq.heappop(heap)
+        if d > dist[state]:
+            continue
+        ops, mem = state
+        if ops == full and mem & goal_t == goal_t:
+            plan = []
+            while state in back:
+                state, kern = back[state]
+                plan.append(kern)
+            return d, plan[::-1]
+        for opmask, need, options, combo, passes in kernels:
+            if need & ~mem:
+                continue
+            for wmask, ws, c in options:
+                if wmask & mem:
+                    continue
+                nxt = (ops | opmask, mem | wmask)
+                if nxt == state:
+                    continue
+                if d + c < dist.get(nxt, d + c + 1):
+                    dist[nxt] = d + c
+                    back[nxt] = (state, cost.Kernel(combo, ws, passes))
+                    heapq.heappush(heap, (d + c, nxt))
     raise ValueError("bug: no covering found, but every op alone is one")

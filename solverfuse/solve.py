@@ -39,7 +39,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from ortools.sat.python import cp_model
 
-from . import cost, dag, distribute
+from . import cost, cover_stage, dag, distribute
 from .errors import InternalError, PlanError
 from .graph import Graph
 from .hardware import Hardware, load_hardware
@@ -131,7 +131,7 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
         distribute.prestart()  # the workers' interpreter starts while the presolve runs
     full_limit = time_limit
     if covering:  # the partition optimum first, with half the time; it hints the covering models
-        time_limit = COVERING_SHARE * time_limit
+        time_limit = cover_stage.COVERING_SHARE * time_limit
     start_groups = best_hint(graph, hw, hints)
     units: list[_Unit] = []
     # per region: [bound, exact]; an exact region is one part solved whole (its CP-SAT bound is
@@ -246,8 +246,8 @@ def solve_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 
     if traffic != expect:
         raise InternalError(f"bug: CP-SAT objective {expect} != cost model traffic {traffic}")
     if covering:
-        report.plan = _cover(graph, hw, groups, start, full_limit, workers, seed, min(max_groups, COVER_MAX_GROUPS),
-                             max_pairs, report)
+        report.plan = _cover(graph, hw, groups, start, full_limit, workers, seed,
+                             min(max_groups, cover_stage.COVER_MAX_GROUPS), max_pairs, report)
         return report
     total_bound = min(sum(b for b, _ in regions), traffic)
     if status_all == "optimal" and total_bound != traffic:
@@ -506,63 +506,27 @@ def _solve_parallel(graph: Graph, hw: Hardware, units: list, regions: list, todo
     return all_optimal
 
 
-#: Share of the time limit the partition stage gets when recomputation is allowed.
-COVERING_SHARE = 0.5
-#: A part with more candidate groups than this keeps its partition in the covering stage.
-COVER_MAX_GROUPS = 5000
+def run_covering(f: "covering.Covering", seconds: float, workers: int = 1, seed: int = 0) -> tuple:
+    """Solve one covering model (:mod:`solverfuse.cover_stage`'s ``run``): (status, bound, best
+    (objective value, kernels) seen or None)."""
+    log = _CoverLog(f)
+    status, bound = run_model(f, seconds, workers, seed, log)
+    return status, bound, log.best
 
 
 def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit: float, workers: int,
            seed: int, max_groups: int, max_pairs: int, report: SolveReport) -> Plan:
-    """The covering stage: the graph is presolved again with ``cost.looped_violation`` (its parts
-    are unions of the partition's parts), and every part of two or more ops that is small enough is
-    solved by the covering formulation, hinted with the partition's groups inside it; a part left
-    unsolved keeps them. So the result is never worse than ``partition``. The bound of a part is
-    CP-SAT's covering bound, at least the part's covering floor (``traffic_floor(recompute=True)``;
-    ``cost.plan_floor`` for a part too large for candidates)."""
-    pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation)
-    part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
-    inside: dict[int, list[list[str]]] = {}
-    for g in partition:
-        inside.setdefault(part_of[g[0]], []).append(g)
-    result: dict[int, list[cost.Kernel]] = {}
-    bound, exact = 0, True
-    todo = sorted(range(len(pre.parts)), key=lambda k: (len(pre.parts[k]), k))
-    left = sum(len(pre.parts[k]) for k in todo)
-    for k in todo:
-        part = pre.parts[k]
-        groups = order_groups(graph, inside.get(k, []))
-        best = [cost.Kernel(tuple(g), tuple(cost.group_writes(graph, g))) for g in groups]
-        value = cost.covering_traffic(graph, best)
-        share = max(0.0, time_limit - (time.monotonic() - start)) * len(part) / max(left, 1)
-        left -= len(part)
-        bnd, status = cost.plan_floor(graph, part), "feasible"
-        if len(part) == 1:
-            pass
-        elif len(part) <= MAX_PART_OPS:
-            bnd = traffic_floor(graph, pre, part, recompute=True)
-        if len(part) == 1:
-            bnd, status = value, "optimal"
-        elif len(part) <= MAX_PART_OPS and sum(len(pre.cand[v]) - 1 for v in part) <= max_pairs and share > 0:
-            deadline = time.monotonic() + share
-            f = covering.build(graph, hw, pre, part, max_groups=max_groups)
-            if f is not None and time.monotonic() < deadline:
-                report.formulations[f.name] = report.formulations.get(f.name, 0) + 1
-                report.variables += len(f.model.Proto().variables)
-                f.hint(groups)
-                log = _CoverLog(f)
-                status, cp_bound = run_model(f, deadline - time.monotonic(), workers, seed, log)
-                if log.best is not None and log.best[0] < value:
-                    value, best = log.best
-                bnd = value if status == "optimal" else max(bnd, cp_bound)
-        result[k] = best
-        bound += min(bnd, value)
-        exact = exact and status == "optimal"
-    kernels = [kern for k in range(len(pre.parts)) for kern in result[k]]
-    traffic = cost.covering_traffic(graph, kernels)
-    bound = min(bound, traffic)
-    status_all = "optimal" if exact and bound == traffic else "feasible"
-    return build_covering_plan(graph, hw, kernels, strategy="covering", status=status_all, bound_bytes=bound,
+    """The covering stage (:func:`solverfuse.cover_stage.cover`), hinted with ``partition`` and the
+    recomputing baselines; a traffic bound for every covering (connected kernels suffice: a kernel
+    of two pieces costs what the pieces cost)."""
+    hints = {"optimal": cover_stage.partition_kernels(graph, partition), **cover_stage.baseline_kernels(graph, hw)}
+    r = cover_stage.cover(graph, hw, list(hints.values()), lambda f, s: run_covering(f, s, workers, seed),
+                          deadline=start + time_limit, max_groups=max_groups, max_pairs=max_pairs,
+                          max_part_ops=MAX_PART_OPS, names=list(hints))
+    report.formulations[covering.NAME] = report.formulations.get(covering.NAME, 0) + r.models
+    report.variables += r.variables
+    status = "optimal" if r.exact and r.bound == r.value else "feasible"
+    return build_covering_plan(graph, hw, r.kernels, strategy="covering", status=status, bound_bytes=r.bound,
                                solve_seconds=time.monotonic() - start)
 
 
@@ -710,4 +674,4 @@ def best_hint(graph: Graph, hw: Hardware, hints: Optional[Sequence[Sequence[Sequ
     return order_groups(graph, normalise(graph, best))
 
 
-__all__ = ["solve", "solve_report", "solve_part", "solve_parts", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "run_model", "IncumbentLog", "STATUS"]
+__all__ = ["solve", "solve_report", "solve_part", "solve_parts", "PartResult", "SolveReport", "Incumbent", "normalise", "best_hint", "quotient_cycle", "run_model", "run_covering", "IncumbentLog", "STATUS"]

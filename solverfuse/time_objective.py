@@ -14,15 +14,16 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from . import cost, time_bound
-from .errors import PlanError
+from . import cost, cover_stage, time_bound
+from .errors import InternalError, PlanError
 from .formulations import set_partition
 from .formulations.presolve import presolve
 from .graph import Graph
 from .hardware import Hardware, load_hardware
-from .plans import Plan, build_plan, order_groups
-from .solve import (COVERING_SHARE, MAX_PAIRS, MAX_PART_OPS, IncumbentLog, normalise, quotient_cycle,
-                    run_model, solve_report)
+from .plans import Plan, build_covering_plan, build_plan, order_groups, plan_kernels
+from .cover_stage import COVERING_SHARE
+from .solve import (MAX_PAIRS, MAX_PART_OPS, IncumbentLog, normalise, quotient_cycle,
+                    run_covering, run_model, solve_report)
 
 
 @dataclass
@@ -138,6 +139,94 @@ def solve_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: flo
                       connected_time_ps=connected_time, merge_pair=pair)
 
 
+#: Shares of :func:`solve_covering_time`'s limit: the traffic covering (itself half partition,
+#: half covering), then the time partition; the time covering gets the rest.
+TRAFFIC_COVER_SHARE = 0.3
+TIME_PARTITION_SHARE = 0.2
+
+
+def solve_covering_time(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0, workers: int = 2,
+                        seed: int = 0, hints: Optional[Sequence[Sequence[Sequence[str]]]] = None) -> Plan:
+    """A covering (recomputation and looped reductions allowed) of least predicted run time
+    (``cost.covering_time_ps``, integer picoseconds): strategy ``covering-time``.
+
+    Stages: the traffic covering (:func:`solverfuse.solve.solve_report` with ``covering``: its
+    kernels and its proven traffic bound over every covering), the time partition
+    (:func:`solve_time_report`), then the covering stage (:func:`solverfuse.cover_stage.cover`) with
+    columns scored by ``cost.kernel_time_ps`` (each write total its own level:
+    ``formulations/covering.md``), hinted per part with the fastest of those two plans and the
+    ``xla-recompute`` and ``inductor-recompute`` kernels, so never slower than any of them. Status
+    ``optimal`` only when the time equals a proven lower bound on every covering
+    (:func:`solve_covering_time_report`, ``formulations/time.md``); else ``feasible``, bound and gap
+    in ``reason``.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [1024]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> p = solve_covering_time(g, "nvidia-h100", workers=1)
+    >>> p.strategy, p.status, [grp.nodes for grp in p.groups]
+    ('covering-time', 'optimal', [['a', 'b']])
+    """
+    return solve_covering_time_report(graph, hw, time_limit=time_limit, workers=workers, seed=seed,
+                                      hints=hints).plan
+
+
+def solve_covering_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: float = 10.0,
+                               workers: int = 2, seed: int = 0,
+                               hints: Optional[Sequence[Sequence[Sequence[str]]]] = None,
+                               traffic_plan: Optional[Plan] = None) -> TimeReport:
+    """:func:`solve_covering_time` with its bound: a :class:`TimeReport` (``connected_ps``: the sum
+    of the parts' bounds over coverings of connected kernels; ``connected_time_ps``: the plan's
+    own time; ``merge_pair`` under ``cost.looped_violation``).
+
+    The bound is ``max(floor, connected)`` when no two ops without a path or tensor between them
+    may share a kernel (``merge_pair`` None: every legal convex kernel is connected, so the
+    connected covering optimum is the optimum of every covering), else the floor
+    (:func:`solverfuse.time_bound.time_floor_ps` with the traffic covering's proven bound, valid
+    for coverings: every op's flops count at least once, every output is written and every source
+    read by some kernel). ``traffic_plan``: a traffic covering made already (with its bound), used
+    instead of solving one (then the time objective's stages share the whole limit)."""
+    hw = load_hardware(hw)
+    start = time.monotonic()
+    traffic = traffic_plan or solve_report(graph, hw, time_limit=TRAFFIC_COVER_SHARE * time_limit, workers=workers,
+                                           seed=seed, hints=hints, covering=True).plan
+    left = max(0.0, start + time_limit - time.monotonic())
+    timed = solve_time_report(graph, hw, time_limit=min(left, TIME_PARTITION_SHARE * time_limit), workers=workers,
+                              seed=seed, hints=hints).plan
+    named = {"covering": plan_kernels(traffic),
+             "optimal-time": cover_stage.partition_kernels(graph, timed.group_nodes()),
+             **cover_stage.baseline_kernels(graph, hw)}
+    r = cover_stage.cover(graph, hw, list(named.values()), lambda f, s: run_covering(f, s, workers, seed),
+                          deadline=start + time_limit, names=list(named),
+                          score=lambda nodes, writes, passes: cost.kernel_time_ps(graph, nodes, writes, hw, passes),
+                          floor=lambda pre, part: time_bound.part_floor_ps(graph, hw, part),
+                          max_pairs=MAX_PAIRS, max_part_ops=MAX_PART_OPS)
+    spent = cost.covering_time_ps(graph, r.kernels, hw)
+    if spent != r.value:
+        raise InternalError(f"bug: covering time objective {r.value} != cost model time {spent}")
+    pair = time_bound.merge_pair(graph, hw, violation=cost.looped_violation)
+    traffic_bound = traffic.bound_bytes
+    if traffic_bound is None:
+        traffic_bound = cost.plan_floor(graph, list(graph.index.order))
+    floor = time_bound.time_floor_ps(graph, hw, traffic_bound, violation=cost.looped_violation)
+    bound = min(spent, max(floor, r.bound if pair is None else 0))
+    status = "optimal" if bound == spent else "feasible"
+    plan = build_covering_plan(graph, hw, r.kernels, strategy="covering-time", status=status,
+                               solve_seconds=time.monotonic() - start)
+    why = ("no two ops without a path or tensor between them may share a kernel, so the connected "
+           "covering optimum's bound holds for every covering" if pair is None else
+           f"ops {pair[0]!r} and {pair[1]!r} share no tensor but may share a kernel, so the bound is the floor "
+           "(covering traffic bound, flops, fewest kernels)" if pair else "the bound is the floor (covering "
+           "traffic bound, flops, fewest kernels)")
+    plan.reason = (f"time objective with recomputation: predicted {spent:,} ps, lower bound {bound:,} ps (gap "
+                   f"{100 * (spent - bound) / max(spent, 1):.1f}%; {why}); traffic is not this objective"
+                   + ("" if status != "optimal" else ", bound_bytes is this plan's own traffic")
+                   + (f"; the {r.whole} plan whole was fastest" if r.whole else ""))
+    return TimeReport(plan=plan, time_ps=spent, bound_ps=bound, floor_ps=floor, connected_ps=r.bound,
+                      connected_time_ps=spent, merge_pair=pair)
+
+
 #: Share of :func:`solve_time`'s limit kept for its merge pass (which gets at least
 #: ``MERGE_MIN`` seconds: a small plan's pass takes milliseconds).
 MERGE_SHARE = 0.1
@@ -197,4 +286,5 @@ def merge_pieces(graph: Graph, hw: Hardware, groups: Sequence[Sequence[str]], de
     return order_groups(graph, [g for g in out if g])
 
 
-__all__ = ["TimeReport", "solve_time", "solve_time_report", "merge_pieces"]
+__all__ = ["TimeReport", "solve_time", "solve_time_report", "solve_covering_time", "solve_covering_time_report",
+           "merge_pieces"]

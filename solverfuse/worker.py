@@ -280,7 +280,7 @@ def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed
            objective: str = "traffic", jobs: int = 1, ray: Optional[str] = None,
            part_fault: Optional[str] = None) -> None:
     from .solve import best_hint, solve_report
-    from .time_objective import solve_time
+    from .time_objective import solve_covering_time, solve_time
     faulthandler.disable()
     tasks.FAULT = part_fault
     try:
@@ -330,8 +330,9 @@ def _child(conn, graph: Graph, hw: Hardware, deadline: float, workers: int, seed
                                f"{reserve:.1f} s needed to validate)"))
             return
         if objective == "time":
-            plan = solve_time(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
-                              hints=[best]).model_copy(update={"graph": None})
+            solver = solve_covering_time if covering else solve_time
+            plan = solver(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,
+                          hints=[best]).model_copy(update={"graph": None})
             conn.send(("done", plan, 0, 0, 0))
             return
         report = solve_report(graph, hw, time_limit=max(0.0, left - reserve), workers=workers, seed=seed,

@@ -17,7 +17,14 @@ The math, with these names, is in ``formulations/covering.md``:
   written;
 * objective: ``sum(read[c] * pick[c]) + sum(bytes(t) * write[c, t])`` with ``read[c]`` every
   pass's gather-aware reads (0 for a free view column) -- ``cost.kernel_traffic`` of the decoded
-  kernel, for every solution.
+  kernel, for every solution;
+* or, with ``score`` (the time objective passes ``cost.kernel_time_ps``), ``sum(score[c, s] *
+  level[c, s])``: a kernel's time is not additive in its writes, so each column gets one boolean
+  ``level[c, s]`` per distinct total ``s`` of bytes its possible write sets have (exactly one when
+  picked: ``sum(level[c, s]) == pick[c]``, and ``sum(s * level[c, s]) == sum(bytes(t) *
+  write[c, t])``), scored by ``score`` of a write set of that total -- exact whenever ``score``
+  depends on the writes only through their total bytes and whether the kernel is free
+  (``formulations/covering.md``, section "The time objective").
 
 >>> from solverfuse.graph import load_graph
 >>> from solverfuse.hardware import load_hardware
@@ -77,6 +84,10 @@ class Covering:
     graph: Optional[Graph] = None
     name: str = NAME
     key: dict = field(default_factory=dict)
+    #: the objective as (coefficient, variable) terms: what :meth:`objective_value` sums
+    terms: list = field(default_factory=list)
+    #: with ``score``: column index -> {total write bytes: level variable}
+    levels: dict = field(default_factory=dict)
 
     def kernels(self, value: Callable[[cp_model.IntVar], int]) -> list[cost.Kernel]:
         """The picked kernels with their writes, in the model's execution order."""
@@ -91,8 +102,7 @@ class Covering:
         return [list(k.nodes) for k in self.kernels(value)]
 
     def objective_value(self, value: Callable[[cp_model.IntVar], int]) -> int:
-        return sum(r * value(y) for r, y in zip(self.read, self.pick)) + \
-            sum(b * value(self.write[k]) for k, b in self.wbytes.items())
+        return sum(c * value(x) for c, x in self.terms)
 
     def hint(self, groups: Sequence[Sequence[str]]) -> None:
         """Hint a solution: a partition of the part (executable order), or kernels."""
@@ -115,6 +125,11 @@ class Covering:
                 self.model.AddHint(self.pos[i], chosen[i][0])
         for (i, t), w in self.write.items():
             self.model.AddHint(w, int(i in chosen and t in chosen[i][1]))
+        for i, lv in self.levels.items():
+            total = sum(self.graph.nbytes(t) for (j, t) in self.write if j == i and t in chosen[i][1]) \
+                if i in chosen else None
+            for s, z in lv.items():
+                self.model.AddHint(z, int(s == total))
 
     def forbid(self, cycle: Sequence[Sequence[str]]) -> None:
         raise ValueError("bug: a covering model orders its kernels exactly; it has no cycles to cut")
@@ -140,10 +155,47 @@ def columns_of(graph: Graph, hw: Hardware, groups: Sequence[Sequence[str]]) -> l
     return out
 
 
+#: A column whose write sets have more distinct byte totals than this makes :func:`build` with
+#: ``score`` give up (None: the caller keeps its hint).
+MAX_LEVELS = 256
+
+Score = Callable[[tuple, tuple, int], int]
+
+
+def write_levels(graph: Graph, col: Column, writable: Sequence[str]) -> Optional[dict[int, tuple]]:
+    """Every distinct total of bytes a kernel of ``col`` may write (subsets of ``writable``; for a
+    copy column only those holding a graph output), each with one write set reaching it; None when
+    there are over :data:`MAX_LEVELS`.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> write_levels(g, Column(("a", "b")), ["h", "y"])
+    {0: (), 16: ('h',), 32: ('h', 'y')}
+    """
+    outputs = graph.index.outputs
+    states: dict[tuple[int, bool], tuple] = {(0, False): ()}
+    for t in writable:
+        for (s, out), ws in list(states.items()):
+            key = (s + graph.nbytes(t), out or t in outputs)
+            states.setdefault(key, ws + (t,))
+        if len({s for s, _ in states}) > MAX_LEVELS:
+            return None
+    found: dict[int, tuple] = {}
+    for (s, out), ws in sorted(states.items()):
+        if out or not col.copy:
+            found.setdefault(s, ws)
+    return found
+
+
 def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
-          max_groups: int = 20000) -> Optional[Covering]:
+          max_groups: int = 20000, score: Optional[Score] = None) -> Optional[Covering]:
     """The covering model of one part of a presolve made with ``cost.looped_violation``, or None
-    when the part has over ``max_groups`` candidate groups."""
+    when the part has over ``max_groups`` candidate groups. ``score(nodes, writes, passes)``
+    replaces a kernel's cost (default ``cost.kernel_traffic``; the time objective passes
+    ``cost.kernel_time_ps``); it must depend on the writes only through their total bytes and
+    whether the kernel is free. None too when a column has over :data:`MAX_LEVELS` write totals."""
     groups = enumerate_groups(graph, hw, pre, part, max_groups, violation=cost.looped_violation)
     if groups is None:
         return None
@@ -205,8 +257,30 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
         for h in rs:
             model.Add(total >= pick[h])
             model.Add(pos[h] >= when + 1).OnlyEnforceIf(pick[h])
-    model.Minimize(sum(r * y for r, y in zip(read, pick) if r) +
-                   sum(b * write[k] for k, b in wbytes.items() if b))
+    levels: dict[int, dict] = {}
+    if score is None:
+        terms = [(r, y) for r, y in zip(read, pick) if r] + [(b, write[k]) for k, b in wbytes.items() if b]
+    else:
+        terms = []
+        mine: dict[int, list[str]] = {}
+        for (i, t) in write:
+            mine.setdefault(i, []).append(t)
+        for i, c in enumerate(cols):
+            found = write_levels(graph, c, mine.get(i, []))
+            if found is None:
+                return None
+            if len(found) == 1:  # one write total: the cost sits on the pick
+                (ws,) = found.values()
+                terms.append((score(c.nodes, ws, c.passes), pick[i]))
+                continue
+            lv = {s: model.NewBoolVar(f"level[{i},{s}]") for s in found}
+            model.Add(sum(lv.values()) == pick[i])
+            model.Add(sum(s * z for s, z in lv.items()) == sum(graph.nbytes(t) * write[(i, t)] for t in mine[i]))
+            terms += [(score(c.nodes, found[s], c.passes), z) for s, z in lv.items()]
+            levels[i] = lv
+        terms = [(k, x) for k, x in terms if k]
+    model.Minimize(sum(k * x for k, x in terms))
     f = Covering(model=model, nodes=nodes, columns=cols, pick=pick, write=write, pos=pos, read=read,
-                 wbytes=wbytes, graph=graph, key={(c.nodes, c.passes, c.free): i for i, c in enumerate(cols)})
+                 wbytes=wbytes, graph=graph, key={(c.nodes, c.passes, c.free): i for i, c in enumerate(cols)},
+                 terms=terms, levels=levels)
     return f
