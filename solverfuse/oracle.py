@@ -26,7 +26,7 @@ from .errors import PlanError
 from .graph import Graph
 from .hardware import Hardware
 from .mapping import loop_passes
-from .plans import convexity_violation, order_groups
+from .plans import order_groups
 
 
 def _least(graph: Graph, hw: Hardware, max_ops: int, score, keep=lambda groups: True) -> tuple:
@@ -134,9 +134,10 @@ def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[
 
     A plan is a *sequence* of kernels; this is a shortest path (Dijkstra) over states (ops covered
     so far, tensors in memory so far). From a state, a kernel may run when every tensor it reads
-    from outside is a source or in memory; it is any convex set of ops legal as one pass or as a
-    looped kernel (``cost.kernel_violation``), not only connected ones, and it writes any subset of
-    the tensors it produces that are not yet in memory, at ``cost.kernel_traffic``. The goal: every
+    from outside is a source or in memory; it is any set of ops legal as one pass or as a looped
+    kernel (``cost.kernel_violation``), not only connected or convex ones (a path may leave it and
+    come back through tensors earlier kernels wrote; it computes its ops in graph order), and it
+    writes any subset of the tensors it produces that are not yet in memory, at ``cost.kernel_traffic``. The goal: every
     op covered and every graph output in memory. Writes nobody reads cost at least 0, so allowing
     them does not change the optimum. Shares nothing with the CP-SAT covering model but the cost
     model; exponential in the number of ops.
@@ -159,8 +160,6 @@ def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[
     kernels = []  # (op mask, needed tensor mask, [(write mask, writes, cost)], nodes, passes)
     for size in range(1, len(nodes) + 1):
         for combo in combinations(nodes, size):
-            if size > 1 and convexity_violation(graph, list(combo)) is not None:
-                continue
             for passes in sorted({1, loop_passes(graph, combo)}):
                 if cost.kernel_violation(graph, list(combo), hw, passes) is not None:
                     continue

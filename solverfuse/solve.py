@@ -520,7 +520,7 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
     unsolved keeps them. So the result is never worse than ``partition``. The bound of a part is
     CP-SAT's covering bound, at least the part's covering floor (``traffic_floor(recompute=True)``;
     ``cost.plan_floor`` for a part too large for candidates)."""
-    pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation)
+    pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation, convex=False)
     part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
     inside: dict[int, list[list[str]]] = {}
     for g in partition:

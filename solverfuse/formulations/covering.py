@@ -144,7 +144,7 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
           max_groups: int = 20000) -> Optional[Covering]:
     """The covering model of one part of a presolve made with ``cost.looped_violation``, or None
     when the part has over ``max_groups`` candidate groups."""
-    groups = enumerate_groups(graph, hw, pre, part, max_groups, violation=cost.looped_violation)
+    groups = enumerate_groups(graph, hw, pre, part, max_groups, violation=cost.looped_violation, convex=False)
     if groups is None:
         return None
     cols = columns_of(graph, hw, groups)
