@@ -397,6 +397,27 @@ def convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
     return None if path is None else " -> ".join(repr(p) for p in path)
 
 
+def returns_to(graph: Graph, v: str, nodes: Sequence[str]) -> bool:
+    """Whether a path from op ``v`` leaves the group ``nodes`` and comes back into it: then the
+    group cannot be the one writing ``v``'s result for the ops on that path (it would have to run
+    both before and after them) -- they need ``v`` recomputed or written by another kernel.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["k"]},
+    ...               {"name": "c", "op": "Add", "inputs": ["k", "h"], "outputs": ["y"]}]})
+    >>> returns_to(g, "a", ["a", "c"]), returns_to(g, "a", ["a", "b", "c"])
+    (True, False)
+    """
+    idx = graph.index
+    pos, desc = idx.position, idx.desc
+    inside = set(nodes)
+    mask = sum(1 << pos[u] for u in inside)
+    return any(w not in inside and (desc[pos[w]] & mask)
+               for w in idx.succs[v])
+
+
 @paused()
 def plan_to_json(plan: Plan) -> str:
     """The plan as JSON; a group's ``passes`` is left out when it is 1 (so a ``/1`` plan's JSON is
