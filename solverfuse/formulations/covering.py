@@ -2,8 +2,10 @@
 
 The math, with these names, is in ``formulations/covering.md``:
 
-* ``columns`` -- every affine-connected convex group of the part legal as one pass or as a looped
-  kernel (``cost.looped_violation``; enumerated as set partitioning does), each in the variants
+* ``columns`` -- every affine-connected group of the part, convex or not (a path may leave a
+  kernel and come back: the availability order below keeps that legal), legal as one pass or as
+  a looped kernel (``cost.looped_violation``; enumerated as set partitioning does, from a presolve
+  made with ``convex=False``), each in the variants
   the cost model tells apart: one pass (``cost.group_violation`` is None) or ``loop_passes``
   passes (when only the looped kernel is legal); for a group of views only, ``free`` (writes no
   graph output: 0 bytes) and ``copy`` (writes at least one graph output: charged);
@@ -29,7 +31,7 @@ The math, with these names, is in ``formulations/covering.md``:
 ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
 >>> hw = load_hardware("nvidia-h100")
 >>> hw = hw.model_copy(update={"register_budget": hw.kernel_base_registers + 3})
->>> pre = presolve(g, hw, violation=cost.looped_violation)
+>>> pre = presolve(g, hw, violation=cost.looped_violation, convex=False)
 >>> f = build(g, hw, pre, pre.parts[0])
 >>> from ortools.sat.python import cp_model
 >>> s = cp_model.CpSolver(); s.parameters.num_workers = 1
@@ -142,8 +144,9 @@ def columns_of(graph: Graph, hw: Hardware, groups: Sequence[Sequence[str]]) -> l
 
 def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
           max_groups: int = 20000) -> Optional[Covering]:
-    """The covering model of one part of a presolve made with ``cost.looped_violation``, or None
-    when the part has over ``max_groups`` candidate groups."""
+    """The covering model of one part of a presolve made with ``cost.looped_violation`` (and
+    ``convex=False``, so that parts and candidates admit non-convex kernels), or None when the
+    part has over ``max_groups`` candidate groups."""
     groups = enumerate_groups(graph, hw, pre, part, max_groups, violation=cost.looped_violation, convex=False)
     if groups is None:
         return None
