@@ -510,6 +510,12 @@ def _solve_parallel(graph: Graph, hw: Hardware, units: list, regions: list, todo
 COVERING_SHARE = 0.5
 #: A part with more candidate groups than this keeps its partition in the covering stage.
 COVER_MAX_GROUPS = 5000
+#: Kernels may be non-convex (``formulations/covering.md``), so the covering presolve's parts are
+#: joined by every legal pair, not only by legal hulls; a residual stream then joins a whole
+#: transformer into one part. When a part of that presolve has more ops than this, the covering
+#: stage solves the convex presolve's parts instead (as good a plan as before non-convex kernels)
+#: and bounds it by the non-convex floors only, so it claims no optimum it has not proven.
+COVER_NONCONVEX_OPS = 24
 
 
 def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit: float, workers: int,
@@ -519,8 +525,15 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
     solved by the covering formulation, hinted with the partition's groups inside it; a part left
     unsolved keeps them. So the result is never worse than ``partition``. The bound of a part is
     CP-SAT's covering bound, at least the part's covering floor (``traffic_floor(recompute=True)``;
-    ``cost.plan_floor`` for a part too large for candidates)."""
+    ``cost.plan_floor`` for a part too large for candidates). When a part of the non-convex
+    presolve exceeds :data:`COVER_NONCONVEX_OPS`, the parts solved are the convex presolve's and
+    the bound is at most the non-convex presolve's floors (valid for every covering)."""
     pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation, convex=False)
+    ceiling = None  # a bound valid for non-convex kernels when the parts solved are convex ones
+    if any(len(part) > COVER_NONCONVEX_OPS for part in pre.parts):
+        ceiling = sum(traffic_floor(graph, pre, part, recompute=True) if len(part) <= MAX_PART_OPS
+                      else cost.plan_floor(graph, part) for part in pre.parts)
+        pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation)
     part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
     inside: dict[int, list[list[str]]] = {}
     for g in partition:
@@ -560,8 +573,8 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
         exact = exact and status == "optimal"
     kernels = [kern for k in range(len(pre.parts)) for kern in result[k]]
     traffic = cost.covering_traffic(graph, kernels)
-    bound = min(bound, traffic)
-    status_all = "optimal" if exact and bound == traffic else "feasible"
+    bound = min(bound, traffic) if ceiling is None else min(ceiling, traffic)
+    status_all = "optimal" if (exact or ceiling is not None) and bound == traffic else "feasible"
     return build_covering_plan(graph, hw, kernels, strategy="covering", status=status_all, bound_bytes=bound,
                                solve_seconds=time.monotonic() - start)
 

@@ -70,6 +70,18 @@ def test_nonconvex_recomputing_kernel_is_legal_and_beats_every_convex_plan():
     assert plan.status == "optimal" and plan.traffic_bytes == plan.bound_bytes == 99328
 
 
+def test_big_nonconvex_parts_fall_back_to_convex_parts_with_an_honest_bound(monkeypatch):
+    """Over COVER_NONCONVEX_OPS ops in a part of the non-convex presolve, the covering stage
+    solves convex parts: the plan may miss the non-convex optimum, and then says so -- its bound
+    is a floor valid for every covering, below the oracle's optimum."""
+    import solverfuse.solve as solve
+    monkeypatch.setattr(solve, "COVER_NONCONVEX_OPS", 2)
+    plan = solve_report(RESIDUAL, TIGHT, workers=1, time_limit=20, seed=0, covering=True).plan
+    validate(plan, RESIDUAL, TIGHT)
+    assert plan.traffic_bytes == 115200 and plan.status == "feasible"
+    assert plan.bound_bytes <= brute_force_covering(RESIDUAL, TIGHT)[0] == 99328
+
+
 def _plan(kernels, graph=RESIDUAL, hw=TIGHT):
     """A /2 plan of ``kernels`` in the given order with the cost model's numbers, not validated."""
     p = build_covering_plan(graph, hw, RECOMPUTED, strategy="manual")
