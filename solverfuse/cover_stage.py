@@ -53,6 +53,12 @@ COVER_MAX_GROUPS = 5000
 #: build under the time objective on a busy machine, 0.6 ms under traffic; clip_vision's 1,716-column
 #: part): a part with more keeps its hint, so building its model does not overrun the time limit.
 COVER_GROUPS_PER_SECOND = 1000
+#: Kernels may be non-convex (``formulations/covering.md``), so the covering presolve's parts are
+#: joined by every legal pair, not only by legal hulls; a residual stream then joins a whole
+#: transformer into one part. When a part of that presolve has more ops than this, the covering
+#: stage solves the convex presolve's parts instead (as good a plan as before non-convex kernels)
+#: and bounds it by the non-convex floors only, so it claims no optimum it has not proven.
+COVER_NONCONVEX_OPS = 24
 
 #: Solves one covering model within ``seconds``: (status, bound, best (value, kernels) or None).
 Runner = Callable[[Covering, float], tuple]
@@ -141,7 +147,10 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
     candidate pairs, or more candidate groups than :data:`COVER_GROUPS_PER_SECOND` times their
     share of the time, keep their best hint (the partition stage's limits:
     :data:`solverfuse.solve.MAX_PART_OPS`, :data:`~solverfuse.solve.MAX_PAIRS`). Parts are solved
-    smallest first, each with a share of the time left proportional to its ops."""
+    smallest first, each with a share of the time left proportional to its ops. The parts are the
+    ``convex=False`` presolve's (kernels may be non-convex), unless one has over
+    :data:`COVER_NONCONVEX_OPS` ops: then the convex presolve's parts are solved and the bound is
+    the sum of ``floor`` over the non-convex parts."""
     if score is None:
         score = lambda nodes, writes, passes: cost.kernel_traffic(graph, nodes, writes, passes)  # noqa: E731
     floor = floor or covering_floor(graph, max_part_ops)
@@ -149,7 +158,11 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
     def value(kernels: Sequence[cost.Kernel]) -> int:
         return sum(score(k.nodes, k.writes, k.passes) for k in kernels)
 
-    pre = presolve(graph, hw, max_part=max_part_ops, violation=cost.looped_violation)
+    pre = presolve(graph, hw, max_part=max_part_ops, violation=cost.looped_violation, convex=False)
+    ceiling = None  # a bound valid for non-convex kernels when the parts solved are convex ones
+    if any(len(part) > COVER_NONCONVEX_OPS for part in pre.parts):
+        ceiling = sum(floor(pre, part) for part in pre.parts)
+        pre = presolve(graph, hw, max_part=max_part_ops, violation=cost.looped_violation)
     part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
     # each hint restricted to every part (None: a kernel spans two parts, the hint competes whole)
     split: list[Optional[dict[int, list[cost.Kernel]]]] = []
@@ -205,9 +218,13 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
         if split[n] is None and value(h) < out.value:
             out.kernels, out.value, out.exact = list(h), value(h), False
             out.whole = names[n] if names else f"hint {n}"
-    out.bound = min(out.bound, out.value)
+    if ceiling is None:
+        out.bound = min(out.bound, out.value)
+    else:  # the convex parts' CP-SAT bounds do not hold for non-convex kernels across them
+        out.bound = min(ceiling, out.value)
+        out.exact = out.bound == out.value
     return out
 
 
 __all__ = ["cover", "CoverResult", "partition_kernels", "baseline_kernels", "covering_floor",
-           "COVERING_SHARE", "COVER_MAX_GROUPS", "COVER_GROUPS_PER_SECOND", "Runner", "Floor"]
+           "COVERING_SHARE", "COVER_MAX_GROUPS", "COVER_GROUPS_PER_SECOND", "COVER_NONCONVEX_OPS", "Runner", "Floor"]

@@ -26,7 +26,7 @@ from .errors import PlanError
 from .graph import Graph
 from .hardware import Hardware
 from .mapping import loop_passes, pass_nodes
-from .plans import convexity_violation, order_groups
+from .plans import order_groups
 
 
 def _least(graph: Graph, hw: Hardware, max_ops: int, score, keep=lambda groups: True) -> tuple:
@@ -128,28 +128,9 @@ def brute_force_time(graph: Graph, hw: Hardware, max_ops: int = 9, connected: bo
                   keep=(lambda groups: all(joined(g) for g in groups)) if connected else (lambda groups: True))
 
 
-def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[int, list[cost.Kernel]]:
-    """(least traffic, one optimal covering plan as kernels in execution order) over every plan
-    with recomputation and looped reductions (``formulations/covering.md``).
-
-    A plan is a *sequence* of kernels; this is a shortest path (Dijkstra) over states (ops covered
-    so far, tensors in memory so far). From a state, a kernel may run when every tensor it reads
-    from outside is a source or in memory; it is any convex set of ops legal as one pass or as a
-    looped kernel (``cost.kernel_violation``), not only connected ones, and it writes any subset of
-    the tensors it produces that are not yet in memory, at ``cost.kernel_traffic``. The goal: every
-    op covered and every graph output in memory. Writes nobody reads cost at least 0, so allowing
-    them does not change the optimum. Shares nothing with the CP-SAT covering model but the cost
-    model; exponential in the number of ops.
-
-    >>> from solverfuse.graph import load_graph
-    >>> from solverfuse.hardware import load_hardware
-    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
-    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
-    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
-    ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
-    >>> brute_force_covering(g, load_hardware("nvidia-h100"))[0]
-    3072
-    """
+def _cheapest_covering(graph: Graph, hw: Hardware, max_ops: int, weigh, keep=lambda combo: True) -> tuple:
+    """The shortest path of :func:`brute_force_covering`, kernels weighed by ``weigh(ops, writes,
+    passes)``, over the kernels whose ops ``keep`` accepts."""
     nodes = list(graph.index.order)
     if len(nodes) > max_ops:
         raise ValueError(f"brute force is for graphs of at most {max_ops} ops, this one has {len(nodes)}")
@@ -159,7 +140,7 @@ def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[
     kernels = []  # (op mask, needed tensor mask, [(write mask, writes, cost)], nodes, passes)
     for size in range(1, len(nodes) + 1):
         for combo in combinations(nodes, size):
-            if size > 1 and convexity_violation(graph, list(combo)) is not None:
+            if not keep(combo):
                 continue
             for passes in sorted({1, loop_passes(graph, combo)}):
                 if cost.kernel_violation(graph, list(combo), hw, passes) is not None:
@@ -167,11 +148,8 @@ def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[
                 need = sum(tbit[t] for t in cost.group_reads(graph, combo) if t in tbit)
                 out = [t for v in combo for t in graph.index.node[v].outputs
                        if t and (t in outputs or graph.index.consumers.get(t))]
-                options = []
-                for k in range(len(out) + 1):
-                    for ws in combinations(out, k):
-                        options.append((sum(tbit[t] for t in ws), ws,
-                                        cost.kernel_traffic(graph, combo, ws, passes)))
+                options = [(sum(tbit[t] for t in ws), ws, weigh(combo, ws, passes))
+                           for k in range(len(out) + 1) for ws in combinations(out, k)]
                 kernels.append((sum(1 << nodes.index(v) for v in combo), need, options, combo, passes))
     full = (1 << len(nodes)) - 1
     goal_t = sum(tbit[t] for t in outputs if t in tbit)
@@ -207,6 +185,32 @@ def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[
     raise ValueError("bug: no covering found, but every op alone is one")
 
 
+def brute_force_covering(graph: Graph, hw: Hardware, max_ops: int = 7) -> tuple[int, list[cost.Kernel]]:
+    """(least traffic, one optimal covering plan as kernels in execution order) over every plan
+    with recomputation and looped reductions (``formulations/covering.md``).
+
+    A plan is a *sequence* of kernels; this is a shortest path (Dijkstra) over states (ops covered
+    so far, tensors in memory so far). From a state, a kernel may run when every tensor it reads
+    from outside is a source or in memory; it is any set of ops legal as one pass or as a looped
+    kernel (``cost.kernel_violation``), not only connected or convex ones (a path may leave it and
+    come back through tensors earlier kernels wrote; it computes its ops in graph order), and it
+    writes any subset of the tensors it produces that are not yet in memory, at ``cost.kernel_traffic``. The goal: every
+    op covered and every graph output in memory. Writes nobody reads cost at least 0, so allowing
+    them does not change the optimum. Shares nothing with the CP-SAT covering model but the cost
+    model; exponential in the number of ops.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+    ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    >>> brute_force_covering(g, load_hardware("nvidia-h100"))[0]
+    3072
+    """
+    return _cheapest_covering(graph, hw, max_ops, lambda ops, ws, passes: cost.kernel_traffic(graph, ops, ws, passes))
+
+
 def covering_kernel_time(graph: Graph, hw: Hardware, nodes, writes, passes: int = 1) -> int:
     """Picoseconds of one kernel of a covering by the time objective's definition
     (``formulations/time.md``), written out here rather than taken from the solver: 0 for a kernel
@@ -237,7 +241,7 @@ def brute_force_covering_time(graph: Graph, hw: Hardware, max_ops: int = 6,
     """(least predicted time in picoseconds (:func:`covering_kernel_time` summed), one fastest
     covering plan as kernels in execution order) over every plan with recomputation and looped
     reductions -- the shortest path of :func:`brute_force_covering` with kernels timed instead of
-    weighed: a kernel is any convex set of ops legal as one pass or looped
+    weighed: a kernel is any set of ops (convex or not) legal as one pass or looped
     (``cost.kernel_violation``), writing any subset of the tensors it produces not yet in memory.
     ``connected``: only kernels whose ops are joined through tensors (one produces what another
     reads, or both read it), the space the covering formulation's columns span.
@@ -251,12 +255,6 @@ def brute_force_covering_time(graph: Graph, hw: Hardware, max_ops: int = 6,
     >>> [k.nodes for k in brute_force_covering_time(g, hw)[1]], len(brute_force_covering_time(g, hw, connected=True)[1])
     ([('p', 'q')], 2)
     """
-    nodes = list(graph.index.order)
-    if len(nodes) > max_ops:
-        raise ValueError(f"brute force is for graphs of at most {max_ops} ops, this one has {len(nodes)}")
-    tensors = [t for v in nodes for t in graph.index.node[v].outputs if t]
-    tbit = {t: 1 << i for i, t in enumerate(tensors)}
-    outputs = graph.index.outputs
 
     def joined(combo) -> bool:
         touch = {v: {t for t in graph.index.node[v].inputs + graph.index.node[v].outputs if t} for v in combo}
@@ -269,49 +267,5 @@ def brute_force_covering_time(graph: Graph, hw: Hardware, max_ops: int = 6,
                     todo.append(u)
         return len(seen) == len(combo)
 
-    kernels = []
-    for size in range(1, len(nodes) + 1):
-        for combo in combinations(nodes, size):
-            if size > 1 and convexity_violation(graph, list(combo)) is not None:
-                continue
-            if connected and not joined(combo):
-                continue
-            for passes in sorted({1, loop_passes(graph, combo)}):
-                if cost.kernel_violation(graph, list(combo), hw, passes) is not None:
-                    continue
-                need = sum(tbit[t] for t in cost.group_reads(graph, combo) if t in tbit)
-                out = [t for v in combo for t in graph.index.node[v].outputs
-                       if t and (t in outputs or graph.index.consumers.get(t))]
-                options = [(sum(tbit[t] for t in ws), ws, covering_kernel_time(graph, hw, combo, ws, passes))
-                           for k in range(len(out) + 1) for ws in combinations(out, k)]
-                kernels.append((sum(1 << nodes.index(v) for v in combo), need, options, combo, passes))
-    full = (1 << len(nodes)) - 1
-    goal_t = sum(tbit[t] for t in outputs if t in tbit)
-    dist = {(0, 0): 0}
-    back: dict = {}
-    heap = [(0, (0, 0))]
-    while heap:
-        d, state = heapq.heappop(heap)
-        if d > dist[state]:
-            continue
-        ops, mem = state
-        if ops == full and mem & goal_t == goal_t:
-            plan = []
-            while state in back:
-                state, kern = back[state]
-                plan.append(kern)
-            return d, plan[::-1]
-        for opmask, need, options, combo, passes in kernels:
-            if need & ~mem:
-                continue
-            for wmask, ws, c in options:
-                if wmask & mem:
-                    continue
-                nxt = (ops | opmask, mem | wmask)
-                if nxt == state:
-                    continue
-                if d + c < dist.get(nxt, d + c + 1):
-                    dist[nxt] = d + c
-                    back[nxt] = (state, cost.Kernel(combo, ws, passes))
-                    heapq.heappush(heap, (d + c, nxt))
-    raise ValueError("bug: no covering found, but every op alone is one")
+    return _cheapest_covering(graph, hw, max_ops, lambda ops, ws, passes: covering_kernel_time(graph, hw, ops, ws, passes),
+                              keep=joined if connected else (lambda combo: True))

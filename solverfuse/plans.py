@@ -313,13 +313,17 @@ def plan_kernels(plan: Plan) -> list[cost.Kernel]:
 
 def validate_covering(plan: Plan, graph: Graph, hw: Hardware) -> None:
     """The ``/2`` rules (see the module doc), independently of any solver: every op in some group;
-    each group convex, legal for its passes, reading exactly its ops' inputs from outside and
+    each group's ops listed in an order it can compute them (every op after the ops of the group
+    producing its inputs), legal for its passes, reading exactly its ops' inputs from outside and
     writing only tensors it produces; in the listed order every tensor read from memory is written
     by exactly one earlier group, every graph output once, nothing nobody reads; every recorded
-    number equal to the cost model's."""
+    number equal to the cost model's. A group need not be convex: a path may leave it and come
+    back (Inductor recomputes a residual add in the kernel that adds it to the MLP's output) as
+    long as what it reads from memory is written before it runs."""
     covered: set[str] = set()
     writer: dict[str, str] = {}
     read_later: set[str] = set()
+    later_writer = {t: g.name for g in reversed(plan.groups) for t in g.writes}
     for g in plan.groups:
         if not g.nodes:
             raise PlanError(f"group {g.name!r} is empty")
@@ -329,9 +333,14 @@ def validate_covering(plan: Plan, graph: Graph, hw: Hardware) -> None:
         if len(set(g.nodes)) != len(g.nodes):
             raise PlanError(f"group {g.name!r} lists a node twice")
         covered.update(g.nodes)
-        bad = convexity_violation(graph, g.nodes) if len(g.nodes) > 1 else None
-        if bad:
-            raise PlanError(f"group {g.name!r} is not convex: {bad}")
+        done: set[str] = set()
+        members = set(g.nodes)
+        for v in g.nodes:
+            for t in graph.index.node[v].inputs:
+                p = graph.index.producer.get(t) if t else None
+                if p in members and p not in done:
+                    raise PlanError(f"group {g.name!r} computes {v!r} before {p!r}, whose {t!r} it reads")
+            done.add(v)
         if g.passes < 1:
             raise PlanError(f"group {g.name!r} makes {g.passes} passes")
         why = cost.kernel_violation(graph, g.nodes, hw, g.passes)
@@ -348,6 +357,9 @@ def validate_covering(plan: Plan, graph: Graph, hw: Hardware) -> None:
                 raise PlanError(f"tensor {t!r} is written by groups {writer[t]!r} and {g.name!r}")
         for t in reads:
             if not graph.is_source(t) and t not in writer:
+                if later_writer.get(t, g.name) != g.name:
+                    raise PlanError(f"group {g.name!r} reads {t!r} from memory, but no earlier group writes it "
+                                    f"(the later group {later_writer[t]!r} does: cyclic or misordered)")
                 raise PlanError(f"group {g.name!r} reads {t!r} from memory, but no earlier group writes it")
             read_later.add(t)
         for t in g.writes:
@@ -383,6 +395,27 @@ def convexity_violation(graph: Graph, nodes: Sequence[str]) -> Optional[str]:
     """
     path = dag.path_back(nodes, graph.index.succs, graph.index.position)
     return None if path is None else " -> ".join(repr(p) for p in path)
+
+
+def returns_to(graph: Graph, v: str, nodes: Sequence[str]) -> bool:
+    """Whether a path from op ``v`` leaves the group ``nodes`` and comes back into it: then the
+    group cannot be the one writing ``v``'s result for the ops on that path (it would have to run
+    both before and after them) -- they need ``v`` recomputed or written by another kernel.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["k"]},
+    ...               {"name": "c", "op": "Add", "inputs": ["k", "h"], "outputs": ["y"]}]})
+    >>> returns_to(g, "a", ["a", "c"]), returns_to(g, "a", ["a", "b", "c"])
+    (True, False)
+    """
+    idx = graph.index
+    pos, desc = idx.position, idx.desc
+    inside = set(nodes)
+    mask = sum(1 << pos[u] for u in inside)
+    return any(w not in inside and (desc[pos[w]] & mask)
+               for w in idx.succs[v])
 
 
 @paused()

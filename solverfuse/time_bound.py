@@ -126,10 +126,11 @@ def _hull(graph: Graph, a: str, b: str) -> list[str]:
 
 
 def min_kernels(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
-                violation: Violation = cost.group_violation) -> int:
+                violation: Violation = cost.group_violation, convex: bool = True) -> int:
     """A lower bound on the number of kernels that are not free, in every plan of ``nodes``: the
     size of a set of ops that need a kernel and no two of which may share one (their hull -- every
-    op on a path between them, which a convex group holding both holds -- breaks ``violation``),
+    op on a path between them, which a convex group holding both holds -- breaks ``violation``;
+    with ``convex=False``, for coverings whose kernels may be non-convex, the pair alone does),
     found greedily (opaque and anchor ops first). 0 when no op needs a kernel.
 
     >>> from solverfuse.graph import load_graph
@@ -150,17 +151,19 @@ def min_kernels(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = Non
     ops.sort(key=lambda v: (rank.get(facts(graph, v).role, 2), graph.index.position[v]))
     clique: list[str] = []
     for v in ops:
-        if all(violation(graph, _hull(graph, u, v), hw) is not None for u in clique):
+        if all(violation(graph, _hull(graph, u, v) if convex else [u, v], hw) is not None for u in clique):
             clique.append(v)
     return len(clique)
 
 
 def merge_pair(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
-               violation: Violation = cost.group_violation) -> Optional[tuple[str, ...]]:
+               violation: Violation = cost.group_violation, convex: bool = True) -> Optional[tuple[str, ...]]:
     """Two ops that need a kernel, with no path between them and no tensor in common, that may
     share one (so a group of two pieces that are not free is legal); ``()`` when unknown (too many
     ops to look, or ops of dtypes with different peaks); None when no such pair exists: then the
-    connected optimum is the optimum of every partition (``formulations/time.md``).
+    connected optimum is the optimum of every partition (``formulations/time.md``). With
+    ``convex=False`` (coverings, whose kernels may be non-convex) a path between the two does not
+    join them: a kernel may hold both and not the ops on the path.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -183,20 +186,22 @@ def merge_pair(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None
     for i, a in enumerate(ops):
         for b in ops[i + 1:]:
             pa, pb = sorted((pos[a], pos[b]))
-            if desc[pa] >> pb & 1 or touch[a] & touch[b]:
+            if (convex and desc[pa] >> pb & 1) or touch[a] & touch[b]:
                 continue
             if violation(graph, [a, b], hw) is None:
                 return (a, b)
     return None
 
 
-def time_floor_ps(graph: Graph, hw: Hardware, traffic_bound: int, violation: Violation = cost.group_violation) -> int:
+def time_floor_ps(graph: Graph, hw: Hardware, traffic_bound: int, violation: Violation = cost.group_violation,
+                  convex: bool = True) -> int:
     """A lower bound on the predicted time of every plan of ``graph`` (partition or covering, any
     groups) that moves at least ``traffic_bound`` bytes: ``max(memory floor, compute floor) +
     K_min x launch`` (``formulations/time.md``). ``violation``: ``cost.group_violation`` for
-    partitions, ``cost.looped_violation`` when looped kernels are allowed."""
+    partitions, ``cost.looped_violation`` when looped kernels are allowed; ``convex=False`` for
+    coverings (:func:`min_kernels`)."""
     return max(memory_floor_ps(graph, hw, traffic_bound), compute_floor_ps(graph, hw)) + \
-        min_kernels(graph, hw, violation=violation) * cost.launch_ps(hw)
+        min_kernels(graph, hw, violation=violation, convex=convex) * cost.launch_ps(hw)
 
 
 def part_floor_ps(graph: Graph, hw: Hardware, nodes: Sequence[str]) -> int:

@@ -181,7 +181,7 @@ def solve_covering_time_report(graph: Graph, hw: Union[str, Hardware], *, time_l
     own time; ``merge_pair`` under ``cost.looped_violation``).
 
     The bound is ``max(floor, connected)`` when no two ops without a path or tensor between them
-    may share a kernel (``merge_pair`` None: every legal convex kernel is connected, so the
+    may share a kernel (``merge_pair(convex=False)`` None: every legal kernel is connected, so the
     connected covering optimum is the optimum of every covering), else the floor
     (:func:`solverfuse.time_bound.time_floor_ps` with the traffic covering's proven bound, valid
     for coverings: every op's flops count at least once, every output is written and every source
@@ -205,11 +205,11 @@ def solve_covering_time_report(graph: Graph, hw: Union[str, Hardware], *, time_l
     spent = cost.covering_time_ps(graph, r.kernels, hw)
     if spent != r.value:
         raise InternalError(f"bug: covering time objective {r.value} != cost model time {spent}")
-    pair = time_bound.merge_pair(graph, hw, violation=cost.looped_violation)
+    pair = time_bound.merge_pair(graph, hw, violation=cost.looped_violation, convex=False)
     traffic_bound = traffic.bound_bytes
     if traffic_bound is None:
         traffic_bound = cost.plan_floor(graph, list(graph.index.order))
-    floor = time_bound.time_floor_ps(graph, hw, traffic_bound, violation=cost.looped_violation)
+    floor = time_bound.time_floor_ps(graph, hw, traffic_bound, violation=cost.looped_violation, convex=False)
     bound = min(spent, max(floor, r.bound if pair is None else 0))
     status = "optimal" if bound == spent else "feasible"
     plan = build_covering_plan(graph, hw, r.kernels, strategy="covering-time", status=status,

@@ -196,7 +196,7 @@ def _check_against_oracle(g, hw):
     # never worse than the partition optimum (the partition oracle's)
     assert best <= brute_force(g, hw)[0]
     # the covering floors are valid for every covering
-    pre = presolve(g, hw, violation=cost.looped_violation)
+    pre = presolve(g, hw, violation=cost.looped_violation, convex=False)
     assert sum(traffic_floor(g, pre, part, recompute=True) for part in pre.parts) <= best
     assert cost.plan_floor(g, list(g.index.order)) <= best
 

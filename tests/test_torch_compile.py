@@ -12,7 +12,7 @@ pytest.importorskip("transformers", reason="transformers is not installed (the t
 import solverfuse.torch as st  # noqa: E402
 from solverfuse.greedy import inductor, recomputing_plan  # noqa: E402
 from solverfuse.hardware import load_hardware  # noqa: E402
-from solverfuse.plans import validate  # noqa: E402
+from solverfuse.plans import convexity_violation, validate  # noqa: E402
 from solverfuse.torch.models import MODELS  # noqa: E402
 
 
@@ -52,13 +52,14 @@ def test_real_plan_is_a_valid_plan_over_the_imported_graph(name, hw):
     agree, edges = st.edge_agreement(real.graph, real.plan.group_nodes(), inductor(real.graph, hw))
     assert agree >= 0.95 * edges, f"{name}: {agree}/{edges}"
     # The same kernels read as a covering: an op Inductor computes in several loops is in each of
-    # their groups. Only convexity changes a real kernel (an op recomputed in a loop that also
-    # reads a value computed from it -- our plans require convex groups); the recomputing
-    # reproduction agrees with it as well.
+    # their groups, also where the loop reads a value computed from it (a non-convex kernel: the
+    # residual stream recomputed in the kernel adding the MLP's output). No real kernel changes;
+    # at most a view an extern call reads through its strides, and a later loop recomputes, gets
+    # a (free) view kernel of its own. The recomputing reproduction agrees with it as well.
     cover = real.covering
     assert cover is not None, real.covering_repaired
     validate(cover, real.graph, hw)
-    assert all("not convex" in r for r in real.covering_repaired), real.covering_repaired
+    assert all("written by a kernel of its own" in r for r in real.covering_repaired), real.covering_repaired
     repro = recomputing_plan(real.graph, hw, "inductor")
     agree, edges = st.edge_agreement(real.graph, cover.group_nodes(), repro.group_nodes())
     assert agree >= 0.95 * edges, f"{name} (covering): {agree}/{edges}"
@@ -127,8 +128,8 @@ def test_a_value_recomputed_in_three_kernels_reads_its_table_in_each(hw):
     """llama's residual stream starts as an embedding lookup that Inductor never stores: the
     generated code has three loop kernels computing it (their names list ``embedding``); the
     recorded loads say the same. Two of them also read a value computed from the lookup
-    (through the attention or the MLP), so the covering reading, whose groups are convex, reads
-    the lookup's result from memory there and says so."""
+    (through the attention or the MLP): non-convex kernels, which the covering reading states
+    as they are -- the lookup is in all three, each reads the table."""
     from torch._inductor.utils import run_and_get_code
     model, inputs = MODELS["llama"]()
     ep = st.export_for_inductor(model, inputs)
@@ -140,5 +141,7 @@ def test_a_value_recomputed_in_three_kernels_reads_its_table_in_each(hw):
     table = next(t for t in real.graph.tensors if "embed_tokens" in t)
     loading = [k for k in real.kernels if k.kind == "fused" and table in k.reads]
     assert len(generated) == len(loading) == 3
-    assert [g.name for g in real.covering.groups if "embedding" in g.nodes] == ["k0"]
-    assert any("'embedding' read from memory" in r and "not convex" in r for r in real.covering_repaired)
+    holding = [g for g in real.covering.groups if "embedding" in g.nodes]
+    assert len(holding) == 3 and all(table in g.reads for g in holding)
+    assert sum(convexity_violation(real.graph, g.nodes) is not None for g in holding) == 2
+    assert not real.covering_repaired

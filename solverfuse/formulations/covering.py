@@ -2,8 +2,10 @@
 
 The math, with these names, is in ``formulations/covering.md``:
 
-* ``columns`` -- every affine-connected convex group of the part legal as one pass or as a looped
-  kernel (``cost.looped_violation``; enumerated as set partitioning does), each in the variants
+* ``columns`` -- every affine-connected group of the part, convex or not (a path may leave a
+  kernel and come back: the availability order below keeps that legal), legal as one pass or as
+  a looped kernel (``cost.looped_violation``; enumerated as set partitioning does, from a presolve
+  made with ``convex=False``), each in the variants
   the cost model tells apart: one pass (``cost.group_violation`` is None) or ``loop_passes``
   passes (when only the looped kernel is legal); for a group of views only, ``free`` (writes no
   graph output: 0 bytes) and ``copy`` (writes at least one graph output: charged);
@@ -36,7 +38,7 @@ The math, with these names, is in ``formulations/covering.md``:
 ...               {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
 >>> hw = load_hardware("nvidia-h100")
 >>> hw = hw.model_copy(update={"register_budget": hw.kernel_base_registers + 3})
->>> pre = presolve(g, hw, violation=cost.looped_violation)
+>>> pre = presolve(g, hw, violation=cost.looped_violation, convex=False)
 >>> f = build(g, hw, pre, pre.parts[0])
 >>> from ortools.sat.python import cp_model
 >>> s = cp_model.CpSolver(); s.parameters.num_workers = 1
@@ -54,7 +56,7 @@ from .. import cost
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import loop_passes
-from ..rules import view_only
+from ..rules import facts, gather_data_reader, view_only
 from .presolve import Presolve
 from .set_partition import enumerate_groups
 
@@ -189,17 +191,60 @@ def write_levels(graph: Graph, col: Column, writable: Sequence[str]) -> Optional
     return found
 
 
+def dominated(graph: Graph, hw: Hardware, nodes: Sequence[str]) -> bool:
+    """Whether some optimal covering never needs the non-convex one-pass kernel ``nodes``: it
+    recomputes an op ``u`` whose result ``t`` an op ``w`` outside it must read from memory (an
+    anchor's input, a gather's data) on a path that comes back into it, and it reads no fewer
+    bytes than the kernel without ``u``. Then ``t`` is written before this kernel runs (``w``'s
+    kernels read it, and they run before this one: they feed it through that path), so the
+    kernel without ``u`` -- legal, a subset; its affine components are columns -- reading ``t``
+    instead of ``u``'s inputs, with the same writes, replaces it at no more traffic
+    (``formulations/covering.md``, *Non-convex kernels*). A ResNet block's ``relu -> conv ... ->
+    add``: recomputing the relu in the add's kernel is never better than reading it.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.hardware import load_hardware
+    >>> g = load_graph({"tensors": {"x": {"shape": [8, 8]}, "w": {"shape": [8, 8], "constant": True}},
+    ...     "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "m", "op": "MatMul", "inputs": ["h", "w"], "outputs": ["p"]},
+    ...               {"name": "c", "op": "Add", "inputs": ["p", "h"], "outputs": ["y"]}]})
+    >>> h100 = load_hardware("nvidia-h100")
+    >>> dominated(g, h100, ["a", "c"]), dominated(g, h100, ["m", "c"]), dominated(g, h100, ["a"])
+    (True, False, False)
+    """
+    if len(nodes) < 2 or view_only(graph, nodes) or cost.group_violation(graph, nodes, hw) is not None:
+        return False  # views may be free, a looped kernel reads per pass: kept
+    idx = graph.index
+    pos, desc = idx.position, idx.desc
+    inside = set(nodes)
+    mask = sum(1 << pos[v] for v in inside)
+    reads = sum(b for _, b in cost.kernel_reads(graph, nodes))
+    for u in nodes:
+        outs = [t for t in idx.node[u].outputs if t]
+        if len(outs) != 1 or not any(
+                w not in inside and desc[pos[w]] & mask and
+                (facts(graph, w).materialised_inputs or gather_data_reader(graph, w, outs[0]))
+                for w in idx.consumers.get(outs[0], [])):
+            continue
+        rest = [v for v in nodes if v != u]
+        if sum(b for _, b in cost.kernel_reads(graph, rest)) <= reads:
+            return True
+    return False
+
+
 def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
           max_groups: int = 20000, score: Optional[Score] = None) -> Optional[Covering]:
-    """The covering model of one part of a presolve made with ``cost.looped_violation``, or None
-    when the part has over ``max_groups`` candidate groups. ``score(nodes, writes, passes)``
+    """The covering model of one part of a presolve made with ``cost.looped_violation`` (and
+    ``convex=False``, so that parts and candidates admit non-convex kernels), or None when the
+    part has over ``max_groups`` candidate groups. ``score(nodes, writes, passes)``
     replaces a kernel's cost (default ``cost.kernel_traffic``; the time objective passes
     ``cost.kernel_time_ps``); it must depend on the writes only through their total bytes and
     whether the kernel is free. None too when a column has over :data:`MAX_LEVELS` write totals."""
-    groups = enumerate_groups(graph, hw, pre, part, max_groups, violation=cost.looped_violation)
+    groups = enumerate_groups(graph, hw, pre, part, max_groups, violation=cost.looped_violation, convex=False)
     if groups is None:
         return None
-    cols = columns_of(graph, hw, groups)
+    cols = columns_of(graph, hw, [g for g in groups if not dominated(graph, hw, g)])
     model = cp_model.CpModel()
     nodes = list(part)
     members = set(nodes)

@@ -58,6 +58,7 @@ class Presolve:
     part_of: dict[str, int] = field(default_factory=dict)
     compatible_pairs: int = 0
     reach: "_Reach | None" = None
+    convex: bool = True                         # groups must be convex (False: coverings)
 
     def between(self, r: str, v: str) -> list[str]:
         """Ops strictly between ``r`` and ``v`` on some path ``r -> v`` (a convex group holding
@@ -69,8 +70,9 @@ class Presolve:
 class _Reach:
     """Descendant / ancestor bitsets over topological positions, and cheap hull legality."""
 
-    def __init__(self, graph: Graph, hw: Hardware, order: list[str], violation=cost.group_violation):
-        self.graph, self.hw, self.violation = graph, hw, violation
+    def __init__(self, graph: Graph, hw: Hardware, order: list[str], violation=cost.group_violation,
+                 convex: bool = True):
+        self.graph, self.hw, self.violation, self.convex = graph, hw, violation, convex
         self.order = order
         self.pos = {v: i for i, v in enumerate(order)}
         pos = self.pos
@@ -99,11 +101,18 @@ class _Reach:
         self.dead: list[int] = [0] * len(order)
 
     def compatible(self, i: int, j: int) -> bool:
-        """Can ops at positions i < j share a convex legal group (is their hull legal)?"""
+        """Can ops at positions i < j share a convex legal group (is their hull legal)? Without
+        convexity (coverings): is the pair alone a legal group?"""
         key = (i, j)
         hit = self.cache.get(key)
         if hit is not None:
             return hit
+        if not self.convex:  # the pair alone: a direct edge is the only path inside it
+            ends = (1 << i) | (1 << j)
+            ok = not hull_violation(self.masks if ends & self.gathers else self.plain, ends, i, j in self.succs[i]) \
+                and self.violation(self.graph, [self.order[i], self.order[j]], self.hw) is None
+            self.cache[key] = ok
+            return ok
         if self.dead[i] >> j & 1:
             return False
         ends = (1 << i) | (1 << j)
@@ -129,27 +138,30 @@ class _Reach:
             rest ^= low
             if self.compatible(i, j):
                 out.append(j)
-            elif self.desc[i] >> j & 1:
+            elif self.convex and self.desc[i] >> j & 1:
                 rest &= ~self.desc[j]
         return out
 
 
 def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
-             max_part: Optional[int] = None, violation=cost.group_violation) -> Presolve:
+             max_part: Optional[int] = None, violation=cost.group_violation, convex: bool = True) -> Presolve:
     """Compatible affinities, independent parts and candidate representatives (see module doc).
 
     ``nodes`` restricts everything to a subset of the ops that no path leaves and re-enters (e.g.
     a contiguous window of a topological order); groups then never reach outside it. Parts of
     more than ``max_part`` ops get no candidates (``cand`` lacks their ops). ``violation`` is the
     legality of a group (any predicate monotone under subsets): the covering formulation passes
-    ``cost.looped_violation``, which also admits looped kernels.
+    ``cost.looped_violation``, which also admits looped kernels. ``convex=False`` (coverings,
+    whose kernels need not be convex: ``formulations/covering.md``): a pair is compatible when it
+    alone is a legal group (not its hull), and a candidate needs no op between it and its
+    representative -- the parts, candidates and floors then hold for non-convex kernels too.
     """
     if nodes is None:
         order = list(graph.index.order)
     else:
         keep = set(nodes)
         order = [v for v in graph.index.order if v in keep]
-    reach = _Reach(graph, hw, order, violation)
+    reach = _Reach(graph, hw, order, violation, convex)
     pos = reach.pos
     n = len(order)
     adj: list[set[int]] = [set() for _ in range(n)]
@@ -207,7 +219,7 @@ def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
                 if j > i and reach.compatible(i, j):
                     later[j].append(i)
         # (r, v) needs every op between them in r's group too: drop it when one of those cannot be
-        changed = True
+        changed = convex
         while changed:
             changed = False
             for j in members:
@@ -221,7 +233,7 @@ def presolve(graph: Graph, hw: Hardware, nodes: Optional[Sequence[str]] = None,
             pairs += len(later[j]) - 1
     parts = [[order[i] for i in m] for m in parts_idx]
     return Presolve(order=order, pos=pos, parts=parts, cand=cand, part_of=part_of, compatible_pairs=pairs,
-                    reach=reach)
+                    reach=reach, convex=convex)
 
 
 def _within_budget(src: int, adj: list[set[int]], regs: list[int], limit: int) -> list[int]:

@@ -89,10 +89,11 @@ class SetPartitioning:
 
 
 def enumerate_groups(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str],
-                     limit: int, violation=cost.group_violation) -> Optional[list[list[str]]]:
+                     limit: int, violation=cost.group_violation, convex: bool = True) -> Optional[list[list[str]]]:
     """Every affine-connected legal convex group of ``part`` (ops in graph order), or None when
     there are more than ``limit`` connected legal sets. ``violation`` is the legality pruned on
-    while a group grows (monotone under subsets; the covering formulation's admits looped kernels)."""
+    while a group grows (monotone under subsets; the covering formulation's admits looped kernels);
+    ``convex=False`` keeps the non-convex ones too (the covering formulation's columns)."""
     pos = pre.pos
     members = set(part)
     # affinity restricted to candidate pairs: v may join u's group only if one is a candidate
@@ -119,7 +120,7 @@ def enumerate_groups(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[s
             if count > limit:
                 return False
             g = sorted(group, key=pos.__getitem__)
-            if len(g) == 1 or convexity_violation(graph, g) is None:
+            if not convex or len(g) == 1 or convexity_violation(graph, g) is None:
                 found.append(g)
             return True
         w, rest = ext[0], ext[1:]

@@ -16,16 +16,18 @@ first, which writes it for the others. Inductor instead *recomputes* it in each 
 * each stored op is a scheduler node whose loop computes it and every unstored op (pointwise
   value or view) it reads, transitively: its kernel holds them all, so an op inlined into several
   consumers is in each of their kernels. Latest stored op first, an inlined producer joins a
-  kernel only while the kernel stays legal under our rules (:func:`solverfuse.cost.group_violation`)
-  and convex (our plans require it; Inductor would still recompute it, in a loop that also reads
-  a value computed from it); otherwise it is stored after all (read from memory, as a
-  ``realize()`` forced later makes Inductor do);
+  kernel while the kernel stays legal under our rules (:func:`solverfuse.cost.group_violation`),
+  also where the kernel is then not convex: Inductor recomputes the residual stream in the loop
+  that adds it to the MLP's output, which reads a value computed from it (a ``/2`` plan states
+  that; its result, when some kernel reads it from memory, is written by a kernel no path from
+  it leaves and re-enters: :class:`_Kernels`, :func:`_write_alone`); otherwise it is stored after
+  all (read from memory, as a ``realize()`` forced later makes Inductor do);
 * scheduler fusion as :func:`~.inductor_scheduler.inductor`'s, over these kernels: rounds of
   candidate pairs among kernels accessing a common tensor (at most 64 pairwise attempts per
   node), ranked by ``score_fusion`` (both or neither reducing and sharing data, shared bytes,
   proximity), fused while ``can_fuse`` (no extern call or Concat, at most ``max_fusion_size`` = 64
-  scheduler nodes, one loop size, a common tensor, legal and convex union) and the kernels still
-  run in some order;
+  scheduler nodes, one loop size, a common tensor, a legal union) and the kernels still run in
+  some order (``will_fusion_create_cycle``);
 * a kernel is legal as one pass or, when a row does not fit on chip, as a looped kernel
   (:func:`one_kernel_violation`): Inductor's CPU kernel runs a reduction and its consumers as
   loops one after another over each row, recomputing the inlined values in each loop (a softmax
@@ -58,7 +60,7 @@ from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import loop_passes
 from ..ops import MATERIALISED_INPUT_ROLES
-from ..plans import convexity_violation
+from ..plans import convexity_violation, returns_to
 from .inductor_scheduler import INDUCTOR_MAX_FUSION_SIZE, INDUCTOR_PAIRWISE_ATTEMPTS, INDUCTOR_ROUNDS, \
     INDUCTOR_VIEW_OPS, inductor, iteration_numel, reads_from_memory, realised_ops
 from .merging import has_role
@@ -142,8 +144,8 @@ def _inputs_in_loop(graph: Graph, v: str) -> list[str]:
 
 def lowered_kernels(graph: Graph, hw: Hardware) -> dict[str, frozenset]:
     """Lowering: each stored op (:func:`realised`) with the unstored ops its loop computes, keyed
-    by the stored op; an inlined producer that would make a kernel illegal or non-convex is
-    stored instead (and then has a kernel of its own).
+    by the stored op; an inlined producer that would make a kernel illegal is stored instead
+    (and then has a kernel of its own). A kernel may be non-convex (see the module doc).
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.hardware import load_hardware
@@ -167,7 +169,7 @@ def lowered_kernels(graph: Graph, hw: Hardware) -> dict[str, frozenset]:
             if p in mine or p in stored:
                 continue
             trial = sorted(mine | {p}, key=pos.__getitem__)
-            if one_kernel_violation(graph, trial, hw) or convexity_violation(graph, trial):
+            if one_kernel_violation(graph, trial, hw):
                 if node[p].op not in INDUCTOR_VIEW_OPS:  # a view is an index expression, never stored:
                     stored.add(p)                        # placed as the partition places it
                     todo.append(p)
@@ -179,19 +181,30 @@ def lowered_kernels(graph: Graph, hw: Hardware) -> dict[str, frozenset]:
     return kernels
 
 
+class _Kernels(Kernels):
+    """Kernels whose loops may recompute a value that also reaches them through other kernels
+    (not convex): its result is written by the first kernel computing it that no path from it
+    leaves and re-enters (:func:`~solverfuse.plans.returns_to`), which can run before the path."""
+
+    def writer(self, v: str) -> int:
+        hs = sorted(self.holders[v])
+        return next((k for k in hs if not returns_to(self.graph, v, self.ops[k])), hs[0])
+
+
 def inductor_kernels(graph: Graph, hw: Hardware) -> list[cost.Kernel]:
     """Inductor's kernels with its lowering's recomputation (see the module doc): a covering;
     a kernel whose rows do not fit on chip makes :func:`~solverfuse.mapping.loop_passes` passes."""
     pos = graph.index.position
     lowered = lowered_kernels(graph, hw)
     heads = sorted(lowered, key=pos.__getitem__)
-    ks = Kernels(graph, {i: sorted(lowered[s], key=pos.__getitem__) for i, s in enumerate(heads)})
+    ks = _Kernels(graph, {i: sorted(lowered[s], key=pos.__getitem__) for i, s in enumerate(heads)})
     ks.holders = {}  # Kernels starts from a partition: here an inlined op is in several kernels
     for k, ops in ks.ops.items():
         for v in ops:
             ks.holders.setdefault(v, set()).add(k)
     stored_in = {i: {s} for i, s in enumerate(heads)}
     _place_views(graph, hw, ks, stored_in)
+    _write_alone(graph, ks, stored_in)
     loop_numel = {s: iteration_numel(graph, s) for s in heads}
 
     def extern(k: int) -> bool:
@@ -213,8 +226,7 @@ def inductor_kernels(graph: Graph, hw: Hardware) -> list[cost.Kernel]:
         if len(stored_in[a]) + len(stored_in[b]) > INDUCTOR_MAX_FUSION_SIZE or len(loops(a) | loops(b)) > 1:
             return False
         nodes = ks.nodes(ks.ops[a] | ks.ops[b])
-        return shared(a, b) >= 1 and one_kernel_violation(graph, nodes, hw) is None \
-            and convexity_violation(graph, nodes) is None
+        return shared(a, b) >= 1 and one_kernel_violation(graph, nodes, hw) is None
 
     def first(k: int) -> int:
         return min(pos[s] for s in stored_in[k]) if stored_in[k] else min(pos[v] for v in ks.ops[k])
@@ -265,6 +277,29 @@ def inductor_kernels(graph: Graph, hw: Hardware) -> list[cost.Kernel]:
             break
     return [k if cost.group_violation(graph, k.nodes, hw) is None else k._replace(passes=loop_passes(graph, k.nodes))
             for k in ks.kernels()]
+
+
+def _write_alone(graph: Graph, ks: _Kernels, stored_in: dict[int, set]) -> None:
+    """An op whose result some kernel reads from memory while every kernel computing it also
+    reads a value computed from it (a view an extern call reads through its strides, recomputed
+    in a later loop) gets a kernel of its own that writes it (a copy; a view's is free)."""
+    idx = graph.index
+    changed = True
+    while changed:
+        changed = False
+        for v in idx.order:
+            hs = ks.holders.get(v)
+            if not hs or any(not returns_to(graph, v, ks.ops[k]) for k in hs):
+                continue
+            need = any(t in idx.outputs or any(v not in ks.ops[j] for w in idx.consumers.get(t, [])
+                                               for j in ks.holders.get(w, ()))
+                       for t in idx.node[v].outputs if t)
+            if need:
+                k = max(ks.ops) + 1
+                ks.ops[k], ks.version[k] = frozenset(), 0
+                ks.replace(k, frozenset({v}))
+                stored_in[k] = set()  # fused with nothing, as the partition's view copies
+                changed = True
 
 
 def _place_views(graph: Graph, hw: Hardware, ks: Kernels, stored_in: dict[int, set]) -> None:

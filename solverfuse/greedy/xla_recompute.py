@@ -100,12 +100,17 @@ class Kernels:
                     out.update(self.holders[u])
         return out
 
+    def writer(self, v: str) -> int:
+        """The kernel writing ``v``'s results when some kernel reads them: the first (lowest id)
+        computing it."""
+        return min(self.holders[v])
+
     def writes(self, k: int) -> list[str]:
         """Tensors kernel ``k`` writes: those of its ops some kernel reads from memory, or graph
-        outputs -- each by the first kernel (lowest id) computing it."""
+        outputs -- each by its :meth:`writer`."""
         idx, outputs, out = self.graph.index, self.graph.index.outputs, []
         for v in self.nodes(self.ops[k]):
-            if min(self.holders[v]) != k:
+            if self.writer(v) != k:
                 continue
             for t in idx.node[v].outputs:
                 if t and (t in outputs or any(v not in self.ops[j] for w in idx.consumers.get(t, [])
@@ -140,7 +145,7 @@ class Kernels:
                 for t in idx.node[v].inputs:
                     u = idx.producer.get(t) if t else None
                     if u is not None and u not in mine:
-                        succ[at[min(self.holders[u])]].append(at[k])  # its writer runs first
+                        succ[at[self.writer(u)]].append(at[k])  # its writer runs first
         return len(dag.topological_order(succ, key=lambda i: i)) == len(ids)
 
     def kernels(self) -> list[cost.Kernel]:

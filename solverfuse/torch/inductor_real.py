@@ -16,8 +16,9 @@ and reports every group our rules reject instead of dropping it.
 
 :func:`real_covering` reads the same kernels as a covering (``RealPlan.covering``, a
 ``solverfuse-plan/2`` plan when Inductor recomputes something): an op Inductor computes inside the
-loops of several kernels (an unstored pointwise value or view) is in each of them, told apart from
-a stored value by the loads each scheduler node records (``Kernel.reads``).
+loops of several kernels (an unstored pointwise value or view) is in each of them -- also in a
+loop that reads a value computed from it (a non-convex kernel, legal in a ``/2`` plan) -- told
+apart from a stored value by the loads each scheduler node records (``Kernel.reads``).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from ..cost import group_violation
 from ..errors import PlanError
 from ..graph import Graph
 from ..hardware import load_hardware
-from ..plans import Plan, build_covering_plan, build_plan, order_groups
+from ..plans import Plan, build_covering_plan, build_plan, order_groups, returns_to
 from .fx_import import exported_constants, export_for_inductor, from_exported_program
 
 
@@ -67,7 +68,8 @@ class RealPlan:
     #: the same kernels read as a covering (``solverfuse-plan/2``): an op Inductor computes in the
     #: loops of several kernels is in each (:func:`real_covering`); None if it could not be built
     covering: Optional[Plan] = None
-    #: ops dropped from a kernel of the covering (each read from memory instead), with the rule
+    #: ops dropped from a kernel of the covering (each read from memory instead), with the rule,
+    #: and ops written by a kernel of their own
     covering_repaired: list[str] = field(default_factory=list)
 
 
@@ -297,9 +299,11 @@ def real_covering(graph: Graph, kernels: list[Kernel], hw, repairs: Optional[lis
     call's whole argument expression on each copy kernel feeding it) -- an inlined op is in every
     kernel whose loop computes it, a realised one only in its own. Views folded into extern calls,
     ops no kernel computes, and groups our rules reject are handled as :func:`real_partition`
-    does; an op dropped from a kernel (convexity, a rule) is read from memory there, written by
-    the kernel that stores it (or, when it is stored nowhere, by the first other kernel computing
-    it, or a kernel of its own).
+    does; a kernel need not be convex (Inductor recomputes the residual stream in the loop adding
+    the MLP's output); an op dropped from a kernel (a rule or capacity) is read from memory there.
+    A result some kernel reads from memory is written by the kernel that stores it, or, when it is
+    stored nowhere, by the first other kernel computing it that can run before its readers, or by
+    a kernel of its own (:func:`_with_writes`).
 
     >>> from solverfuse.graph import load_graph
     >>> g = load_graph({"tensors": {"x": {"shape": [4, 4]}}, "inputs": ["x"], "outputs": ["s", "y"],
@@ -313,6 +317,7 @@ def real_covering(graph: Graph, kernels: list[Kernel], hw, repairs: Optional[lis
     [(('a', 'r'), ('s',)), (('a', 'b'), ('y',))]
     """
     from ..cost import role
+    from ..rules import facts
     strong: set[str] = set()
     groups, names, _ = real_partition(graph, kernels, hw, strong_out=strong)  # homes, views, no-kernel ops
     known, producer, pos = graph.index.node, graph.index.producer, graph.index.position
@@ -347,13 +352,13 @@ def real_covering(graph: Graph, kernels: list[Kernel], hw, repairs: Optional[lis
             continue
         mine = members[gi]
         for v in reversed(graph.index.order):
-            if v not in mine and v not in written and role(graph, v) == "injective" \
+            if v not in mine and v not in written and (role(graph, v) == "injective" or facts(graph, v).view) \
                     and any(w in mine for w in graph.index.succs[v]) \
-                    and not _problem(graph, sorted(mine | {v}, key=pos.__getitem__), hw):
+                    and not _problem(graph, sorted(mine | {v}, key=pos.__getitem__), hw, convex=False):
                 mine.add(v)
     for gi, g in enumerate(members):
         trial = sorted(g, key=pos.__getitem__)
-        why = _problem(graph, trial, hw)
+        why = _problem(graph, trial, hw, convex=False)
         while why and len(trial) > 1:
             quoted = re.findall(r"'([^']+)'", why)
             order = quoted[1:] if "not convex" in why else quoted[::-1]
@@ -370,41 +375,70 @@ def real_covering(graph: Graph, kernels: list[Kernel], hw, repairs: Optional[lis
                         and not any(t in graph.index.outputs for t in known[v].outputs):
                     keep.discard(v)
             trial = [v for v in trial if v in keep]
-            why = _problem(graph, trial, hw)
+            why = _problem(graph, trial, hw, convex=False)
         members[gi] = set(trial)
     for v in graph.index.order:
         if not any(v in m for m in members):
             members.append({v})
             names.append(f"(no kernel: {v})")
-    return _with_writes(graph, members, strong_in), names
+    kernels_out = _with_writes(graph, members, strong_in, names, repairs)
+    return kernels_out, [n for n, m in zip(names, members) if m]
 
 
-def _with_writes(graph: Graph, members: list[set[str]], strong_in: dict[str, int]) -> list[CostKernel]:
+def _with_writes(graph: Graph, members: list[set[str]], strong_in: dict[str, int],
+                 names: Optional[list[str]] = None, repairs: Optional[list[str]] = None) -> list[CostKernel]:
     """Each tensor some kernel reads from memory (or a graph output) written once: by the kernel
-    storing its op, else by the first kernel computing it."""
+    storing its op, else by the first kernel computing it that no path from the op leaves and
+    re-enters (:func:`~solverfuse.plans.returns_to`: that kernel would have to run before and after
+    the path). When every kernel computing it is such a kernel (a view Inductor folds into an
+    extern call's strides and also recomputes in a later loop), the op gets a kernel of its own."""
     pos, outputs = graph.index.position, graph.index.outputs
-    holders: dict[str, list[int]] = {}
-    for i, m in enumerate(members):
-        for v in m:
-            holders.setdefault(v, []).append(i)
+
+    def holders() -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, m in enumerate(members):
+            for v in m:
+                out.setdefault(v, []).append(i)
+        return out
+
+    def needed(hold: dict[str, list[int]]) -> list[tuple[str, str, list[int]]]:
+        out = []
+        for v in graph.index.order:
+            hs = hold.get(v, [])
+            for t in graph.index.node[v].outputs if hs else []:
+                if t and (t in outputs or any(v not in members[j] for w in graph.index.consumers.get(t, [])
+                                              for j in hold.get(w, []))):
+                    out.append((v, t, hs))
+        return out
+
+    def writer(v: str, hs: list[int]) -> Optional[int]:
+        if strong_in.get(v) in hs:
+            return strong_in[v]
+        return next((h for h in hs if not returns_to(graph, v, members[h])), None)
+
+    while True:
+        hold = holders()
+        alone = [v for v, _, hs in needed(hold) if writer(v, hs) is None]
+        if not alone:
+            break
+        for v in dict.fromkeys(alone):
+            members.append({v})
+            if names is not None:
+                names.append(f"(written alone: {v})")
+            if repairs is not None:
+                repairs.append(f"{v!r} written by a kernel of its own (every kernel computing it also "
+                               f"reads a value computed from it)")
     writes: list[list[str]] = [[] for _ in members]
-    for v in graph.index.order:
-        hs = holders.get(v, [])
-        if not hs:
-            continue
-        for t in graph.index.node[v].outputs:
-            if not t:
-                continue
-            need = t in outputs or any(v not in members[j] for w in graph.index.consumers.get(t, [])
-                                       for j in holders.get(w, []))
-            if need:
-                writes[strong_in[v] if strong_in.get(v) in hs else hs[0]].append(t)
+    for v, t, hs in needed(hold):
+        writes[writer(v, hs)].append(t)
     return [CostKernel(tuple(sorted(m, key=pos.__getitem__)), tuple(w)) for m, w in zip(members, writes) if m]
 
 
-def _problem(graph: Graph, g: list[str], hw) -> Optional[str]:
+def _problem(graph: Graph, g: list[str], hw, convex: bool = True) -> Optional[str]:
+    """Why ``g`` cannot be one group: our rules and capacity; for a partition also convexity (a
+    covering's kernel need not be convex: what it reads is checked when the plan is ordered)."""
     why = group_violation(graph, g, hw) if hw is not None else None
-    if why is None and len(g) > 1:
+    if why is None and convex and len(g) > 1:
         try:
             order_groups(graph, [g])
         except PlanError as e:
