@@ -529,10 +529,10 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
     presolve exceeds :data:`COVER_NONCONVEX_OPS`, the parts solved are the convex presolve's and
     the bound is at most the non-convex presolve's floors (valid for every covering)."""
     pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation, convex=False)
-    ceiling = None  # a bound valid for non-convex kernels when the parts solved are convex ones
+    nonconvex_floor = None  # a bound valid for non-convex kernels when the parts solved are convex
     if any(len(part) > COVER_NONCONVEX_OPS for part in pre.parts):
-        ceiling = sum(traffic_floor(graph, pre, part, recompute=True) if len(part) <= MAX_PART_OPS
-                      else cost.plan_floor(graph, part) for part in pre.parts)
+        nonconvex_floor = sum(traffic_floor(graph, pre, part, recompute=True) if len(part) <= MAX_PART_OPS
+                              else cost.plan_floor(graph, part) for part in pre.parts)
         pre = presolve(graph, hw, max_part=MAX_PART_OPS, violation=cost.looped_violation)
     part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
     inside: dict[int, list[list[str]]] = {}
@@ -573,8 +573,8 @@ def _cover(graph: Graph, hw: Hardware, partition: list, start: float, time_limit
         exact = exact and status == "optimal"
     kernels = [kern for k in range(len(pre.parts)) for kern in result[k]]
     traffic = cost.covering_traffic(graph, kernels)
-    bound = min(bound, traffic) if ceiling is None else min(ceiling, traffic)
-    status_all = "optimal" if (exact or ceiling is not None) and bound == traffic else "feasible"
+    bound = min(bound if nonconvex_floor is None else nonconvex_floor, traffic)
+    status_all = "optimal" if (exact or nonconvex_floor is not None) and bound == traffic else "feasible"
     return build_covering_plan(graph, hw, kernels, strategy="covering", status=status_all, bound_bytes=bound,
                                solve_seconds=time.monotonic() - start)
 
