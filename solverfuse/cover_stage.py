@@ -159,9 +159,9 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
         return sum(score(k.nodes, k.writes, k.passes) for k in kernels)
 
     pre = presolve(graph, hw, max_part=max_part_ops, violation=cost.looped_violation, convex=False)
-    ceiling = None  # a bound valid for non-convex kernels when the parts solved are convex ones
+    nonconvex_floor = None  # a bound valid for non-convex kernels when the parts solved are convex
     if any(len(part) > COVER_NONCONVEX_OPS for part in pre.parts):
-        ceiling = sum(floor(pre, part) for part in pre.parts)
+        nonconvex_floor = sum(floor(pre, part) for part in pre.parts)
         pre = presolve(graph, hw, max_part=max_part_ops, violation=cost.looped_violation)
     part_of = {v: k for k, part in enumerate(pre.parts) for v in part}
     # each hint restricted to every part (None: a kernel spans two parts, the hint competes whole)
@@ -218,10 +218,10 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
         if split[n] is None and value(h) < out.value:
             out.kernels, out.value, out.exact = list(h), value(h), False
             out.whole = names[n] if names else f"hint {n}"
-    if ceiling is None:
+    if nonconvex_floor is None:
         out.bound = min(out.bound, out.value)
     else:  # the convex parts' CP-SAT bounds do not hold for non-convex kernels across them
-        out.bound = min(ceiling, out.value)
+        out.bound = min(nonconvex_floor, out.value)
         out.exact = out.bound == out.value
     return out
 
