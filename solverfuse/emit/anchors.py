@@ -322,8 +322,20 @@ def tile_pool(k, t, outer, d=1):
     n = numel(out[-d:])
     arr, j0 = k.fresh("T"), k.fresh("j")
     k.line(f"{ct} {arr}[{n}];")
-    k.line(f"for (long {j0} = 0; {j0} < {n}; {j0}++) {arr}[{j0}] = {'0' if avg else '-INFINITY'};")
     nn, c, osp = outer[0], outer[1], outer[2:]
+    if d == 2 == nsp and ct == "float" and not k.counters and list(dil) == [1, 1]:
+        # a whole plane: sf_pool2d (rows of the window first, contiguous; then columns in L1)
+        vw = max(pb[1] + x[3], (out[3] - 1) * st[1] + kernel[1])
+        v = k.fresh("V")
+        k.line(f"float {v}[{vw}];")
+        k.use_helper("sf_pool2d")
+        plane = _linear(x, (nn, c, "0", "0"))
+        k.line(f"sf_pool2d({arr}, {k.ptr(node.inputs[0], 'r')} + {plane}, {x[2]}, {x[3]}, {out[2]}, {out[3]}, "
+               f"{kernel[0]}, {kernel[1]}, {st[0]}, {st[1]}, {pb[0]}, {pb[1]}, {int(avg)}, {v}, {vw});")
+        if avg:
+            _pool_divide(k, arr, ct, out, counts, osp, nsp, fixed)
+        return _tile_done(k, t, outer, arr, d)
+    k.line(f"for (long {j0} = 0; {j0} < {n}; {j0}++) {arr}[{j0}] = {'0' if avg else '-INFINITY'};")
     # measured: 24x112x112 MaxPool 3x3/2 0.105 -> 0.087 ms (ORT 0.086); 96x109x109 no change;
     # 136x28x28 AveragePool 0.06 -> 0.11 ms (14-wide rows): only for rows of 32+ outputs
     separable = d == 2 and out[-1] >= 32 and x[-2] * out[-1] <= MAX_TILE
@@ -366,22 +378,28 @@ def tile_pool(k, t, outer, d=1):
         for _ in range(opened):
             k.close()
     if avg:
-        # the divisor of a position is the product of its per-dim tap counts
-        tabs = []
-        for e in range(nsp):
-            tab = k.fresh("cnt")
-            k.line(f"static const int {tab}[{out[2 + e]}] = {{{', '.join(map(str, counts[e]))}}};")
-            tabs.append(tab)
-        fixed_div = " * ".join(f"{tabs[e]}[{osp[e]}]" for e in range(fixed)) or "1"
-        js = [k.fresh("j") for _ in range(d)]
-        for j, size in zip(js, out[-d:]):
-            k.open(f"for (long {j} = 0; {j} < {size}; {j}++)")
-        div = f"({ct})(" + " * ".join([fixed_div] + [f"{tabs[e]}[{j}]" for e, j in zip(range(fixed, nsp), js)]) + ")"
-        cell = f"{arr}[{_linear(out[-d:], js)}]"
-        k.line(f"{cell} = ({div}) != 0 ? {cell} / ({div}) : 0;")
-        for _ in js:
-            k.close()
+        _pool_divide(k, arr, ct, out, counts, osp, nsp, fixed)
     _tile_done(k, t, outer, arr, d)
+
+
+def _pool_divide(k, arr: str, ct: str, out, counts, osp, nsp: int, fixed: int) -> None:
+    """An AveragePool tile's window sums divided by their tap counts: the divisor of a position
+    is the product of its per-dim tap counts (static tables)."""
+    d = nsp - fixed
+    tabs = []
+    for e in range(nsp):
+        tab = k.fresh("cnt")
+        k.line(f"static const int {tab}[{out[2 + e]}] = {{{', '.join(map(str, counts[e]))}}};")
+        tabs.append(tab)
+    fixed_div = " * ".join(f"{tabs[e]}[{osp[e]}]" for e in range(fixed)) or "1"
+    js = [k.fresh("j") for _ in range(d)]
+    for j, size in zip(js, out[-d:]):
+        k.open(f"for (long {j} = 0; {j} < {size}; {j}++)")
+    div = f"({ct})(" + " * ".join([fixed_div] + [f"{tabs[e]}[{j}]" for e, j in zip(range(fixed, nsp), js)]) + ")"
+    cell = f"{arr}[{_linear(out[-d:], js)}]"
+    k.line(f"{cell} = ({div}) != 0 ? {cell} / ({div}) : 0;")
+    for _ in js:
+        k.close()
 
 
 def _pool_separable(k, node, prefix: tuple, rows: str, arr: str, geom, avg: bool) -> None:

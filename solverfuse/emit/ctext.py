@@ -609,6 +609,39 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float
 }}
 """
     return {
+        "sf_pool2d": """/* One plane of a 2-D MaxPool (avg = 0) or the window sums of an AveragePool (avg = 1), dilation 1:
+   T[o*OW + j] = max / sum over the taps inside the input of x[o*sh - ph + r][j*sw - pw + c].
+   Per output row, first the rows of its window into V (contiguous vector loops; V[pw + q] holds
+   column q, its pads the neutral value), then the columns at stride sw out of V (in L1). Inlined
+   into every call: constant window and strides, so the column loop vectorises (the former
+   column-first pass did the strided reads on every input row, 2.5x slower than ONNX Runtime). */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_pool2d(float *restrict T, const float *restrict x,
+    long H, long W, long OH, long OW, long kh, long kw, long sh, long sw, long ph, long pw, int avg,
+    float *restrict V, long VW)
+{
+    const float init = avg ? 0.0f : -INFINITY;
+    for (long q = 0; q < VW; q++) V[q] = init;
+    for (long o = 0; o < OH; o++) {
+        const long r0 = o*sh - ph < 0 ? ph - o*sh : 0;
+        const long r1 = H + ph - o*sh < kh ? H + ph - o*sh : kh;
+        float *restrict v = V + pw;
+        const float *restrict xr = x + (o*sh - ph + r0)*W;
+        if (r0 >= r1) for (long q = 0; q < W; q++) v[q] = init;  /* a window wholly in the padding */
+        else for (long q = 0; q < W; q++) v[q] = xr[q];
+        for (long r = r0 + 1; r < r1; r++) {
+            xr += W;
+            if (avg) for (long q = 0; q < W; q++) v[q] += xr[q];
+            else for (long q = 0; q < W; q++) v[q] = xr[q] > v[q] ? xr[q] : v[q];
+        }
+        float *restrict t = T + o*OW;
+        for (long j = 0; j < OW; j++) t[j] = V[j*sw];
+        for (long c = 1; c < kw; c++) {
+            if (avg) for (long j = 0; j < OW; j++) t[j] += V[j*sw + c];
+            else for (long j = 0; j < OW; j++) t[j] = V[j*sw + c] > t[j] ? V[j*sw + c] : t[j];
+        }
+    }
+}
+""",
         "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
    (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
 SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
