@@ -271,7 +271,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
     bands = shape[2] // blk.rows
     nblocks = shape[1] // blk.mg * blk.blocks
     flat = _flat_band(k, t, shape, blk, deps)
-    with k.loops((shape[0], nblocks, bands), parallel=True, dynamic=DYNAMIC_TILES) as (n, mi, band):
+    with k.loops((shape[0], bands, nblocks), parallel=True, dynamic=DYNAMIC_TILES) as (n, band, mi):
         valid = ""
         if mi == "0":
             m0 = "0"
