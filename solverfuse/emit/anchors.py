@@ -630,10 +630,16 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
         src, plane = buf, "0"
     row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
     wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    # a bias in a buffer of its own starts the accumulators (no pass over the tile); not for a
+    # block that may be part padding (it would read past the last group's bias)
+    in_tile = (bias is not None and not valid and k.ct(bias) == "float" and bias not in k.scratch
+               and not k.has_tile(bias) and k.graph.index.producer.get(bias) not in k.members)
+    bptr = (f"{k.ptr(bias, 'r')} + {m0}" if m0 != "0" else k.ptr(bias, "r")) if in_tile else "0"
     k.use_helper(f"sf_conv_tile{mb}")
     k.line(f"sf_conv_tile{mb}(&{arr}[0][0], {span}, {src} + {plane}{row0}, {cplane}, {wsrc}{wrow}, "
-           f"{w[1]}, {taps}, {off});")
-    if len(node.inputs) > 2 and node.inputs[2]:
+           f"{w[1]}, {taps}, {off}, {bptr});")
+    if bias is not None and not in_tile:
         with k.block(f"for (int {a} = 0; {a} < {valid or mb}; {a}++)"):
             bias = k.value(node.inputs[2], (k.index(f"{m0} + {a}"),))
             k.line(f"for (long {j} = 0; {j} < {span}; {j}++) {arr}[{a}][{j}] += {bias};")
