@@ -2,7 +2,7 @@
 with ONNX Runtime's per-node profile of the same graph at the same thread count.
 
 The plan's C is rendered as usual, then every kernel call of ``sf_run`` is wrapped in
-``clock_gettime`` (a benchmark-only edit of the rendered text: the library is otherwise the one
+``clock_gettime`` (the thread's CPU time at 1 thread, else wall time; a benchmark-only edit of the rendered text: the library is otherwise the one
 ``compile_plan`` builds), run ``--rounds`` times, and the fastest time of each kernel kept. The
 table lists the kernels by time, with their ops, output shape and GFLOP/s (2 x multiply-adds).
 
@@ -40,14 +40,14 @@ double sf_group_secs[SF_NUM_GROUPS + 1];
 static double sf_now(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(SF_PROBE_CLOCK, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 """
 
 
-def instrument(model_c: str) -> str:
-    """Wrap each kernel call of ``sf_run`` in a timer adding to ``sf_group_secs[group]``."""
+def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
+    """Wrap each kernel call of ``sf_run`` in a timer (``clock``) adding to ``sf_group_secs[group]``."""
     out, shared = [], None
     for ln in model_c.splitlines():
         c = re.match(r"    /\* group (\d+): the same code as k\d+ \*/$", ln)
@@ -59,7 +59,8 @@ def instrument(model_c: str) -> str:
         shared = c.group(1) if c else None
         out.append(ln)
     text = "\n".join(out)
-    return text.replace("int sf_run(void *const *B)", PROBE + "int sf_run(void *const *B)", 1)
+    probe = f"#define SF_PROBE_CLOCK {clock}\n" + PROBE
+    return text.replace("int sf_run(void *const *B)", probe + "int sf_run(void *const *B)", 1)
 
 
 def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> list[dict]:
@@ -69,7 +70,8 @@ def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> 
             else greedy_plan(g, HW, strategy))
     files = render(plan, g, threads=threads)
     files.pop("buffers.json")
-    files["model.c"] = instrument(files["model.c"])
+    # at 1 thread the calling thread's CPU time: it leaves out the time other jobs held the core
+    files["model.c"] = instrument(files["model.c"], "CLOCK_THREAD_CPUTIME_ID" if threads == 1 else "CLOCK_MONOTONIC")
     lib = ctypes.CDLL(str(build(files, threads=threads, cache_dir=cache)))
     table = buffer_table(plan, g)
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
