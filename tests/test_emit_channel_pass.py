@@ -1,6 +1,6 @@
 """A pass over an NCHW tensor that computes a BatchNormalization (DenseNet: Concat, then the next
 layer's BatchNorm + ReLU) loops over (n, c), loads the statistics once per channel, then the
-plane -- against ONNX Runtime at 1 and 2 threads and under the sanitizers, batch 2, with a
+plane (one loop over it when every op is pointwise or a channel Concat) -- against ONNX Runtime at 1 and 2 threads and under the sanitizers, batch 2, with a
 plane too small for the split (kept as one nest); the C is checked for the per-channel loads
 before the plane's loops (else the test proves nothing)."""
 from __future__ import annotations
@@ -41,6 +41,7 @@ def test_batchnorm_pass_loads_statistics_per_channel(threads, cache):
     # the statistics (and the [C, 1, 1] factor) loaded between the channel loop and the row loop
     head = body.split("for (long i", 3)
     assert len(re.findall(r"const float v\d+ = b\d+\[i\d+\];", head[2] if threads == 1 else head[2] + head[3])) >= 5, body
+    assert re.search(r"for \(long i\d+ = 0; i\d+ < 5120; i\d+\+\+\)", body)  # the plane as one loop (64 x 80)
     if threads > 1:
         assert "schedule(dynamic)" in body
     check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
