@@ -1,7 +1,8 @@
 """A Conv bias as the start value of the register-blocked tile's accumulators (no pass of its own
 over the tile), against ONNX Runtime: blocks of 8, 4 and 2 output channels, a depthwise conv
-(one channel per tile), a 13x13 plane (the masked last chunk starts at the bias too), a grouped
-conv whose last block per group is part padding (keeps the separate bias pass: the tile would
+(one channel per tile), a 13x13 plane (the masked last chunk starts at the bias too), 7x7 planes
+of 128 channels (the channel-vectorised tile, 32 channels per tile; in the AVX2 and portable
+builds its position-vectorised fallback), a grouped conv whose last block per group is part padding (keeps the separate bias pass: the tile would
 read past the last group's bias), at 2 threads, under the sanitizers (the portable form) and in
 the AVX2 build. Each case checks which form the C took (else it would prove nothing)."""
 from __future__ import annotations
@@ -33,6 +34,9 @@ CASES = [
     ((2, 4, 9, 10), (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}, True),         # 2, batch 2
     ((1, 7, 14, 14), (7, 1, 3, 3), {"group": 7, "pads": [1, 1, 1, 1]}, True),               # depthwise
     ((1, 4, 7, 8), (132, 2, 1, 1), {"group": 2}, False),                                    # 66 per group: padded
+    # 7x7 planes, 128 channels: the channel-vectorised tile (sf_conv_tile32; 49 = 4 x 12 + 1 positions)
+    ((1, 16, 7, 7), (128, 16, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    ((2, 8, 7, 7), (128, 8, 1, 1), {}, True),
 ]
 
 
@@ -53,19 +57,25 @@ def test_bias_starts_the_tile(cache):
     plan, _, _ = check(g, groups, cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
     src = render(plan, g, threads=2)["model.c"]
     kernels = src.split("/* group ")[1:]
-    for (_, _, _, in_tile), text in zip(CASES, kernels):
+    for (_, kernel, _, in_tile), text in zip(CASES, kernels):
         call = next(ln for ln in text.splitlines() if "sf_conv_tile" in ln and "(&T" in ln)
         assert call.rstrip().endswith(", 0);") != in_tile, call  # the bias pointer, or none
         assert ("] += " in text) != in_tile  # the separate bias pass only where the tile has none
+        assert ("sf_conv_tile32(" in call) == (kernel[0] == 128), call  # 7x7 planes, 128 channels
     check(g, groups, cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
 
 
-@pytest.mark.skipif(not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")
-def test_bias_starts_the_avx2_tile(tmp_path):
-    """The AVX2 form (intrinsics; built for this host without AVX-512); the wrapper's log shows
-    the -march=native build succeeded (a failed one falls back to the portable form)."""
+@pytest.mark.parametrize("extra", [
+    pytest.param("-mno-avx512f", marks=pytest.mark.skipif(
+        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+    pytest.param("", marks=pytest.mark.skipif(
+        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code"))])
+def test_bias_starts_the_simd_tiles(extra, tmp_path):
+    """The AVX2 form (intrinsics; built for this host without AVX-512) and the AVX-512 form; the
+    wrapper's log shows the -march=native build succeeded (a failed one falls back to the
+    portable form, which would pass)."""
     log, cc = tmp_path / "cc.log", tmp_path / "cc"
-    cc.write_text(f'#!/bin/sh\ncc "$@" -mno-avx512f\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
+    cc.write_text(f'#!/bin/sh\ncc "$@" {extra}\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
     cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
     g, groups = _graph()
     plan = build_plan(g, HW, groups, strategy="test")

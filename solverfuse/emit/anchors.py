@@ -26,7 +26,7 @@ from ..errors import EmitError
 from ..ops import numel
 from .cexpr import attr_str as _attr_str
 from .cexpr import bmap, linear as _linear, lit as _lit
-from .ctext import CHUNK
+from .ctext import CHUNK, CM_CHANNELS, CM_POSITIONS
 
 def _mm_operands(k, node, full):
     """(A index, B index) functions of k for MatMul at full (batch..., i, j) output index."""
@@ -508,6 +508,12 @@ def conv_blocking(k, node):
     # tiles would not divide evenly among them (3 tiles on 2 threads: one waits a third of the time)
     even = [r for r in fits if (tiles * (out[2] // r)) % k.threads == 0 or tiles * (out[2] // r) >= 8 * k.threads]
     rows = max(even or fits)
+    span = rows * wq
+    if mg % CM_CHANNELS == 0 and out[1] >= 4 * CM_CHANNELS and rows == out[2] and CM_POSITIONS <= span <= 256 \
+            and wq == out[3] and span < 0.85 * _round_up(span, 16) and CM_CHANNELS * span <= MAX_TILE:
+        # a small plane that fills 16-lane vectors of positions badly (7x7: 49 positions in 4
+        # masked vectors): the channel-vectorised tile (sf_conv_tile32), at least 4 tiles
+        mb = CM_CHANNELS
     blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1])
     if w[1] == 1 and group > 1 and rows == out[2]:
         # depthwise: each tile copies its one input channel into L1 just before using it (a
