@@ -9,7 +9,9 @@ optimisation, IO binding, the same intra-op thread count, workers not spinning) 
 * **plans**: memory-bound motifs and the ONNX light models, the optimal plan's C and the unfused
   plan's C (one op per kernel) against ORT: is fusion ever slower than no fusion?
 
-Thread scaling (time at 1 thread / time at 2) is reported for both runtimes. Results go to
+``--section zoo`` runs the plans of all 9 ONNX light models (:data:`ZOO_LIGHT`; ``zoo_report.py``
+turns two such runs into before/after tables). Thread scaling (time at 1 thread / time at 2) is
+reported for both runtimes. Results go to
 ``benchmarks/results/gemm.md``; a full run takes 2-3 minutes (the compile cache under ``--cache``
 makes reruns faster).
 
