@@ -9,7 +9,9 @@ optimisation, IO binding, the same intra-op thread count, workers not spinning) 
 * **plans**: memory-bound motifs and the ONNX light models, the optimal plan's C and the unfused
   plan's C (one op per kernel) against ORT: is fusion ever slower than no fusion?
 
-Thread scaling (time at 1 thread / time at 2) is reported for both runtimes. Results go to
+``--section zoo`` runs the plans of all 9 ONNX light models (:data:`ZOO_LIGHT`; ``zoo_report.py``
+turns two such runs into before/after tables). Thread scaling (time at 1 thread / time at 2) is
+reported for both runtimes. Results go to
 ``benchmarks/results/gemm.md``; a full run takes 2-3 minutes (the compile cache under ``--cache``
 makes reruns faster).
 
@@ -56,6 +58,11 @@ GEMM_KERNELS = KERNELS + ["conv:136x28x28x136x1x1x4", "conv:272x14x14x272x1x1x4"
 #: Plan cases: emit_speed's motifs and light models, T5's MatMul + RMSNorm (the group the issue
 #: saw run 30% slower fused) and a one-layer BERT block.
 PLAN_CASES = CASES + ["t5:matmul_rmsnorm", "zoo:bert_block"]
+
+#: ``--section zoo``: all 9 ONNX light models shipped with the onnx package (the ONNX-zoo set of
+#: issue 15), plans only; VGG-19 and the other big ones take ~1 s a run, so few rounds.
+ZOO_LIGHT = ["light:squeezenet", "light:shufflenet", "light:inception_v1", "light:inception_v2", "light:resnet50",
+             "light:densenet121", "light:bvlc_alexnet", "light:zfnet512", "light:vgg19"]
 
 
 def t5_matmul_rmsnorm(rows: int = 256, hidden: int = 512):
@@ -195,7 +202,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--section", default="all", choices=["kernels", "plans", "all"])
+    ap.add_argument("--section", default="all", choices=["kernels", "plans", "all", "zoo"],
+                    help="zoo: the plans of all 9 ONNX light models (ZOO_LIGHT)")
     ap.add_argument("--cases", help="comma-separated specs instead of the section's set")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-gemm-speed"))
     ap.add_argument("--out", default=str(HERE / "results" / "gemm.md"))
@@ -235,8 +243,9 @@ def main(argv=None) -> int:
                 print(rows[-1], flush=True)
         sections += ["## Kernels", "", summary(rows, [("kernels", lambda c: True)]), "", kernel_table(rows), "",
                      scale_caption, "", scaling(rows), ""]
-    if args.section in ("plans", "all"):
-        specs = args.cases.split(",") if args.cases and args.section == "plans" else PLAN_CASES
+    if args.section in ("plans", "all", "zoo"):
+        specs = (args.cases.split(",") if args.cases and args.section in ("plans", "zoo")
+                 else ZOO_LIGHT if args.section == "zoo" else PLAN_CASES)
         rows = []
         for spec in specs:
             for th in threads:

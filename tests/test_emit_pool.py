@@ -58,5 +58,28 @@ def test_pool_separable_rows(op, shape, attrs, cache):
     t = {"x": list(shape)}
     g = graph(t, ["x"], ["y"], [("p", op, ["x"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
-    assert re.search(r"float R\d+\[", render(plan, g)["model.c"])
+    src = render(plan, g)["model.c"]
+    # a 2-D window without dilation takes sf_pool2d (rows first), the others the column-first passes
+    plane2d = len(shape) == 4 and attrs.get("dilations", [1, 1]) == [1, 1]
+    assert ("sf_pool2d(T" in src) if plane2d else re.search(r"float R\d+\[", src)
+    check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
+
+
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("MaxPool", (2, 3, 111, 111), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("MaxPool", (1, 2, 14, 13), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", (1, 2, 10, 11), {"kernel_shape": [4, 3], "strides": [3, 1], "pads": [2, 0, 1, 2]}),
+    ("AveragePool", (1, 2, 9, 8), {"kernel_shape": [3, 3], "strides": [3, 3], "pads": [2, 2, 2, 2]}),
+    ("AveragePool", (1, 3, 7, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                   "count_include_pad": 1, "ceil_mode": 1}),
+    ("AveragePool", (2, 2, 28, 28), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+])
+def test_pool_plane_helper(op, shape, attrs, cache):
+    """sf_pool2d (a whole 2-D plane: the window's rows first, then its columns at the stride) with
+    stride > kernel side, asymmetric pads, ceil_mode, windows wholly in the padding (AveragePool:
+    output 0) and count_include_pad; matches ONNX Runtime, also under the sanitizers."""
+    t = {"x": list(shape)}
+    g = graph(t, ["x"], ["y"], [("p", op, ["x"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
+    plan, _, _ = check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
+    assert "sf_pool2d(T" in render(plan, g)["model.c"]
     check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)

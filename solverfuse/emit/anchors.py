@@ -26,7 +26,7 @@ from ..errors import EmitError
 from ..ops import numel
 from .cexpr import attr_str as _attr_str
 from .cexpr import bmap, linear as _linear, lit as _lit
-from .ctext import CHUNK
+from .ctext import CHUNK, CM_CHANNELS, CM_POSITIONS
 
 def _mm_operands(k, node, full):
     """(A index, B index) functions of k for MatMul at full (batch..., i, j) output index."""
@@ -322,8 +322,20 @@ def tile_pool(k, t, outer, d=1):
     n = numel(out[-d:])
     arr, j0 = k.fresh("T"), k.fresh("j")
     k.line(f"{ct} {arr}[{n}];")
-    k.line(f"for (long {j0} = 0; {j0} < {n}; {j0}++) {arr}[{j0}] = {'0' if avg else '-INFINITY'};")
     nn, c, osp = outer[0], outer[1], outer[2:]
+    if d == 2 == nsp and ct == "float" and not k.counters and list(dil) == [1, 1]:
+        # a whole plane: sf_pool2d (rows of the window first, contiguous; then columns in L1)
+        vw = max(pb[1] + x[3], (out[3] - 1) * st[1] + kernel[1])
+        v = k.fresh("V")
+        k.line(f"float {v}[{vw}];")
+        k.use_helper("sf_pool2d")
+        plane = _linear(x, (nn, c, "0", "0"))
+        k.line(f"sf_pool2d({arr}, {k.ptr(node.inputs[0], 'r')} + {plane}, {x[2]}, {x[3]}, {out[2]}, {out[3]}, "
+               f"{kernel[0]}, {kernel[1]}, {st[0]}, {st[1]}, {pb[0]}, {pb[1]}, {int(avg)}, {v}, {vw});")
+        if avg:
+            _pool_divide(k, arr, ct, out, counts, osp, nsp, fixed)
+        return _tile_done(k, t, outer, arr, d)
+    k.line(f"for (long {j0} = 0; {j0} < {n}; {j0}++) {arr}[{j0}] = {'0' if avg else '-INFINITY'};")
     # measured: 24x112x112 MaxPool 3x3/2 0.105 -> 0.087 ms (ORT 0.086); 96x109x109 no change;
     # 136x28x28 AveragePool 0.06 -> 0.11 ms (14-wide rows): only for rows of 32+ outputs
     separable = d == 2 and out[-1] >= 32 and x[-2] * out[-1] <= MAX_TILE
@@ -366,22 +378,28 @@ def tile_pool(k, t, outer, d=1):
         for _ in range(opened):
             k.close()
     if avg:
-        # the divisor of a position is the product of its per-dim tap counts
-        tabs = []
-        for e in range(nsp):
-            tab = k.fresh("cnt")
-            k.line(f"static const int {tab}[{out[2 + e]}] = {{{', '.join(map(str, counts[e]))}}};")
-            tabs.append(tab)
-        fixed_div = " * ".join(f"{tabs[e]}[{osp[e]}]" for e in range(fixed)) or "1"
-        js = [k.fresh("j") for _ in range(d)]
-        for j, size in zip(js, out[-d:]):
-            k.open(f"for (long {j} = 0; {j} < {size}; {j}++)")
-        div = f"({ct})(" + " * ".join([fixed_div] + [f"{tabs[e]}[{j}]" for e, j in zip(range(fixed, nsp), js)]) + ")"
-        cell = f"{arr}[{_linear(out[-d:], js)}]"
-        k.line(f"{cell} = ({div}) != 0 ? {cell} / ({div}) : 0;")
-        for _ in js:
-            k.close()
+        _pool_divide(k, arr, ct, out, counts, osp, nsp, fixed)
     _tile_done(k, t, outer, arr, d)
+
+
+def _pool_divide(k, arr: str, ct: str, out, counts, osp, nsp: int, fixed: int) -> None:
+    """An AveragePool tile's window sums divided by their tap counts: the divisor of a position
+    is the product of its per-dim tap counts (static tables)."""
+    d = nsp - fixed
+    tabs = []
+    for e in range(nsp):
+        tab = k.fresh("cnt")
+        k.line(f"static const int {tab}[{out[2 + e]}] = {{{', '.join(map(str, counts[e]))}}};")
+        tabs.append(tab)
+    fixed_div = " * ".join(f"{tabs[e]}[{osp[e]}]" for e in range(fixed)) or "1"
+    js = [k.fresh("j") for _ in range(d)]
+    for j, size in zip(js, out[-d:]):
+        k.open(f"for (long {j} = 0; {j} < {size}; {j}++)")
+    div = f"({ct})(" + " * ".join([fixed_div] + [f"{tabs[e]}[{j}]" for e, j in zip(range(fixed, nsp), js)]) + ")"
+    cell = f"{arr}[{_linear(out[-d:], js)}]"
+    k.line(f"{cell} = ({div}) != 0 ? {cell} / ({div}) : 0;")
+    for _ in js:
+        k.close()
 
 
 def _pool_separable(k, node, prefix: tuple, rows: str, arr: str, geom, avg: bool) -> None:
@@ -490,6 +508,12 @@ def conv_blocking(k, node):
     # tiles would not divide evenly among them (3 tiles on 2 threads: one waits a third of the time)
     even = [r for r in fits if (tiles * (out[2] // r)) % k.threads == 0 or tiles * (out[2] // r) >= 8 * k.threads]
     rows = max(even or fits)
+    span = rows * wq
+    if mg % CM_CHANNELS == 0 and out[1] >= 4 * CM_CHANNELS and rows == out[2] and CM_POSITIONS <= span <= 256 \
+            and wq == out[3] and span < 0.85 * _round_up(span, 16) and CM_CHANNELS * span <= MAX_TILE:
+        # a small plane that fills 16-lane vectors of positions badly (7x7: 49 positions in 4
+        # masked vectors): the channel-vectorised tile (sf_conv_tile32), at least 4 tiles
+        mb = CM_CHANNELS
     blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1])
     if w[1] == 1 and group > 1 and rows == out[2]:
         # depthwise: each tile copies its one input channel into L1 just before using it (a
@@ -612,10 +636,16 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
         src, plane = buf, "0"
     row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
     wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    # a bias in a buffer of its own starts the accumulators (no pass over the tile); not for a
+    # block that may be part padding (it would read past the last group's bias)
+    in_tile = (bias is not None and not valid and k.ct(bias) == "float" and bias not in k.scratch
+               and not k.has_tile(bias) and k.graph.index.producer.get(bias) not in k.members)
+    bptr = (f"{k.ptr(bias, 'r')} + {m0}" if m0 != "0" else k.ptr(bias, "r")) if in_tile else "0"
     k.use_helper(f"sf_conv_tile{mb}")
     k.line(f"sf_conv_tile{mb}(&{arr}[0][0], {span}, {src} + {plane}{row0}, {cplane}, {wsrc}{wrow}, "
-           f"{w[1]}, {taps}, {off});")
-    if len(node.inputs) > 2 and node.inputs[2]:
+           f"{w[1]}, {taps}, {off}, {bptr});")
+    if bias is not None and not in_tile:
         with k.block(f"for (int {a} = 0; {a} < {valid or mb}; {a}++)"):
             bias = k.value(node.inputs[2], (k.index(f"{m0} + {a}"),))
             k.line(f"for (long {j} = 0; {j} < {span}; {j}++) {arr}[{a}][{j}] += {bias};")

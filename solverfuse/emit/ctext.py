@@ -343,12 +343,14 @@ def _register_blocks(mb: int, body, avx2) -> str:
     return f"#if defined(SF_AVX2_TILES)\n{avx2(min(mb, 4))}#else\n{body(mb, CHUNK)}#endif\n"
 
 
-def _v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = False) -> tuple[str, str]:
+def _v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = False,
+              init: str = "") -> tuple[str, str]:
     """(declarations, multiply-adds) of ``rows`` x 2 eight-lane accumulators ``c<i>_<v>`` (AVX2):
     row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr`` (``masked``:
-    only the lanes of the masks ``m0``, ``m1`` are loaded, the others read as 0)."""
-    decl = indent + " ".join(f"__m256 c{i}_0 = _mm256_setzero_ps(), c{i}_1 = _mm256_setzero_ps();"
-                             for i in range(rows))
+    only the lanes of the masks ``m0``, ``m1`` are loaded, the others read as 0); ``init``: the
+    C expression of row i's start value (``init.format(i=i)``; default 0)."""
+    zero = (lambda i: "_mm256_setzero_ps()") if not init else (lambda i: f"_mm256_set1_ps({init.format(i=i)})")
+    decl = indent + " ".join(f"__m256 c{i}_0 = {zero(i)}, c{i}_1 = {zero(i)};" for i in range(rows))
     # the empty asm pins the two input vectors in registers: else GCC folds them into every
     # multiply-add as a memory operand -- 3 loads per 2 FMAs, load-bound at half the FMA rate
     load = (f"_mm256_maskload_ps({xptr}, m0), x1 = _mm256_maskload_ps({xptr} + 8, m1)" if masked
@@ -361,6 +363,63 @@ def _v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = Fal
     return decl, "\n".join(body)
 
 
+#: Output channels of the channel-vectorised conv tile (``sf_conv_tile32``) and its positions per
+#: pass (2 x 12 accumulators, 2 weight vectors: 26 of the 32 zmm registers).
+CM_CHANNELS, CM_POSITIONS = 32, 12
+
+
+def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
+    """``sf_conv_tile32``: with AVX-512 the vectors run across the 32 output channels of the block
+    (two weight vectors per tap, one broadcast input per position, 12 positions per pass, then one
+    at a time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49 positions in 4
+    masked vectors, 77% of the lanes) wastes no lanes; the same packed weights ([C][taps][32])
+    feed the position-vectorised form in 4 blocks of 8 channels on the other targets."""
+    p = CM_POSITIONS
+    acc = " ".join(f"sf_v16 c{i}_0 = b0, c{i}_1 = b1;" for i in range(p))
+    fma = "\n".join(f"                {{ const sf_v16 xb = SF_SET1(xt[{i}]); c{i}_0 = SF_FMA16(xb, w0, c{i}_0); "
+                    f"c{i}_1 = SF_FMA16(xb, w1, c{i}_1); }}" for i in range(p))
+    store = "\n".join(f"        SF_STORE16(o, c{i}_0); SF_STORE16(o + 16, c{i}_1); "
+                      f"for (int a = 0; a < 32; a++) T[a*span + q0 + {i}] = o[a];" for i in range(p))
+    return f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
+   wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
+   bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps. */
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
+    const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias)
+{{
+#if defined(SF_AVX512_TILES)
+    sf_v16 b0 = SF_ZERO16, b1 = SF_ZERO16;
+    if (bias) {{ b0 = SF_LOAD16(bias); b1 = SF_LOAD16(bias + 16); }}
+    float o[32];
+    long q0 = 0;
+    for (; q0 + {p} <= span; q0 += {p}) {{
+        {acc}
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict xt = x + c*cplane + off[t] + q0;
+                const float *restrict w = wp + (c*taps + t)*32;
+                const sf_v16 w0 = SF_LOAD16(w), w1 = SF_LOAD16(w + 16);
+{fma}
+            }}
+{store}
+    }}
+    for (; q0 < span; q0++) {{
+        sf_v16 c0_0 = b0, c0_1 = b1;
+        for (long c = 0; c < C; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict w = wp + (c*taps + t)*32;
+                const sf_v16 xb = SF_SET1(x[c*cplane + off[t] + q0]);
+                c0_0 = SF_FMA16(xb, SF_LOAD16(w), c0_0); c0_1 = SF_FMA16(xb, SF_LOAD16(w + 16), c0_1);
+            }}
+        SF_STORE16(o, c0_0); SF_STORE16(o + 16, c0_1);
+        for (int a = 0; a < 32; a++) T[a*span + q0] = o[a];
+    }}
+#elif defined(SF_AVX2_TILES)
+{conv_avx2(4)}#else
+{conv_body(8, CHUNK)}#endif
+}}
+"""
+
+
 def helper_text(name: str) -> str:
     """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
     if name == "sf_conv_tile1":
@@ -369,13 +428,14 @@ def helper_text(name: str) -> str:
    (a GNU vector; written as a plain loop, GCC 12 scalarised the accumulators and vectorised the
    tap loop with gathers, 3x slower), the last partial chunk masked (AVX-512) or scalar. */
 SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, long span, const float *restrict x,
-    long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
+    long cplane, const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias)
 {{
+    const float b0 = bias ? bias[0] : 0.0f;  /* the accumulators start at the bias (NULL: none) */
     long q = 0;
 #if defined(SF_AVX512_TILES)
     /* explicit FMAs: a GNU-vector a * b + c is not contracted in ISO C mode */
     for (; q + 32 <= span; q += 32) {{
-        sf_v16 a0 = SF_ZERO16, a1 = SF_ZERO16;
+        sf_v16 a0 = SF_SET1(b0), a1 = SF_SET1(b0);
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) {{
                 const float *xt = x + c*cplane + off[t] + q;
@@ -389,7 +449,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         const long r = span - q;
         const sf_mask16 m0 = (sf_mask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
         const sf_mask16 m1 = (sf_mask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
-        sf_v16 a0 = SF_ZERO16, a1 = SF_ZERO16;
+        sf_v16 a0 = SF_SET1(b0), a1 = SF_SET1(b0);
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) {{
                 const float *xt = x + c*cplane + off[t] + q;
@@ -404,6 +464,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
     typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
     for (; q + {CHUNK} <= span; q += {CHUNK}) {{
         sf_vec acc = {{0}};
+        acc += b0;
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++)
                 acc += wp[c*taps + t] * *(const sf_vec *)(x + c*cplane + off[t] + q);
@@ -412,7 +473,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
 #endif
 #if !defined(SF_AVX512_TILES)
     for (; q < span; q++) {{
-        float acc = 0;
+        float acc = b0;
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) acc = SF_FMA(wp[c*taps + t], x[c*cplane + off[t] + q], acc);
         T[q] = acc;
@@ -424,7 +485,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         mb = int(name[len("sf_conv_tile"):])
 
         def tail(v):  # v (1 or 2) masked 16-lane vectors per channel
-            decl = " ".join(f"sf_v16 c{i}_{e} = SF_ZERO16;" for i in range(mb) for e in range(v))
+            decl = " ".join(f"sf_v16 c{i}_{e} = SF_SET1(bias ? bias[{i}] : 0.0f);" for i in range(mb) for e in range(v))
             loads = " ".join(f"const sf_v16 x{e} = SF_LOADM(m{e}, xt + {16 * e});" for e in range(v))
             fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); "
                             + " ".join(f"c{i}_{e} = SF_FMA16(wv, x{e}, c{i}_{e});" for e in range(v)) + " }"
@@ -448,7 +509,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         for (int a0 = 0; a0 < {mb}; a0 += {rows})
             for (int e0 = 0; e0 < {CHUNK}; e0 += {cols}) {{
         float acc[{rows}][{cols}];
-        for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) acc[a][e] = 0;
+        for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) acc[a][e] = bias ? bias[a0 + a] : 0.0f;
         for (long c = 0; c < C; c++) {{
             for (long t = 0; t < taps; t++) {{
                 const float *restrict xt = x + c*cplane + off[t] + q + e0;
@@ -461,11 +522,11 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
     /* the last partial chunk in one pass, masked (a function of its own: inline here, it made
        GCC 12 allocate the main loop's registers worse -- 3.5x slower); portable: one at a time */
 #if defined(SF_AVX512_TILES)
-    if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off);
+    if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off, bias);
 #else
     for (; q < span; q++)
         for (int a = 0; a < {mb}; a++) {{
-            float s = 0;
+            float s = bias ? bias[a] : 0.0f;
             for (long c = 0; c < C; c++)
                 for (long t = 0; t < taps; t++) s = SF_FMA(wp[(c*taps + t)*{mb} + a], x[c*cplane + off[t] + q], s);
             T[a*span + q] = s;
@@ -473,8 +534,9 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
 #endif
 """
         def conv_avx2(rows):
-            decl, fma = _v8_block(rows, "w + {i}", "xt", "            ")
-            mdecl, mfma = _v8_block(rows, "w + {i}", "xt", "            ", masked=True)
+            init = "bias ? bias[a0 + {i}] : 0.0f"
+            decl, fma = _v8_block(rows, "w + {i}", "xt", "            ", init=init)
+            mdecl, mfma = _v8_block(rows, "w + {i}", "xt", "            ", masked=True, init=init)
             store = "\n".join(f"            _mm256_storeu_ps(T + (a0 + {i})*span + q, c{i}_0); "
                               f"_mm256_storeu_ps(T + (a0 + {i})*span + q + 8, c{i}_1);" for i in range(rows))
             mstore = "\n".join(f"            _mm256_maskstore_ps(T + (a0 + {i})*span + q, m0, c{i}_0); "
@@ -511,7 +573,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         tail_fn = f"""#if defined(SF_AVX512_TILES)
 /* Positions q.. of sf_conv_tile{mb} (fewer than {CHUNK}), masked. */
 SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span, long q, const float *restrict x,
-    long cplane, const float *restrict wp, long C, long taps, const long *restrict off)
+    long cplane, const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias)
 {{
     if (span - q > 16) {{
         const sf_mask16 m0 = 0xFFFF, m1 = (sf_mask16)((1u << (span - q - 16)) - 1u);
@@ -523,12 +585,15 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 }}
 #endif
 """
+        if mb == CM_CHANNELS:
+            return _conv_tile_cm(name, conv_body, conv_avx2)
         return tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
    registers; the positions past the last whole chunk with masked loads and stores, so a small
-   plane (13x13: 169 positions) costs no multiply-adds on padding (rounded up to 192 before). */
+   plane (13x13: 169 positions) costs no multiply-adds on padding (rounded up to 192 before).
+   The accumulators start at bias[a] (NULL: 0): no pass of its own over the tile. */
 SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
-    const float *restrict wp, long C, long taps, const long *restrict off)
+    const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias)
 {{
 {_register_blocks(mb, conv_body, conv_avx2)}}}
 """
@@ -609,6 +674,39 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float
 }}
 """
     return {
+        "sf_pool2d": """/* One plane of a 2-D MaxPool (avg = 0) or the window sums of an AveragePool (avg = 1), dilation 1:
+   T[o*OW + j] = max / sum over the taps inside the input of x[o*sh - ph + r][j*sw - pw + c].
+   Per output row, first the rows of its window into V (contiguous vector loops; V[pw + q] holds
+   column q, its pads the neutral value), then the columns at stride sw out of V (in L1). Inlined
+   into every call: constant window and strides, so the column loop vectorises (the former
+   column-first pass did the strided reads on every input row, 2.5x slower than ONNX Runtime). */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_pool2d(float *restrict T, const float *restrict x,
+    long H, long W, long OH, long OW, long kh, long kw, long sh, long sw, long ph, long pw, int avg,
+    float *restrict V, long VW)
+{
+    const float init = avg ? 0.0f : -INFINITY;
+    for (long q = 0; q < VW; q++) V[q] = init;
+    for (long o = 0; o < OH; o++) {
+        const long r0 = o*sh - ph < 0 ? ph - o*sh : 0;
+        const long r1 = H + ph - o*sh < kh ? H + ph - o*sh : kh;
+        float *restrict v = V + pw;
+        const float *restrict xr = x + (o*sh - ph + r0)*W;
+        if (r0 >= r1) for (long q = 0; q < W; q++) v[q] = init;  /* a window wholly in the padding */
+        else for (long q = 0; q < W; q++) v[q] = xr[q];
+        for (long r = r0 + 1; r < r1; r++) {
+            xr += W;
+            if (avg) for (long q = 0; q < W; q++) v[q] += xr[q];
+            else for (long q = 0; q < W; q++) v[q] = xr[q] > v[q] ? xr[q] : v[q];
+        }
+        float *restrict t = T + o*OW;
+        for (long j = 0; j < OW; j++) t[j] = V[j*sw];
+        for (long c = 1; c < kw; c++) {
+            if (avg) for (long j = 0; j < OW; j++) t[j] += V[j*sw + c];
+            else for (long j = 0; j < OW; j++) t[j] = V[j*sw + c] > t[j] ? V[j*sw + c] : t[j];
+        }
+    }
+}
+""",
         "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
    (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
 SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,

@@ -1,0 +1,172 @@
+"""Where a model's time goes in the emitted C: time per kernel (group) of one plan, side by side
+with ONNX Runtime's per-node profile of the same graph at the same thread count.
+
+The plan's C is rendered as usual, then every kernel call of ``sf_run`` is wrapped in
+``clock_gettime`` (the thread's CPU time at 1 thread, else wall time; a benchmark-only edit of the rendered text: the library is otherwise the one
+``compile_plan`` builds), run ``--rounds`` times, and the fastest time of each kernel kept. The
+table lists the kernels by time, with their ops, output shape and GFLOP/s (2 x multiply-adds).
+
+    PYTHONPATH=. python benchmarks/zoo_profile.py light:squeezenet --threads 2 [--top 25]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
+sys.path.insert(0, str(HERE.parent))
+
+import numpy as np  # noqa: E402
+
+from emit_speed import HW  # noqa: E402
+from emit_speed_cases import make_graph  # noqa: E402
+
+from solverfuse import api, cost  # noqa: E402
+from solverfuse.emit.build import build  # noqa: E402
+from solverfuse.emit.data import constants, random_inputs  # noqa: E402
+from solverfuse.emit.program import buffer_table, render  # noqa: E402
+from solverfuse.greedy import greedy_plan  # noqa: E402
+
+PROBE = r"""
+double sf_group_secs[SF_NUM_GROUPS + 1];
+static double sf_now(void)
+{
+    struct timespec t;
+    clock_gettime(SF_PROBE_CLOCK, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+"""
+
+
+def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
+    """Wrap each kernel call of ``sf_run`` in a timer (``clock``) adding to ``sf_group_secs[group]``."""
+    out, shared = [], None
+    for ln in model_c.splitlines():
+        c = re.match(r"    /\* group (\d+): the same code as k\d+ \*/$", ln)
+        m = re.match(r"    if \(\(rc = ((k(\d+))\(.*\))\)\) return rc;$", ln)
+        if m:
+            gi = shared if shared is not None else m.group(3)
+            ln = (f"    {{ double t0 = sf_now(); rc = {m.group(1)}; sf_group_secs[{gi}] += sf_now() - t0; "
+                  "if (rc) return rc; }")
+        shared = c.group(1) if c else None
+        out.append(ln)
+    text = "\n".join(out)
+    probe = f"#define SF_PROBE_CLOCK {clock}\n" + PROBE
+    return text.replace("int sf_run(void *const *B)", probe + "int sf_run(void *const *B)", 1)
+
+
+def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> list[dict]:
+    """Per group: fastest seconds over ``rounds`` runs, ops, output shape, flops."""
+    g = make_graph(spec)
+    plan = (api.plan(g, HW, strategy="optimal", time_limit=20, workers=1) if strategy == "optimal"
+            else greedy_plan(g, HW, strategy))
+    files = render(plan, g, threads=threads)
+    files.pop("buffers.json")
+    # at 1 thread the calling thread's CPU time: it leaves out the time other jobs held the core
+    files["model.c"] = instrument(files["model.c"], "CLOCK_THREAD_CPUTIME_ID" if threads == 1 else "CLOCK_MONOTONIC")
+    lib = ctypes.CDLL(str(build(files, threads=threads, cache_dir=cache)))
+    table = buffer_table(plan, g)
+    x, cs = random_inputs(g, seed=0), constants(g, seed=0)
+    arrays = []
+    for b in table:
+        src = x if b.role == "input" else cs if b.role == "constant" else None
+        dt = np.bool_ if b.dtype == "bool" else np.dtype(b.dtype)
+        if src is not None:
+            arrays.append(np.ascontiguousarray(np.asarray(src[b.tensor], dtype=dt).reshape(b.shape)))
+        else:
+            arrays.append(np.empty(b.shape, dtype=dt) if b.role == "output" else None)
+    ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[None if a is None else a.ctypes.data for a in arrays])
+    lib.sf_init()
+    n = len(plan.groups)
+    secs = (ctypes.c_double * (n + 1)).in_dll(lib, "sf_group_secs")
+    best = [float("inf")] * n
+    lib.sf_run(ptrs)  # packs the weights
+    for _ in range(rounds):
+        for i in range(n):
+            secs[i] = 0.0
+        if lib.sf_run(ptrs):
+            raise RuntimeError("run failed")
+        best = [min(b, secs[i]) for i, b in enumerate(best)]
+    rows = []
+    for i, grp in enumerate(plan.groups):
+        ops = [g.index.node[v].op for v in grp.nodes]
+        outs = [t for t in grp.writes]
+        shape = g.tensors[outs[0]].shape if outs else ()
+        rows.append({"group": i, "secs": best[i], "ops": "+".join(dict.fromkeys(ops)), "nodes": len(grp.nodes),
+                     "shape": list(shape), "flops": cost.group_flops(g, grp.nodes), "name": grp.nodes[0]})
+    return rows
+
+
+def ort_profile(spec: str, threads: int, rounds: int) -> list[dict]:
+    """ONNX Runtime's per-node times (its profiler; the fastest of ``rounds`` runs per node) of the
+    same graph and weights as :func:`profile`: which of its kernels beat ours."""
+    import onnxruntime as ort
+
+    from solverfuse.emit.reference import to_onnx
+    g = make_graph(spec)
+    x, cs = random_inputs(g, seed=0), constants(g, seed=0)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "sf_ort_profile")
+    sess = ort.InferenceSession(to_onnx(g, cs).SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {i.name: x[i.name] for i in sess.get_inputs()}
+    for _ in range(rounds + 1):
+        sess.run(None, feeds)
+    path = sess.end_profiling()
+    best: dict[str, dict] = {}
+    for ev in json.loads(Path(path).read_text()):
+        if ev.get("cat") != "Node" or not ev["name"].endswith("_kernel_time"):
+            continue
+        name = ev["name"][:-len("_kernel_time")]
+        r = best.setdefault(name, {"name": name, "op": ev["args"].get("op_name", "?"), "secs": float("inf")})
+        r["secs"] = min(r["secs"], ev["dur"] * 1e-6)
+    os.unlink(path)
+    return sorted(best.values(), key=lambda r: -r["secs"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("spec")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--strategy", default="optimal")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--json", help="write all rows here")
+    ap.add_argument("--ort", action="store_true", help="also ONNX Runtime's per-node profile")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-gemm-speed"))
+    args = ap.parse_args(argv)
+    rows = profile(args.spec, args.threads, args.rounds, args.strategy, args.cache)
+    total = sum(r["secs"] for r in rows)
+    print(f"{args.spec} {args.threads} thread(s): {len(rows)} kernels, sum of fastest {1e3 * total:.2f} ms "
+          f"(load {os.getloadavg()[0]:.1f})")
+    print("| group | ms | % | GFLOP/s | ops | out shape | first node |")
+    print("|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: -r["secs"])[:args.top]:
+        gf = f"{r['flops'] / r['secs'] / 1e9:.1f}" if r["flops"] and r["secs"] else "-"
+        print(f"| {r['group']} | {1e3 * r['secs']:.3f} | {100 * r['secs'] / total:.1f} | {gf} | {r['ops']} "
+              f"| {r['shape']} | {r['name']} |")
+    if args.ort:
+        ort_rows = ort_profile(args.spec, args.threads, args.rounds)
+        tot = sum(r["secs"] for r in ort_rows)
+        print(f"\nONNX Runtime: {len(ort_rows)} nodes, sum of fastest {1e3 * tot:.2f} ms")
+        print("| node | op | ms | % |\n|---|---|---|---|")
+        for r in ort_rows[:args.top]:
+            print(f"| {r['name']} | {r['op']} | {1e3 * r['secs']:.3f} | {100 * r['secs'] / tot:.1f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
