@@ -680,7 +680,10 @@ def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
     n2 = _round_up(n, CHUNK)
     out = k.shape(node.outputs[0])
     arr = k.fresh("T")
-    k.line(f"float {arr}[{mb}][{n2}];")
+    # 64-byte aligned: the tile helpers add into it a whole vector of CHUNK floats at a time;
+    # where the stack frame left it 32-byte aligned every access split a cache line and each
+    # add's load waited on the previous store (vit_ts's QKV kernels: 1.40 -> 0.98 us)
+    k.line(f"float {arr}[{mb}][{n2}] SF_ALIGN64;")
     base = _linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0"))
     bb = bmap(batch, out[:-2], b[:-2]) if node.op == "MatMul" else ()
     boff = _linear(b[:-2], bb) if bb else "0"

@@ -146,6 +146,7 @@ class Kernel:
         self.checked: list[str] = []              # parameter tensors checked against compiled values
         self.helpers: set[str] = set()            # shared helper functions the kernel calls
         self.hoisted: dict[str, str] = {}         # one-element tensor -> its value, loaded at entry
+        self.splits: dict[str, tuple] = {}        # index of a loop run as two -> their indices (schedule)
 
     # ---- text
     def fresh(self, prefix: str) -> str:
