@@ -71,3 +71,87 @@ def test_masked_scores_with_double_values(cache):
     src = render(plan, g)["model.c"]
     assert "one row loop" in src and "-(uint64_t)(" in src
     assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+
+
+def _conv_silu(cin, cout, hw, *, kernel=1, group=1, tail=None):
+    """Conv + bias + SiLU (x * sigmoid(x)) and an optional tail op reading the SiLU output."""
+    t = {"x": [1, cin, hw, hw], "w": {"shape": [cout, cin // group, kernel, kernel], "constant": True},
+         "b": {"shape": [cout], "constant": True}}
+    pad = kernel // 2
+    nodes = [("c", "Conv", ["x", "w", "b"], ["h"], {"pads": [pad] * 4, "group": group}),
+             ("s", "Sigmoid", ["h"], ["g"]), ("m", "Mul", ["h", "g"], ["a"])]
+    outs = ["a"]
+    if tail == "pad":
+        t["pads"] = {"shape": [8], "dtype": "int64", "constant": True, "value": [0, 0, 0, 1, 0, 0, 2, 1]}
+        t["cv"] = {"shape": [], "constant": True, "value": 0.5}
+        nodes.append(("p", "Pad", ["a", "pads", "cv"], ["y"], {"mode": "constant"}))
+        outs = ["y"]
+    elif tail == "pool":
+        nodes.append(("gap", "GlobalAveragePool", ["a"], ["y"]))
+        outs = ["a", "y"]
+    return graph(t, ["x"], outs, nodes, name=f"conv_silu_{tail}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_silu_pad_stores_through_the_pad(threads, cache):
+    """Conv + SiLU + constant Pad (efficientnet's expand conv before a strided depthwise one): the
+    epilogue runs on the conv tile and stores at the padded index; the border is filled apart, so
+    the conv output is never materialised (it was, and its SiLU ran per element with a branch)."""
+    g = _conv_silu(8, 24, 10, tail="pad")
+    groups = [list(g.index.order)]
+    plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    assert "the border of a constant Pad" in src and "mapped store" in src
+    assert "output of an anchor/window op needed by several passes" not in src
+    if threads == 1:
+        plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
+        assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+        check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
+
+
+@pytest.mark.parametrize("hw", [2, 8])
+def test_conv_silu_pool_computes_the_activation_once(hw, cache):
+    """Depthwise conv + SiLU written out and globally pooled (squeeze-excite): the SiLU output,
+    read by two passes, is computed once into scratch (not once per pass); on a 2x2 plane the conv
+    is computed apart first so that the exp runs as one loop over every channel."""
+    g = _conv_silu(16, 16, hw, kernel=3, group=16, tail="pool")
+    groups = [list(g.index.order)]
+    plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
+    assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+    src = render(plan, g)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert body.count("exp(") == 1  # one SiLU loop
+    check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
+
+
+def test_pointwise_conv_on_a_1x1_plane_keeps_the_activation_a_vector_loop(cache):
+    """A [1, C, 1, 1] conv (squeeze-excite's expand) has no tile: its dot products run in a loop of
+    their own, the SiLU after it in another (one exp per channel in a vector loop)."""
+    g = _conv_silu(24, 40, 1)
+    groups = [list(g.index.order)]
+    plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
+    assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+    src = render(plan, g)["model.c"]
+    assert "output of an anchor/window op" in src
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_horizontal_group_lays_out_each_part_alone(threads, cache):
+    """Two residual + LayerNorm chains of independent inputs and shapes that share the weights
+    (whisper's encoder and decoder norms, fused for the shared reads): each part gets its own row
+    loop in the one kernel (together they took the general passes, stats recomputed per pass)."""
+    t = {"x": [1, 16, 32], "r": [1, 16, 32], "ids": {"shape": [1, 4], "dtype": "int64"},
+         "emb": {"shape": [24, 32], "constant": True}, "pos": [1, 4, 32],
+         "g": {"shape": [32], "constant": True}, "b": {"shape": [32], "constant": True}}
+    g = graph(t, ["x", "r", "ids", "pos"], ["h", "y", "z"], [
+        ("a1", "Add", ["b", "x"], ["u"]), ("a2", "Add", ["r", "u"], ["h"]),
+        ("ln1", "LayerNormalization", ["h", "g", "b"], ["y"]),
+        ("ga", "Gather", ["emb", "ids"], ["e"]), ("a3", "Add", ["e", "pos"], ["v"]),
+        ("ln2", "LayerNormalization", ["v", "g", "b"], ["z"])], name="two_norms")
+    groups = [list(g.index.order)]
+    plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    assert src.count("static int k") == 1 and src.count("one row loop") == 2
+    if threads == 1:
+        plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
+        assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)

@@ -81,6 +81,10 @@ def _plan_passes(k: Kernel) -> list:
                 passes.append((("fwd", ts[0], chain), k.shape(a), deps))
             else:
                 passes.append((("out", shape, ts), shape, deps))
+        shared = _shared_frontier(k, passes)
+        if shared:
+            k.materialised |= shared
+            continue
         promote = set()
         for v in k.nodes:
             node = g.index.node[v]
@@ -90,9 +94,73 @@ def _plan_passes(k: Kernel) -> list:
             using = [shape for _, shape, deps in passes if t in deps]
             if len(using) > 1 or any(s != k.shape(t) for s in using):
                 promote.add(v)
+            elif any(c in k.members for c in g.index.consumers.get(t, [])) and any(
+                    t in deps and _tile_elems(k, shape, deps) < SHORT_TILE and _expensive(k, deps, t)
+                    for _, shape, deps in passes):
+                # computed per element (no tile: a [N, C, 1, 1] conv output) or in tiles shorter
+                # than a vector (a 2x2 plane): alone in a loop of its own, so the expensive
+                # epilogue after it runs as one vector loop over all of it (a conv's dot product
+                # in the same loop left SiLU's exp one scalar call per element)
+                promote.add(v)
         if not promote:
             return [p for p, _, _ in passes]
         k.materialised |= promote
+
+
+#: Ops whose value costs far more than a load from kernel-local scratch (a libm call or an
+#: anchor's dot product): a value several passes need is computed once (:func:`_shared_frontier`).
+EXPENSIVE_OPS = frozenset({"Exp", "Erf", "Sigmoid", "Tanh", "Log", "Pow", "Gelu", "Softplus", "Mish", "Silu",
+                           "Elu", "Selu", "Sin", "Cos"})
+
+
+#: Tiles of fewer elements than this (one AVX-512 vector) do not carry an expensive epilogue.
+SHORT_TILE = 16
+
+
+def _tile_elems(k: Kernel, shape: tuple, deps) -> int:
+    """Elements of the anchor tile a pass over ``shape`` runs its epilogue on (0: no tile)."""
+    tiled = _anchors_for(k, shape, deps)
+    if not tiled:
+        return 0
+    node = k.graph.index.node[k.graph.index.producer[tiled[0]]]
+    return numel(shape[-anchors.tile_rank(k, node):])
+
+
+def _expensive(k: Kernel, deps, after: Optional[str] = None) -> bool:
+    """Whether some in-group tensor of ``deps`` (computed from ``after``, when given) is computed
+    by an op of :data:`EXPENSIVE_OPS`."""
+    g = k.graph
+    memo: dict = {}
+    return any(g.index.node[g.index.producer[d]].op in EXPENSIVE_OPS and (after is None or after in _deps(k, d, memo))
+               for d in deps)
+
+
+def _shared_frontier(k: Kernel, passes: list) -> set:
+    """Elementwise nodes to materialise: the last tensors of an expensive chain (an anchor or a
+    transcendental op upstream in the group) that more than one pass reads. Each pass would
+    otherwise recompute the chain (an activation's exp per pass: efficientnet's conv + SiLU +
+    global pool ran exp twice, whisper's conv + GELU + LayerNorm erf twice); materialised, the
+    chain runs once, in a pass that has the anchor's tile."""
+    g = k.graph
+    count: dict[str, int] = {}
+    for _, _, deps in passes:
+        for t in deps:
+            count[t] = count.get(t, 0) + 1
+    shared = {t for t, n in count.items() if n > 1}
+    memo: dict = {}
+    out = set()
+    for t in shared:
+        v = g.index.producer[t]
+        node = g.index.node[v]
+        if v in k.materialised or OPS[node.op].role not in ("elementwise", "broadcast") or node.op in STATS_OPS:
+            continue
+        if any(c in k.members and any(o in shared for o in g.index.node[c].outputs if o)
+               for c in g.index.consumers.get(t, [])):
+            continue  # not the last shared tensor of its chain
+        ops = {g.index.node[g.index.producer[d]].op for d in _deps(k, t, memo)}
+        if ops & EXPENSIVE_OPS or any(OPS[o].role in ("anchor", "window") for o in ops):
+            out.add(v)
+    return out
 
 
 LAYOUT_MAPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
@@ -117,22 +185,91 @@ def _forward_chain(k: Kernel, t: str) -> Optional[list[str]]:
         if role == "anchor":
             break
         inner = [u for u in node.inputs if u and g.index.producer.get(u) in k.members]
-        if len(inner) != 1 or node.outputs.index(cur) != 0:
+        if node.op == "Pad":
+            if cur != t or _pad_begin(k, node) is None:
+                return None  # only a constant pad that writes t: its border is filled apart
+            inner = inner[:1] if inner and inner[0] == node.inputs[0] else []
+        if not inner or node.outputs.index(cur) != 0:
             return None
-        if node.op not in LAYOUT_MAPS and (role not in ("elementwise", "broadcast")
-                                           or k.shape(inner[0]) != k.shape(cur)):
+        if node.op not in LAYOUT_MAPS and node.op != "Pad" and (
+                role not in ("elementwise", "broadcast") or any(k.shape(u) != k.shape(cur) for u in inner)):
             return None
-        cur = inner[0]
+        if len(inner) > 1 and (node.op in LAYOUT_MAPS or any(
+                g.index.node[g.index.producer[u]].op in LAYOUT_MAPS for c in chain for u in inner)):
+            return None
+        # several in-group inputs of the same shape (SiLU: x * sigmoid(x)): each is evaluated at
+        # the index the chain reaches here; follow the one that leads to the anchor
+        cur = next((u for u in inner if _reaches_anchor(k, u)), inner[0])
     chain.reverse()
     if node.op not in anchors.TILES or k.shape(node.outputs[0]) == k.shape(t):
         return None
     return chain
 
 
+def _reaches_anchor(k: Kernel, t: str) -> bool:
+    """Whether in-group tensor ``t`` is an anchor's output or computed from one in the group."""
+    g = k.graph
+    memo: dict = {}
+    return any(OPS[g.index.node[g.index.producer[d]].op].role == "anchor" for d in _deps(k, t, memo))
+
+
+def _pad_begin(k: Kernel, node) -> Optional[list]:
+    """The leading pad of each axis of a constant-mode Pad with no negative pad, else None."""
+    from .cexpr import attr_str
+    if attr_str(node.attributes.get("mode"), "constant") != "constant":
+        return None
+    xs = k.shape(node.inputs[0])
+    pads = list(node.attributes["pads"]) if "pads" in node.attributes else \
+        [int(p) for p in k.param_values(node.inputs[1]).reshape(-1)]
+    axes = list(range(len(xs)))
+    if len(node.inputs) > 3 and node.inputs[3]:
+        axes = [int(a) % len(xs) for a in k.param_values(node.inputs[3]).reshape(-1)]
+    if any(p < 0 for p in pads):
+        return None
+    begin = [0] * len(xs)
+    for n, a in enumerate(axes):
+        begin[a] = pads[n]
+    return begin
+
+
+def _pad_border(k: Kernel, node) -> None:
+    """Store a constant Pad's value on its output's border (the elements no input element maps
+    to): per row of the output, the whole row when the row is in the padding, else the head and
+    tail of the row."""
+    from .cexpr import lit
+    x, out = node.inputs[0], node.outputs[0]
+    xs, os_, ct = k.shape(x), k.shape(out), k.ct(out)
+    begin = _pad_begin(k, node)
+    if len(node.inputs) > 2 and node.inputs[2]:
+        cval = k.value(node.inputs[2], ("0",) * len(k.shape(node.inputs[2])))
+    else:
+        cval = lit(node.attributes.get("value", 0.0), ct)
+    k.line(f"/* pass: the border of a constant Pad (its inside is stored by the next pass) */")
+    with k.loops(os_[:-1]) as outer:  # serial: little work, not worth waking the threads
+        inside = [f"{i} < {b + d}" if not b else f"({i} >= {b} && {i} < {b + d})"
+                  for i, b, d, o in zip(outer, begin, xs, os_) if o != d or b]
+        b, d, n = begin[-1], xs[-1], os_[-1]
+        j = k.fresh("j")
+        ranges = [(0, b), (b + d, n)]
+        if inside:
+            with k.block(f"if (!({' && '.join(inside)}))"):
+                with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+                    k.store(out, tuple(outer) + (j,), cval)
+            k.open("else")
+        for lo, hi in ranges:
+            if hi > lo:
+                with k.block(f"for (long {j} = {lo}; {j} < {hi}; {j}++)"):
+                    k.store(out, tuple(outer) + (j,), cval)
+        if inside:
+            k.close()
+
+
 def _forward_index(k: Kernel, node, idx: tuple) -> tuple:
     """The output index of a layout op for input index ``idx`` (the inverse of its index map)."""
     x, out = node.inputs[0], node.outputs[0]
     xs, os_ = k.shape(x), k.shape(out)
+    if node.op == "Pad":
+        return tuple(f"{i} + {b}" if b else i for i, b in zip(idx, _pad_begin(k, node)))
     if node.op == "Transpose":
         perm = transpose_perm(node.attributes, len(xs))
         return tuple(idx[p] for p in perm)
@@ -146,6 +283,9 @@ def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
     output value is registered (not recomputed), elementwise ops run as usual; t is stored."""
     g = k.graph
     a = g.index.node[chain[0]].outputs[0]
+    last = g.index.node[chain[-1]]
+    if last.op == "Pad":
+        _pad_border(k, last)
     k.line(f"/* pass: in the anchor's iteration space, through {len(chain) - 1} op(s) to a mapped store */")
     split = _head_split(k, a, chain)
 
@@ -154,8 +294,8 @@ def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
         for v in chain[1:]:
             node = g.index.node[v]
             out = node.outputs[0]
-            if node.op in LAYOUT_MAPS:
-                for u in node.inputs[1:]:
+            if node.op in LAYOUT_MAPS or node.op == "Pad":
+                for u in node.inputs[1:2] if node.op == "Pad" else node.inputs[1:]:
                     if u:
                         k.param_values(u)  # checked at run time, as the index map would
                 val = k.value(cur, cur_idx)
@@ -538,17 +678,58 @@ def render_kernel(k: Kernel) -> str:
     """The C function ``k<gid>`` of one group. An anchor whose output some op reads outside the
     anchor's tile (an index map between them) is materialised and the kernel rendered again."""
     forced: set = set()
+    nodes, members, writes = k.nodes, k.members, k.writes
+    parts = _components(k)
     while True:
         try:
-            return _render_kernel(k, forced)
+            if len(parts) == 1:
+                return _render_kernel(k, forced)
+            for part in parts:  # each part as if alone, into the one function
+                k.nodes = [v for v in nodes if v in part]
+                k.members = set(part)
+                k.writes = [t for t in writes if k.graph.index.producer[t] in part]
+                k.materialised, k.stats, k.tiles = set(), {}, {}
+                _render_body(k, forced & part)
+            k.nodes, k.members, k.writes = nodes, members, writes
+            return k.assemble()
         except UntiledRead as e:
+            k.nodes, k.members, k.writes = nodes, members, writes
             if e.node in forced:
                 raise EmitError(f"node {e.node!r}: internal error, tile read outside its tile") from None
             forced.add(e.node)
             k.reset()
 
 
+def _components(k: Kernel) -> list[set]:
+    """The group's nodes split into parts that share no in-group tensor (a horizontal group: two
+    LayerNorms of independent inputs that read the same weights), in graph order. Each part is
+    laid out on its own (a row loop each, where together they took the general passes: whisper's
+    encoder and decoder LayerNorms ran 0.95 us fused, 0.43 us apart)."""
+    g = k.graph
+    parent = {v: v for v in k.nodes}
+
+    def find(v):
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+    for v in k.nodes:
+        for t in g.index.node[v].inputs:
+            p = g.index.producer.get(t) if t else None
+            if p in parent:
+                parent[find(p)] = find(v)
+    parts: dict[str, set] = {}
+    for v in k.nodes:
+        parts.setdefault(find(v), set()).add(v)
+    return list(parts.values())
+
+
 def _render_kernel(k: Kernel, forced: set) -> str:
+    _render_body(k, forced)
+    return k.assemble()
+
+
+def _render_body(k: Kernel, forced: set) -> None:
     g = k.graph
     k.materialised |= forced
     for v in k.nodes:
@@ -561,7 +742,7 @@ def _render_kernel(k: Kernel, forced: set) -> str:
     rows = _row_fusable(k) if not forced else None
     if rows is not None:
         _emit_rows(k, rows)
-        return k.assemble()
+        return
     passes = _plan_passes(k)
     memo: dict = {}
     for p in passes:
@@ -581,7 +762,6 @@ def _render_kernel(k: Kernel, forced: set) -> str:
             deps = frozenset().union(*(_deps(k, t, memo) for t in ts))
             k.line(f"/* pass: {len(ts)} written tensor(s) of shape {list(shape)} */")
             _emit_loop(k, shape, deps, lambda idx, ts=ts: [k.store(t, idx, k.value(t, idx)) for t in ts])
-    return k.assemble()
 
 
 def _materialise_inline(k: Kernel, node, deps) -> None:
