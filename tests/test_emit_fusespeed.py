@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from solverfuse import cost
 from solverfuse.emit.program import render
 from solverfuse.plans import build_plan
 
@@ -155,3 +156,28 @@ def test_horizontal_group_lays_out_each_part_alone(threads, cache):
     if threads == 1:
         plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
         assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+
+
+def test_embedding_row_checks_the_gather_index_once_per_row(cache):
+    """Position embeddings (their ids computed in the group) + token embeddings + LayerNorm (an
+    embedding layer) in one row loop: the Gather's index is checked once per row, before the
+    row's loops, and the counters still see the gathered rows."""
+    t = {"tok": [1, 6, 16], "posw": {"shape": [12, 16], "constant": True},
+         "g": {"shape": [16], "constant": True}, "b": {"shape": [16], "constant": True},
+         "ids": {"shape": [1, 6], "dtype": "int64"},
+         "two": {"shape": [], "dtype": "int64", "constant": True, "value": 2},
+         "twelve": {"shape": [], "dtype": "int64", "constant": True, "value": 12}}
+    g = graph(t, ["tok", "ids"], ["y"], [
+        ("p", "Add", ["ids", "two"], ["p0"]), ("m", "Mod", ["p0", "twelve"], ["pos"]),
+        ("ep", "Gather", ["posw", "pos"], ["c"]), ("s", "Add", ["tok", "c"], ["e"]),
+        ("ln", "LayerNormalization", ["e", "g", "b"], ["y"])], name="embeddings")
+    groups = [list(g.index.order)]
+    assert cost.group_violation(g, groups[0], HW) is None
+    for threads in (1, 2):
+        plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=threads)
+    src = render(plan, g)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert "one row loop" in body
+    assert "sf_error = 3" not in body[body.index("#pragma omp simd"):]  # the check sits before the row's loops
+    plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
+    assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)

@@ -159,8 +159,26 @@ def _shared_frontier(k: Kernel, passes: list) -> set:
             continue  # not the last shared tensor of its chain
         ops = {g.index.node[g.index.producer[d]].op for d in _deps(k, t, memo)}
         if ops & EXPENSIVE_OPS or any(OPS[o].role in ("anchor", "window") for o in ops):
-            out.add(v)
+            out.add(_before_layout(k, t, memo) or v)
     return out
+
+
+def _before_layout(k: Kernel, t: str, memo: dict) -> Optional[str]:
+    """The producer of the input of a layout op upstream of ``t`` when that input is an
+    elementwise result of an expensive chain: materialised there, the chain runs in its own
+    layout (contiguous, on the anchor's tile) rather than read through the transpose (whisper's
+    conv + GELU + transpose + LayerNorm ran its erf over a stride-16 read)."""
+    g = k.graph
+    for d in _deps(k, t, memo):
+        node = g.index.node[g.index.producer[d]]
+        if node.op not in LAYOUT_MAPS:
+            continue
+        u = node.inputs[0]
+        p = g.index.producer.get(u)
+        if p in k.members and p not in k.materialised and OPS[g.index.node[p].op].role in ("elementwise", "broadcast") \
+                and _expensive(k, _deps(k, u, memo)):
+            return p
+    return None
 
 
 LAYOUT_MAPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
@@ -557,9 +575,9 @@ def _row_fusable(k: Kernel) -> Optional[tuple]:
 
 
 def _pure_tensors(k: Kernel) -> frozenset:
-    """In-group tensors computed from global reads by elementwise, broadcast and layout ops only
-    (no anchor, window, statistics or reduction upstream in the group): they may be evaluated at
-    any index, in any pass, by recomputing."""
+    """In-group tensors computed from global reads by elementwise, broadcast, layout and gather
+    ops only (no anchor, window, statistics or reduction upstream in the group): they may be
+    evaluated at any index, in any pass, by recomputing."""
     g = k.graph
     impure: set = set()
     pure: set = set()
@@ -567,7 +585,7 @@ def _pure_tensors(k: Kernel) -> frozenset:
         node = g.index.node[v]
         role = OPS[node.op].role if node.op in OPS else "opaque"
         ins = [t for t in node.inputs if t and g.index.producer.get(t) in k.members]
-        bad = (role not in ("elementwise", "broadcast", "injective") or node.op in STATS_OPS
+        bad = (role not in ("elementwise", "broadcast", "injective", "gather") or node.op in STATS_OPS
                or node.op in MATERIALISED_OPS or v in k.materialised or any(t in impure for t in ins))
         (impure if bad else pure).update(t for t in node.outputs if t)
     return frozenset(pure)
@@ -602,6 +620,23 @@ def _narrow_rows(k: Kernel, shape: tuple, deps: frozenset, pure: frozenset, row:
             else:
                 k.line(f"{arr}[{j}] = {k.value(t, idx)};")
         k.set_tile(t, tuple("0" if d == 1 else k.index(i) for i, d in zip(at, ts[:-1])), arr, 1)
+
+
+def _row_invariants(k: Kernel, shape: tuple, deps: frozenset, pure: frozenset, row: tuple) -> None:
+    """Before a row's loops: the index of each Gather whose index does not change along the row
+    (an embedding's token, position or token-type ids) checked once, at the row, not per element
+    inside the row's loops (the check's error store kept them scalar: roberta's embedding kernel
+    ran 0.75 us fused, 0.24 us apart)."""
+    g = k.graph
+    for t in sorted(deps, key=lambda t: g.index.position[g.index.producer[t]]):
+        node = g.index.node[g.index.producer[t]]
+        if t not in pure or node.op != "Gather" or k.shape(t) != shape:
+            continue
+        axis = node.attributes.get("axis", 0) % len(k.shape(node.inputs[0]))
+        q = len(k.shape(node.inputs[1]))
+        if axis + q < len(shape):  # the index does not change along the row
+            at = tuple("0" if n == 1 else i for i, n in zip(tuple(row)[axis:axis + q], k.shape(node.inputs[1])))
+            anchors.gather_index(k, node, at)
 
 
 def _bit_select(k: Kernel, node, shape: tuple, idx: tuple, dst: str) -> None:
@@ -639,6 +674,7 @@ def _emit_rows(k: Kernel, shape: tuple) -> None:
     before = set(k.tiles)
 
     def row(outer):
+        _row_invariants(k, shape, deps, pure, outer)
         _narrow_rows(k, shape, deps, pure, outer)
         for v in k.nodes:
             node = g.index.node[v]
