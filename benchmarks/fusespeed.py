@@ -70,13 +70,15 @@ def compare_tables(before: str, after: str) -> list[str]:
     a, na = _rows(after)
     keys = sorted(set(b) & set(a), key=lambda k: (k[1], k[0]))
     out = ["| threads | models | median optimal/unfused before | after | worst before | worst after | "
-           "above 1.10 before | after | median optimal/ORT before | after |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "above 1.10 before | after | median optimal/ORT before | after |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for th in sorted({k[1] for k in keys}):
         ks = [k for k in keys if k[1] == th]
         rb = {k: b[k][0] / b[k][1] for k in ks}
         ra = {k: a[k][0] / a[k][1] for k in ks}
         wb, wa = max(ks, key=rb.get), max(ks, key=ra.get)
-        out.append(f"| {th} | {len(ks)} | {statistics.median(rb.values()):.2f} | {statistics.median(ra.values()):.2f} | "
+        med_b, med_a = statistics.median(rb.values()), statistics.median(ra.values())
+        out.append(f"| {th} | {len(ks)} | {med_b:.2f} | {med_a:.2f} | "
                    f"{rb[wb]:.2f} ({wb[0]}) | {ra[wa]:.2f} ({wa[0]}) | {sum(x > 1.1 for x in rb.values())} | "
                    f"{sum(x > 1.1 for x in ra.values())} | {statistics.median(b[k][0] / b[k][2] for k in ks):.2f} | "
                    f"{statistics.median(a[k][0] / a[k][2] for k in ks):.2f} |")
@@ -94,6 +96,7 @@ def main() -> int:
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     ap.add_argument("--out", default=str(HERE / "results" / "fusespeed.md"))
     ap.add_argument("--title", default="")
+    ap.add_argument("--note", default="", help="a line under the title (how the runs were made)")
     ap.add_argument("--threads", default="1")
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-transformers-speed"))
@@ -104,13 +107,14 @@ def main() -> int:
                 "Written by `benchmarks/fusespeed.py --compare` from two `benchmarks/transformers_speed.py` runs, "
                 "one after the other on the same machine (plans cached, so the same plans): the tree before "
                 "and after the emitter changes. Read the ratios within each run; the loads differ.", "",
-                *compare_tables(*args.compare)]
+                *([args.note, ""] if args.note else []), *compare_tables(*args.compare)]
         print(write_results(args.out, text, True))
         return 0
     for name in args.models.split(","):
         for th in map(int, args.threads.split(",")):
             rows, (to, tu) = compare(name, th, Path(args.cache))
-            print(f"== {name} {th}t: kernels optimal {to:.1f} µs, unfused {tu:.1f} µs (load {os.getloadavg()[0]:.1f})")
+            load = os.getloadavg()[0]
+            print(f"== {name} {th}t: kernels optimal {to:.1f} µs, unfused {tu:.1f} µs (load {load:.1f})")
             for o, u, gi, ops in rows[:args.top]:
                 print(f"  g{gi}: fused {o:.2f} µs vs unfused {u:.2f} µs (+{o - u:.2f}) [{ops[:110]}]")
     return 0

@@ -25,7 +25,7 @@ from ..errors import EmitError
 from ..ops import OPS, numel, transpose_perm
 from . import anchors, reductions
 from .anchors import MAX_TILE
-from .cexpr import bmap, ctype, linear, reshape_index
+from .cexpr import attr_str, bmap, ctype, linear, lit, reshape_index
 from .elementwise import NARY, STRUCTURED, UNARY
 from .indexing import NARY_MORE, UNARY_MORE
 from .kernel import Kernel, UntiledRead
@@ -233,7 +233,6 @@ def _reaches_anchor(k: Kernel, t: str) -> bool:
 
 def _pad_begin(k: Kernel, node) -> Optional[list]:
     """The leading pad of each axis of a constant-mode Pad with no negative pad, else None."""
-    from .cexpr import attr_str
     if attr_str(node.attributes.get("mode"), "constant") != "constant":
         return None
     xs = k.shape(node.inputs[0])
@@ -254,7 +253,6 @@ def _pad_border(k: Kernel, node) -> None:
     """Store a constant Pad's value on its output's border (the elements no input element maps
     to): per row of the output, the whole row when the row is in the padding, else the head and
     tail of the row."""
-    from .cexpr import lit
     x, out = node.inputs[0], node.outputs[0]
     xs, os_, ct = k.shape(x), k.shape(out), k.ct(out)
     begin = _pad_begin(k, node)
@@ -317,7 +315,7 @@ def _emit_forward(k: Kernel, t: str, chain: list[str], deps: frozenset) -> None:
                     if u:
                         k.param_values(u)  # checked at run time, as the index map would
                 val = k.value(cur, cur_idx)
-                if v == split[0]:  # the head split: the two loops' own indices
+                if v == split[0] and cur_idx[-1] in k.splits:  # the head split: the two loops' own indices
                     cur_idx = tuple(cur_idx[:-1]) + k.splits[cur_idx[-1]]
                 else:
                     cur_idx = tuple("0" if d == 1 else k.index(i)
