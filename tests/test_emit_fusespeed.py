@@ -123,6 +123,7 @@ def test_conv_silu_pool_computes_the_activation_once(hw, cache):
     body = src[src.index("static int k0("):]
     assert body.count("exp(") == 1  # one SiLU loop
     check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
+    check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
 
 
 def test_pointwise_conv_on_a_1x1_plane_keeps_the_activation_a_vector_loop(cache):
@@ -156,6 +157,7 @@ def test_horizontal_group_lays_out_each_part_alone(threads, cache):
     if threads == 1:
         plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
         assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+        check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
 
 
 def test_embedding_row_checks_the_gather_index_once_per_row(cache):
@@ -179,5 +181,25 @@ def test_embedding_row_checks_the_gather_index_once_per_row(cache):
     body = src[src.index("static int k0("):]
     assert "one row loop" in body
     assert "sf_error = 3" not in body[body.index("#pragma omp simd"):]  # the check sits before the row's loops
+    plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
+    assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+
+
+@pytest.mark.parametrize("perm", [[0, 2, 1, 3], [0, 2, 3, 1]])
+def test_head_split_store_runs_the_row_as_heads_by_head_dim(perm, cache):
+    """A projection + bias + head split (Reshape [1, 17, 32] -> [1, 17, 4, 8]) + Transpose (Q/V:
+    heads first; K^T: head dim before the sequence): the pass over the projection's rows runs each
+    row as 4 heads x 8, storing a head's 8 values with the loops' own indices (no / and % per
+    element), and matches ONNX Runtime; 17 rows take the one-row tile."""
+    t = {"x": [1, 17, 32], "w": {"shape": [32, 32], "constant": True}, "b": {"shape": [32], "constant": True},
+         "s": {"shape": [4], "dtype": "int64", "constant": True, "value": [1, 17, 4, 8]}}
+    g = graph(t, ["x"], ["y"], [("mm", "MatMul", ["x", "w"], ["h"]), ("ad", "Add", ["b", "h"], ["a"]),
+                                ("rs", "Reshape", ["a", "s"], ["r"]),
+                                ("tr", "Transpose", ["r"], ["y"], {"perm": perm})], name="head_split")
+    groups = [list(g.index.order)]
+    for threads in (1, 2):
+        plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=threads)
+    src = render(plan, g)["model.c"]
+    assert "mapped store" in src and " / 8" not in src and "% 8" not in src
     plan, prog, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", counters=True)
     assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
