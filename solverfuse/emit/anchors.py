@@ -710,7 +710,10 @@ def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
     n2 = _round_up(n, CHUNK)
     out = k.shape(node.outputs[0])
     arr = k.fresh("T")
-    k.line(f"float {arr}[{mb}][{n2}];")
+    # 64-byte aligned: the tile helpers add into it a whole vector of CHUNK floats at a time;
+    # where the stack frame left it 32-byte aligned every access split a cache line and each
+    # add's load waited on the previous store (vit_ts's QKV kernels: 1.40 -> 0.98 us)
+    k.line(f"float {arr}[{mb}][{n2}] SF_ALIGN64;")
     base = _linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0"))
     bb = bmap(batch, out[:-2], b[:-2]) if node.op == "MatMul" else ()
     boff = _linear(b[:-2], bb) if bb else "0"
@@ -803,16 +806,29 @@ def _gather(k, node, pos, idx):
     if k.counters and k.gathered.get(data) == node.name:
         k.line(f"SFG({_linear(k.shape(node.outputs[0]), idx)});")  # one data element gathered
     axis = node.attributes.get("axis", 0) % len(d)
-    iv = k.value(ind, tuple(idx[axis:axis + q]))
+    ix = gather_index(k, node, tuple(idx[axis:axis + q]))
+    return k.value(data, tuple(idx[:axis]) + (ix,) + tuple(idx[axis + q:]))
+
+
+def gather_index(k, node, at: tuple) -> str:
+    """The checked, wrapped row a Gather reads for its index element ``at`` (a C name), computed
+    once per block: a row loop computes the index of a row-invariant Gather before its inner
+    loops (the check's store to ``sf_error`` kept them scalar)."""
+    key = ("gather", node.name, tuple(at))
+    if key in k.cache:
+        return k.cache[key]
+    dim = k.shape(node.inputs[0])[node.attributes.get("axis", 0) % len(k.shape(node.inputs[0]))]
+    iv = k.value(node.inputs[1], at)
     ix = k.fresh("g")
     k.line(f"long {ix} = (long){iv};")
-    k.line(f"if ({ix} < 0) {ix} += {d[axis]};")
-    with k.block(f"if ({ix} < 0 || {ix} >= {d[axis]})"):
+    k.line(f"if ({ix} < 0) {ix} += {dim};")
+    with k.block(f"if ({ix} < 0 || {ix} >= {dim})"):
         if k.threads > 1:
             k.pragma("#pragma omp atomic write")
         k.line("sf_error = 3;")
         k.line(f"{ix} = 0;")
-    return k.value(data, tuple(idx[:axis]) + (ix,) + tuple(idx[axis + q:]))
+    k.cache[key] = ix
+    return ix
 
 
 SPECIAL_ANCHORS = {"MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "MaxPool": _maxpool,

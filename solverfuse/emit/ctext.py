@@ -41,10 +41,12 @@ SF_SIMD float powf(float, float);
 #define SF_NOINLINE __attribute__((noinline))
 #define SF_HIDDEN __attribute__((visibility("hidden")))
 #define SF_UNUSED __attribute__((unused))
+#define SF_ALIGN64 __attribute__((aligned(64)))
 #else
 #define SF_NOINLINE
 #define SF_HIDDEN
 #define SF_UNUSED
+#define SF_ALIGN64
 #endif
 /* The one-row/one-channel tiles are not specialised per call site (their GNU-vector loops are
    the form wanted); the register-blocked ones may be, as before (GCC's clone with the tap count

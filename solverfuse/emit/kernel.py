@@ -146,6 +146,7 @@ class Kernel:
         self.checked: list[str] = []              # parameter tensors checked against compiled values
         self.helpers: set[str] = set()            # shared helper functions the kernel calls
         self.hoisted: dict[str, str] = {}         # one-element tensor -> its value, loaded at entry
+        self.splits: dict[str, tuple] = {}        # index of a loop run as two -> their indices (schedule)
 
     # ---- text
     def fresh(self, prefix: str) -> str:
@@ -419,6 +420,11 @@ class Kernel:
         else:
             node = self.graph.index.node[producer]
             expr = self.lower(self, node, node.outputs.index(tensor), idx)
+            if self.graph.tensors[tensor].dtype == "bool":
+                # a computed bool (0/1) as an int: a byte-typed temporary in a float loop makes GCC
+                # size the vectors by bytes (64 lanes), more than a short row has, and leave the
+                # loop scalar (an attention row's IsNaN + Where)
+                ct = "int"
         out = self.tmp(ct, expr)
         self.cache[key] = out
         return out
