@@ -111,7 +111,7 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     ex = k.fresh("E") if keep_exp else None
     if ex:
         k.line(f"float {ex}[{n}];")
-    stash = ex if ex and copy is None and _computed(k, x) else None
+    stash = ex if ex and copy is None and k.ct(x) == "float" and _computed(k, x) else None
     with k.loops([n], simd=f"reduction(max:{m})") as (j,):
         v = k.value(x, at(j))
         k.line(f"if ({v} > {m}) {m} = {v};")
@@ -120,15 +120,24 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
         if stash:
             k.line(f"{stash}[{j}] = {v};")
     _row_copied(k, x, row, copy)
-    exp = exp_fn("float")
+    if k.ct(x) != "float":  # a double row: double exponentials summed in double, as tgmath's exp gives
+        with k.loops([n], simd=f"reduction(+:{s})") as (j,):
+            xv = f"{stash}[{j}]" if stash else k.value(x, at(j))
+            if ex:
+                e = k.fresh("e")
+                k.line(f"const float {e} = exp({xv} - {m});")
+                k.line(f"{ex}[{j}] = {e}; {s} += {e};")
+            else:
+                k.line(f"{s} += exp({xv} - {m});")
+        return m, s, ex
     with _float_blocks(k, n, s, (x, row)) as (j, part):
         xv = f"{stash}[{j}]" if stash else k.value(x, at(j))
         if ex:
             e = k.fresh("e")
-            k.line(f"const float {e} = {exp}({xv} - {m});")
+            k.line(f"const float {e} = sf_expf({xv} - {m});")
             k.line(f"{ex}[{j}] = {e}; {part} += {e};")
         else:
-            k.line(f"{part} += {exp}({xv} - {m});")
+            k.line(f"{part} += sf_expf({xv} - {m});")
     return m, s, ex
 
 
