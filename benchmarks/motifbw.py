@@ -12,11 +12,13 @@ whose tensors are ~256 KiB (they stay in L2), timed by the thread's CPU clock (b
 columns move with the other jobs (read the ratios; the load is stated); the in-cache column does not
 much. Results are appended to ``benchmarks/results/motifbw.md`` under ``--title``.
 
-To compare two source trees, run it with ``PYTHONPATH`` set to each in turn (this script takes
-``solverfuse`` from the path):
+To compare two source trees, run a copy of this script inside each (``benchmarks/run.py`` puts
+the tree the script sits in first on ``sys.path``, so that tree's ``solverfuse`` is measured; the
+section names it):
 
-    PYTHONPATH=/path/to/old/tree python benchmarks/motifbw.py --title "before" --append
-    PYTHONPATH=. python benchmarks/motifbw.py --title "after" --append
+    cp benchmarks/motifbw.py /path/to/old/tree/benchmarks/
+    (cd /path/to/old/tree && PYTHONPATH=. python benchmarks/motifbw.py --title before --out /abs/motifbw.md --append)
+    PYTHONPATH=. python benchmarks/motifbw.py --title after --append
 """
 from __future__ import annotations
 
