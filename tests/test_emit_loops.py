@@ -196,7 +196,7 @@ def test_a_stream_ending_in_a_reduction_reads_its_input_once(tmp_path):
     plan = build_plan(g, TINY, [["row_max"], ["shift", "exp", "row_sum"], ["y"]], strategy="manual")
     src = render(plan, g)["model.c"]
     k1 = src[src.index("static int k1("):src.index("static int k2(")]
-    assert k1.count("for (long") == 2 and k1.count("exp(") == 1  # rows, then one loop over the row
+    assert k1.count("for (long") == 2 and k1.count("sf_expf(") == 1  # rows, then one loop over the row
     # by hand: [max] reads x, writes m; [shift, exp, sum] reads x and m, writes e and s; [y] reads e, s
     r = ROWS * 4
     assert _run(g, plan, tmp_path) == [(X, r), (X + r, X + r), (X + r, X)]

@@ -1,6 +1,7 @@
 """The emitted C's own float erf (``sf_erff`` in emit/ctext.py's prelude: a rational fit that
 vectorises) against float64 references computed here with Python's ``math.erf``, and the GELU /
-LayerNorm+GELU kernels that call it against ONNX Runtime; the loops that call it vectorise."""
+LayerNorm+GELU kernels that call it against ONNX Runtime; the loops that call it vectorise. The
+same for its float exp (``sf_expf``) against NumPy's float64 exp."""
 from __future__ import annotations
 
 import math
@@ -20,6 +21,9 @@ from .emit_helpers import HW, check, fuse_greedily, graph
 
 #: Stated in emit/ctext.py: max abs and rel error of sf_erff in float32.
 ERF_ABS, ERF_REL = 3.7e-7, 3.7e-7
+#: Stated in emit/ctext.py: sf_expf's max error in float32 ulps of the true value (1.25 measured
+#: over every 7th float32 in [-110, 110]), and its max relative error on normal results.
+EXP_ULP, EXP_REL = 1.3, 1.25e-7
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +48,68 @@ def test_erf_error_is_within_its_stated_bound(cache):
     out = compile_plan(build_plan(g2, HW, [["e"]], strategy="t"), g2, cache_dir=cache).run({"x": special}, {})["y"]
     assert abs(out[0] - 1) <= ERF_ABS and abs(out[1] + 1) <= ERF_ABS and np.isnan(out[2])
     assert out[3] == 0.0 and out[4] == 0.0
+
+
+def _vectorised_lines(tmp_path, files, threads, extra=()):
+    """Line numbers of model.c whose loop GCC reports vectorised (the emitter's flags)."""
+    for name in ("model.c", "model.h"):
+        (tmp_path / name).write_text(files[name])
+    flags = [f for f in BASE_FLAGS if f != "-fPIC"] + ["-march=native", *extra] + (["-fopenmp"] if threads > 1 else [])
+    r = subprocess.run(["gcc", *flags, "-fopt-info-vec-optimized", "-c", "model.c", "-o", "model.o"],
+                       cwd=tmp_path, capture_output=True, text=True, check=True)
+    return {int(m.group(1)) for m in re.finditer(r"model\.c:(\d+):\d+: optimized: loop vectorized", r.stderr)}
+
+
+def test_exp_error_is_within_its_stated_bound(cache):
+    """Every 7th float32 bit pattern in [-110, 110] (overflow above 88.72, subnormal results below
+    -87.34, zero below -103.97) and the special values, against float64 exp rounded to float32:
+    error in ulps of the float32 result, relative error on normal results, and exactly the same
+    overflow to inf, underflow to 0, and NaN."""
+    bits = np.arange(0, 2 ** 32, 7, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    grid = bits[np.isfinite(bits) & (np.abs(bits) <= 110)]
+    special = np.array([np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 1e-30, -1e-30, 88.72283, 88.72284,
+                        89.0, 1e30, 3e38, -87.33, -103.97, -103.98, -104.0, -1e30, -3e38], np.float32)
+    x = np.concatenate([grid, special])
+    g = graph({"x": [x.size]}, ["x"], ["y"], [("e", "Exp", ["x"], ["y"])])
+    prog = compile_plan(build_plan(g, HW, [["e"]], strategy="t"), g, cache_dir=cache, strict=True)
+    got = prog.run({"x": x}, {})["y"]
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+        want32 = want.astype(np.float32)
+    nan = np.isnan(x)
+    assert np.isnan(got[nan]).all() and not np.isnan(got[~nan]).any()
+    assert (np.isinf(got[~nan]) == np.isinf(want32[~nan])).all(), "overflow to inf differs"
+    assert ((got[~nan] == 0) == (want32[~nan] == 0)).all(), "underflow to 0 differs"
+    fin = ~nan & np.isfinite(want32) & (want32 != 0)
+    ulp = np.abs(got[fin].astype(np.float64) - want[fin]) / np.spacing(want32[fin]).astype(np.float64)
+    assert ulp.max() <= EXP_ULP, f"max error {ulp.max():.3g} ulp at x = {x[fin][ulp.argmax()]}"
+    normal = fin & (want >= np.finfo(np.float32).tiny)
+    rel = np.abs(got[normal] - want[normal]) / want[normal]
+    assert rel.max() <= EXP_REL, f"max rel error {rel.max():.3g} at x = {x[normal][rel.argmax()]}"
+    assert got[-15] == got[-14] == 1.0 and got[-13] == got[-12] == 1.0  # exp(+-0), exp(+-1e-30)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs GCC (-fopt-info-vec)")
+@pytest.mark.parametrize("threads,extra", [(1, ()), (2, ()), (1, ("-mno-avx512f",))])
+def test_the_loops_calling_exp_vectorise(threads, extra, tmp_path):
+    """softmax_rows (an Exp op) and l1_overflow (a Softmax op in a row loop): every loop that calls
+    sf_expf vectorises, at AVX-512 and (where the host has it) AVX2 widths."""
+    from solverfuse import api
+    from solverfuse.hardware import detect
+    host = detect()  # l1_overflow's optimal plan (one looped kernel) on the hardware its rows are sized for
+    g1 = zoo.l1_overflow(16, host)
+    for g, plan in ((g0 := zoo.softmax_rows(64, 1024), build_plan(g0, HW, [[n.name for n in g0.nodes]], strategy="t")),
+                    (g1, api.plan(g1, host, strategy="optimal", time_limit=20, workers=1))):
+        files = render(plan, g, threads=threads)
+        src = files["model.c"].splitlines()
+        calls = [n + 1 for n, ln in enumerate(src) if "sf_expf(v" in ln or "sf_expf(E" in ln]
+        assert calls, f"{g.name}: no loop calls sf_expf"
+        vec = _vectorised_lines(tmp_path, files, threads, extra)
+        for c in calls:
+            loop = max(n + 1 for n in range(c) if re.match(r"\s*for \(long", src[n]))
+            # GCC names an omp simd loop by its pragma's line
+            at = {loop, loop - 1} if "#pragma omp simd" in src[loop - 2] else {loop}
+            assert at & vec, f"{g.name}: the loop at line {loop} ({src[loop - 1].strip()}) calling sf_expf is not vectorised"
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
@@ -84,7 +150,8 @@ def test_row_loop_softmax_keeps_its_exponentials(op, cache):
               [("a", "Add", ["x", "m"], ["h"]), ("s", op, ["h"], ["y"], {"axis": -1})])
     src = render(build_plan(g, HW, [["a", "s"]], strategy="t"), g)["model.c"]
     assert ("float E" in src) == (op == "Softmax")
-    assert src.count("exp(") == 1  # the statistics loop only
+    body = src[src.index("static int k0("):]
+    assert body.count("exp(") + body.count("sf_expf(") == 1  # the statistics loop only
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
 

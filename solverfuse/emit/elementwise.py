@@ -39,13 +39,23 @@ def _erf(ct: str) -> str:
     return "sf_erff" if ct == "float" else "erf"
 
 
+def exp_fn(ct: str) -> str:
+    """The C exp for ``ct``: the prelude's inline, vectorisable ``sf_expf`` for float (see
+    emit/ctext.py), tgmath's ``exp`` otherwise.
+
+    >>> exp_fn("float"), exp_fn("double")
+    ('sf_expf', 'exp')
+    """
+    return "sf_expf" if ct == "float" else "exp"
+
+
 UNARY = {
     "Relu": lambda at, a, ct: f"({a} > 0 ? {a} : {lit(0, ct)})",
     "Neg": lambda at, a, ct: f"(-{a})",
     "Abs": lambda at, a, ct: f"({a} < 0 ? -{a} : {a})",
     "Sqrt": lambda at, a, ct: f"sqrt({a})",
     "Reciprocal": lambda at, a, ct: f"({lit(1, ct)} / {a})",
-    "Exp": lambda at, a, ct: f"exp({a})",
+    "Exp": lambda at, a, ct: f"{exp_fn(ct)}({a})",
     "Log": lambda at, a, ct: f"log({a})",
     "Tanh": lambda at, a, ct: f"tanh({a})",
     "Erf": lambda at, a, ct: f"{_erf(ct)}({a})",
@@ -53,19 +63,19 @@ UNARY = {
     "Cos": lambda at, a, ct: f"cos({a})",
     "Floor": lambda at, a, ct: f"floor({a})",
     "Ceil": lambda at, a, ct: f"ceil({a})",
-    "Sigmoid": lambda at, a, ct: f"({lit(1, ct)} / ({lit(1, ct)} + exp(-{a})))",
+    "Sigmoid": lambda at, a, ct: f"({lit(1, ct)} / ({lit(1, ct)} + {exp_fn(ct)}(-{a})))",
     "Identity": lambda at, a, ct: a,
     "Not": lambda at, a, ct: f"(!{a})",
     "Sign": lambda at, a, ct: f"({ct})(({a} > 0) - ({a} < 0))",
     "LeakyRelu": lambda at, a, ct: f"({a} < 0 ? {lit(at.get('alpha', 0.01), ct)} * {a} : {a})",
-    "Elu": lambda at, a, ct: f"({a} < 0 ? {lit(at.get('alpha', 1.0), ct)} * (exp({a}) - {lit(1, ct)}) : {a})",
+    "Elu": lambda at, a, ct: f"({a} < 0 ? {lit(at.get('alpha', 1.0), ct)} * ({exp_fn(ct)}({a}) - {lit(1, ct)}) : {a})",
     "HardSigmoid": lambda at, a, ct: (f"fmax({lit(0, ct)}, fmin({lit(1, ct)}, {lit(at.get('alpha', 0.2), ct)}"
                                        f" * {a} + {lit(at.get('beta', 0.5), ct)}))"),
-    "Softplus": lambda at, a, ct: f"log({lit(1, ct)} + exp({a}))",
+    "Softplus": lambda at, a, ct: f"log({lit(1, ct)} + {exp_fn(ct)}({a}))",
     "Gelu": _gelu,
     # ATen-only rows (torch.export graphs)
     "Rsqrt": lambda at, a, ct: f"({lit(1, ct)} / sqrt({a}))",
-    "Silu": lambda at, a, ct: f"({a} / ({lit(1, ct)} + exp(-{a})))",
+    "Silu": lambda at, a, ct: f"({a} / ({lit(1, ct)} + {exp_fn(ct)}(-{a})))",
 }
 
 
