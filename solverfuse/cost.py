@@ -7,9 +7,11 @@ compilers execute* (``formulations/reality.md``):
 * ``group_traffic(G)`` = bytes of every tensor ``G`` reads from outside (each tensor counted once
   per group, so horizontal fusion de-duplicates a shared input) + bytes of every tensor produced in
   ``G`` that a node outside ``G`` reads or that is a graph output; except that
-* a tensor ``G`` reads only as the data operand of gathers (op table ``gather_data_input``) costs
-  the gathered bytes -- the sum of those gathers' output bytes -- capped at its size
-  (:func:`read_bytes`);
+* a tensor ``G`` reads only as the data operand of gathers (op table ``gather_data_input``) or of
+  windows (Slice, aten's Select) costs the bytes those ops pick -- the sum of their output bytes --
+  capped at its size (:func:`read_bytes`, :func:`partial_reader`): a real kernel loads the rows it
+  gathers and the window it slices, not the whole tensor (Llama's rotary halves, BERT's position
+  ids);
 * a group of view ops only (op table ``view``: Reshape, Flatten, Squeeze, Unsqueeze, Identity)
   that writes no graph output is metadata: it moves 0 bytes and launches no kernel
   (:func:`free_view_group`); one that writes a graph output is a copy, charged normally.
@@ -31,6 +33,30 @@ from .graph import Graph
 from .hardware import Hardware
 from .mapping import capacity_violation, loop_capacity_violation, loop_passes, loop_shape_violation, pass_nodes
 from .rules import facts, gather_data_reader, rule_violation
+
+
+#: Ops whose output is a window of their data operand (input 0): each output element is a distinct
+#: input element, so a kernel reads only the output's bytes of it.
+WINDOW_OPS = frozenset({"Slice", "Select"})
+
+
+def partial_reader(graph: Graph, node: str, tensor: str) -> bool:
+    """Whether ``node`` reads only the part of ``tensor`` its output picks: ``tensor`` is only its
+    data operand (input 0) and it is a gather (``rules.gather_data_reader``) or a window
+    (:data:`WINDOW_OPS`). Such a read costs the output's bytes, capped at the tensor's size.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 6]}, "st": {"shape": [1], "dtype": "int64",
+    ...     "constant": True, "value": [1]}, "en": {"shape": [1], "dtype": "int64", "constant": True,
+    ...     "value": [3]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "s", "op": "Slice", "inputs": ["x", "st", "en"], "outputs": ["y"]}]})
+    >>> partial_reader(g, "s", "x"), partial_reader(g, "s", "st"), group_traffic(g, ["s"])
+    (True, False, 112)
+    """
+    if gather_data_reader(graph, node, tensor):
+        return True
+    n = graph.index.node[node]
+    return n.op in WINDOW_OPS and bool(n.inputs) and n.inputs[0] == tensor and tensor not in n.inputs[1:]
 
 
 def role(graph: Graph, node: str) -> str:
@@ -72,9 +98,9 @@ def _table(graph: Graph) -> _Table:
             f = facts(graph, n.name)
             if f.view and not any(t in outputs for t in n.outputs):
                 free.add(n.name)
-            if n.inputs and f.gather_data_input:
+            if n.inputs and (f.gather_data_input or n.op in WINDOW_OPS):
                 data.add(n.inputs[0])
-        gather = {t: tuple((c, index.node[c].outputs[0] if gather_data_reader(graph, c, t) else None)
+        gather = {t: tuple((c, index.node[c].outputs[0] if partial_reader(graph, c, t) else None)
                            for c in index.consumers.get(t, [])) for t in data}
         hit = memo["cost"] = _Table(ins, outs, frozenset(free), gather, {})
     return hit
@@ -165,8 +191,9 @@ def free_view_group(graph: Graph, nodes: Iterable[str]) -> bool:
 
 def read_bytes(graph: Graph, members: set[str] | frozenset[str], tensor: str) -> int:
     """Bytes a group of ``members`` pays to read ``tensor`` from outside (ignoring the view rule):
-    its size, or -- when every member reading it reads it only as gather data -- the gathered bytes
-    (sum of those gathers' output bytes) capped at its size."""
+    its size, or -- when every member reading it reads only part of it (:func:`partial_reader`:
+    gather data, a Slice's window) -- the bytes picked (sum of those readers' output bytes) capped
+    at its size."""
     readers = _table(graph).gather.get(tensor)
     if readers is None:
         return graph.nbytes(tensor)
@@ -252,8 +279,8 @@ def q_min(graph: Graph) -> int:
     """Lower bound: every source tensor some node reads, once, plus every graph output, once.
 
     A source's read is its *data floor*: its size, or less when no plan has to read all of it --
-    when every consumer reads it only as gather data (then the sum of all those gathers' output
-    bytes, capped at its size), as a view's shape operand (0: a free view group reads nothing), or
+    when every consumer reads only part of it (:func:`partial_reader`: gather data, a window; then
+    the sum of all those readers' output bytes, capped at its size), as a view's shape operand (0: a free view group reads nothing), or
     as a view's data (then, unless that view writes a graph output, what its output's readers must
     pay, recursively: the view itself may be free). Computed once per graph.
     """
@@ -280,7 +307,7 @@ def _q_min(graph: Graph) -> int:
                 continue
             if f.view and not any(o in outputs for o in node.outputs):
                 total += sum(floor(o) for o in node.outputs if o)
-            elif gather_data_reader(graph, c, t):
+            elif partial_reader(graph, c, t):
                 total += graph.nbytes(node.outputs[0])
             else:
                 total = size

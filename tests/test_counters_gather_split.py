@@ -68,3 +68,39 @@ def test_repeated_gather_indices_count_again(tmp_path):
     plan = build_plan(g, H100, [["ge"]], strategy="manual")
     assert plan.groups[0].traffic_bytes == 8 * 4 + 64 + 8 * 4
     assert _run(g, plan, tmp_path) == [(8 * 4 + 64, 8 * 4)]
+
+
+#: Llama's rotate_half on rows: two windows of q (disjoint halves), a ReLU of the first half
+ROT = graph({"q": [16, 2], "a0": {"shape": [1], "dtype": "int64", "constant": True, "value": [0]},
+             "a1": {"shape": [1], "dtype": "int64", "constant": True, "value": [8]},
+             "a2": {"shape": [1], "dtype": "int64", "constant": True, "value": [16]},
+             "s1": [8, 2], "s2": [8, 2], "n": [8, 2], "y": [16, 2], "z": [8, 2]},
+            ["q"], ["y", "z"],
+            [("sl1", "Slice", ["q", "a0", "a1"], ["s1"]), ("sl2", "Slice", ["q", "a1", "a2"], ["s2"]),
+             ("neg", "Neg", ["s2"], ["n"]), ("cat", "Concat", ["n", "s1"], ["y"], {"axis": 0}),
+             ("relu", "Relu", ["s1"], ["z"])], name="rot")
+HALF = 8 * 2 * 4
+
+
+@pytest.mark.parametrize("groups", [[["sl1"], ["sl2", "neg"], ["cat"], ["relu"]],
+                                    [["sl1", "sl2", "neg", "cat", "relu"]]])
+def test_windows_read_what_they_slice_in_a_partition(groups, tmp_path):
+    """A Slice's kernel loads its window (half of q: 64 B) and the two int64 bounds it checks
+    (16 B); a kernel of both halves loads all of q once. The model charged q whole (128 B) per
+    slicing kernel before; the emitted code never read the other half."""
+    plan = build_plan(ROT, H100, groups, strategy="manual")
+    hand = {("sl1",): (HALF + 16, HALF), ("sl2", "neg"): (HALF + 16, HALF), ("cat",): (2 * HALF, 2 * HALF),
+            ("relu",): (HALF, HALF), ("sl1", "sl2", "neg", "cat", "relu"): (2 * HALF + 24, 3 * HALF)}
+    want = [hand[tuple(g.nodes)] for g in plan.groups]
+    assert [g.traffic_bytes for g in plan.groups] == [r + w for r, w in want]
+    assert _run(ROT, plan, tmp_path) == want
+
+
+def test_windows_recomputed_in_a_covering(tmp_path):
+    """The first window recomputed in the ReLU's kernel: that kernel loads only its half."""
+    plan = build_covering_plan(ROT, H100, [Kernel(("sl1", "sl2", "neg", "cat"), ("y",)), Kernel(("sl1", "relu"), ("z",))],
+                               strategy="manual")
+    hand = {("sl1", "sl2", "neg", "cat"): (2 * HALF + 24, 2 * HALF), ("sl1", "relu"): (HALF + 16, HALF)}
+    want = [hand[tuple(g.nodes)] for g in plan.groups]
+    assert [g.traffic_bytes for g in plan.groups] == [r + w for r, w in want]
+    assert _run(ROT, plan, tmp_path) == want
