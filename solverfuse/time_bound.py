@@ -74,7 +74,8 @@ def pinned_bytes(graph: Graph) -> dict[str, tuple[int, int]]:
         if facts(graph, v).view:
             return []
         node = graph.index.node[v]
-        return [t for t in dict.fromkeys(node.inputs) if t and graph.is_source(t) and not cost.partial_reader(graph, v, t)]
+        return [t for t in dict.fromkeys(node.inputs) if t and graph.is_source(t) and not cost.partial_reader(graph, v, t)
+                and node.op != "Split"]  # a kernel may load only the pieces it uses
 
     def ws(v: str) -> int:
         return sum(graph.nbytes(t) for t in held(v))

@@ -104,3 +104,70 @@ def test_windows_recomputed_in_a_covering(tmp_path):
     want = [hand[tuple(g.nodes)] for g in plan.groups]
     assert [g.traffic_bytes for g in plan.groups] == [r + w for r, w in want]
     assert _run(ROT, plan, tmp_path) == want
+
+
+#: GPT-2's fused QKV projection: reshaped, split in three, each piece given its head layout
+QKV = graph({"p": [4, 24], "shp": {"shape": [3], "dtype": "int64", "constant": True, "value": [4, 3, 8]},
+             "sz": {"shape": [3], "dtype": "int64", "constant": True, "value": [1, 1, 1]},
+             "r": [4, 3, 8], "q": [4, 1, 8], "k": [4, 1, 8], "v": [4, 1, 8],
+             "qt": [1, 8, 4], "kt": [1, 8, 4], "vt": [1, 8, 4]},
+            ["p"], ["qt", "kt", "vt"],
+            [("view", "Reshape", ["p", "shp"], ["r"]), ("split", "Split", ["r", "sz"], ["q", "k", "v"], {"axis": 1}),
+             ("tq", "Transpose", ["q"], ["qt"], {"perm": [1, 2, 0]}),
+             ("tk", "Transpose", ["k"], ["kt"], {"perm": [1, 2, 0]}),
+             ("tv", "Transpose", ["v"], ["vt"], {"perm": [1, 2, 0]})], name="qkv")
+PIECE = 4 * 8 * 4   # one of q, k, v: 128 B of the 384 B projection
+PARAMS = 24 + 24    # the reshape's shape and the split sizes (int64[3] each), loaded by the kernel
+
+
+def test_split_recomputed_per_piece_reads_only_its_piece(tmp_path):
+    """Inductor's reading of GPT-2: the split recomputed in the kernel of each head layout. Each
+    kernel loads its third of p (the emitted code, like Inductor's, never touches the others);
+    the model charged all of p per kernel before (3 x 384 B for 384 B)."""
+    plan = build_covering_plan(QKV, H100, [Kernel(("view", "split", t), (o,))
+                                           for t, o in (("tq", "qt"), ("tk", "kt"), ("tv", "vt"))],
+                               strategy="manual")
+    assert len(plan.groups) == 3
+    want = [(PIECE + PARAMS, PIECE)] * 3
+    assert [g.traffic_bytes for g in plan.groups] == [r + w for r, w in want]
+    assert _run(QKV, plan, tmp_path) == want
+
+
+def test_split_pieces_written_or_used_are_each_read_once(tmp_path):
+    """A kernel that splits p, lays out q and writes the raw k and v for other kernels loads all
+    of p once (q used, k and v written); the partition of one group and of one op each keep the
+    whole-tensor charge."""
+    plan = build_covering_plan(QKV, H100, [Kernel(("view", "split", "tq"), ("qt", "k", "v")),
+                                           Kernel(("tk",), ("kt",)), Kernel(("tv",), ("vt",))], strategy="manual")
+    hand = {("view", "split", "tq"): (3 * PIECE + PARAMS, 3 * PIECE), ("tk",): (PIECE, PIECE), ("tv",): (PIECE, PIECE)}
+    want = [hand[tuple(g.nodes)] for g in plan.groups]
+    assert [g.traffic_bytes for g in plan.groups] == [r + w for r, w in want]
+    assert _run(QKV, plan, tmp_path) == want
+    whole = build_plan(QKV, H100, [["view", "split", "tq", "tk", "tv"]], strategy="manual")
+    assert whole.groups[0].traffic_bytes == 3 * PIECE + PARAMS + 3 * PIECE
+    assert _run(QKV, whole, tmp_path / "w") == [(3 * PIECE + PARAMS, 3 * PIECE)]
+    assert cost.kernel_traffic(QKV, whole.groups[0].nodes, whole.groups[0].writes) == whole.groups[0].traffic_bytes
+
+
+def test_real_gpt2_covering_counts_what_the_model_predicts(tmp_path):
+    """torch.compile's real GPT-2 kernels read as a covering (the QKV split recomputed per head
+    layout, both embeddings gathered in each kernel that recomputes the residual stream), and the
+    same kernels as a partition: every kernel's counters equal the model's bytes, and the kernels
+    holding the split read a third of the projection each. Needs torch + transformers."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'solverfuse[torch]')")
+    pytest.importorskip("transformers", reason="transformers is not installed (the torch model set needs it)")
+    import solverfuse.torch as st
+    from solverfuse.torch.models import MODELS
+    model, inputs = MODELS["gpt2"]()
+    real = st.inductor_plan(model, inputs, H100)
+    g = real.graph
+    ins, cs = random_inputs(g, seed=0), constants(g, seed=0)
+    for n, plan in enumerate((real.covering, real.plan)):
+        prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path / str(n), counters=True)
+        prog.run(ins, cs)
+        assert [c["read_bytes"] + c["written_bytes"] for c in prog.counters] == [k.traffic_bytes for k in plan.groups]
+    splits = [k for k in real.covering.groups if any(g.index.node[v].op == "Split" for v in k.nodes)]
+    assert len(splits) == 3
+    for k in splits:
+        (t,) = [t for t in cost.group_reads(g, k.nodes) if g.index.producer.get(t) and g.nbytes(t) > 1000]
+        assert dict(cost.kernel_reads(g, k.nodes))[t] * 3 == g.nbytes(t)
