@@ -7,9 +7,11 @@ compilers execute* (``formulations/reality.md``):
 * ``group_traffic(G)`` = bytes of every tensor ``G`` reads from outside (each tensor counted once
   per group, so horizontal fusion de-duplicates a shared input) + bytes of every tensor produced in
   ``G`` that a node outside ``G`` reads or that is a graph output; except that
-* a tensor ``G`` reads only as the data operand of gathers (op table ``gather_data_input``) costs
-  the gathered bytes -- the sum of those gathers' output bytes -- capped at its size
-  (:func:`read_bytes`);
+* a tensor ``G`` reads only as the data operand of gathers (op table ``gather_data_input``) or of
+  windows (Slice, aten's Select) costs the bytes those ops pick -- the sum of their output bytes --
+  capped at its size (:func:`read_bytes`, :func:`partial_reader`): a real kernel loads the rows it
+  gathers and the window it slices, not the whole tensor (Llama's rotary halves, BERT's position
+  ids);
 * a group of view ops only (op table ``view``: Reshape, Flatten, Squeeze, Unsqueeze, Identity)
   that writes no graph output is metadata: it moves 0 bytes and launches no kernel
   (:func:`free_view_group`); one that writes a graph output is a copy, charged normally.
@@ -31,6 +33,30 @@ from .graph import Graph
 from .hardware import Hardware
 from .mapping import capacity_violation, loop_capacity_violation, loop_passes, loop_shape_violation, pass_nodes
 from .rules import facts, gather_data_reader, rule_violation
+
+
+#: Ops whose output is a window of their data operand (input 0): each output element is a distinct
+#: input element, so a kernel reads only the output's bytes of it.
+WINDOW_OPS = frozenset({"Slice", "Select"})
+
+
+def partial_reader(graph: Graph, node: str, tensor: str) -> bool:
+    """Whether ``node`` reads only the part of ``tensor`` its output picks: ``tensor`` is only its
+    data operand (input 0) and it is a gather (``rules.gather_data_reader``) or a window
+    (:data:`WINDOW_OPS`). Such a read costs the output's bytes, capped at the tensor's size.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [4, 6]}, "st": {"shape": [1], "dtype": "int64",
+    ...     "constant": True, "value": [1]}, "en": {"shape": [1], "dtype": "int64", "constant": True,
+    ...     "value": [3]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "s", "op": "Slice", "inputs": ["x", "st", "en"], "outputs": ["y"]}]})
+    >>> partial_reader(g, "s", "x"), partial_reader(g, "s", "st"), group_traffic(g, ["s"])
+    (True, False, 112)
+    """
+    if gather_data_reader(graph, node, tensor):
+        return True
+    n = graph.index.node[node]
+    return n.op in WINDOW_OPS and bool(n.inputs) and n.inputs[0] == tensor and tensor not in n.inputs[1:]
 
 
 def role(graph: Graph, node: str) -> str:
@@ -72,9 +98,9 @@ def _table(graph: Graph) -> _Table:
             f = facts(graph, n.name)
             if f.view and not any(t in outputs for t in n.outputs):
                 free.add(n.name)
-            if n.inputs and f.gather_data_input:
+            if n.inputs and (f.gather_data_input or n.op in WINDOW_OPS):
                 data.add(n.inputs[0])
-        gather = {t: tuple((c, index.node[c].outputs[0] if gather_data_reader(graph, c, t) else None)
+        gather = {t: tuple((c, index.node[c].outputs[0] if partial_reader(graph, c, t) else None)
                            for c in index.consumers.get(t, [])) for t in data}
         hit = memo["cost"] = _Table(ins, outs, frozenset(free), gather, {})
     return hit
@@ -165,8 +191,9 @@ def free_view_group(graph: Graph, nodes: Iterable[str]) -> bool:
 
 def read_bytes(graph: Graph, members: set[str] | frozenset[str], tensor: str) -> int:
     """Bytes a group of ``members`` pays to read ``tensor`` from outside (ignoring the view rule):
-    its size, or -- when every member reading it reads it only as gather data -- the gathered bytes
-    (sum of those gathers' output bytes) capped at its size."""
+    its size, or -- when every member reading it reads only part of it (:func:`partial_reader`:
+    gather data, a Slice's window) -- the bytes picked (sum of those readers' output bytes) capped
+    at its size."""
     readers = _table(graph).gather.get(tensor)
     if readers is None:
         return graph.nbytes(tensor)
@@ -252,8 +279,8 @@ def q_min(graph: Graph) -> int:
     """Lower bound: every source tensor some node reads, once, plus every graph output, once.
 
     A source's read is its *data floor*: its size, or less when no plan has to read all of it --
-    when every consumer reads it only as gather data (then the sum of all those gathers' output
-    bytes, capped at its size), as a view's shape operand (0: a free view group reads nothing), or
+    when every consumer reads only part of it (:func:`partial_reader`: gather data, a window; then
+    the sum of all those readers' output bytes, capped at its size), as a view's shape operand (0: a free view group reads nothing), or
     as a view's data (then, unless that view writes a graph output, what its output's readers must
     pay, recursively: the view itself may be free). Computed once per graph.
     """
@@ -280,7 +307,7 @@ def _q_min(graph: Graph) -> int:
                 continue
             if f.view and not any(o in outputs for o in node.outputs):
                 total += sum(floor(o) for o in node.outputs if o)
-            elif gather_data_reader(graph, c, t):
+            elif partial_reader(graph, c, t):
                 total += graph.nbytes(node.outputs[0])
             else:
                 total = size
@@ -341,19 +368,103 @@ def produced(graph: Graph, nodes: Iterable[str]) -> list[str]:
     return [t for v in nodes for t in graph.index.node[v].outputs if t]
 
 
+def split_pieces(graph: Graph, members: set[str] | frozenset[str], tensor: str) -> tuple | None:
+    """When a kernel of ``members`` reads ``tensor`` only to split it -- its one member reader
+    is a Split of it, directly or through views (Reshape, ...) whose outputs only that chain reads
+    and some member uses a piece -- the Split's outputs (None otherwise). A real kernel then
+    loads only the pieces it uses:
+    GPT-2's fused QKV projection split into q, k, v, each head layout recomputed in a kernel of
+    its own (Inductor), reads a third of it per kernel (:func:`kernel_reads`,
+    :func:`write_bytes`). A partition's group pays the whole tensor as before: each piece is
+    used inside, written, or dead (charged as read).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [6]}, "n": {"shape": [3], "dtype": "int64",
+    ...     "constant": True, "value": [2, 2, 2]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "s", "op": "Split", "inputs": ["x", "n"], "outputs": ["a", "b", "c"]},
+    ...               {"name": "e", "op": "Exp", "inputs": ["a"], "outputs": ["y"]},
+    ...               {"name": "f", "op": "Concat", "inputs": ["b", "c"], "outputs": ["z"],
+    ...                "attributes": {"axis": 0}}]})
+    >>> split_pieces(g, {"s", "e"}, "x"), kernel_traffic(g, ["s", "e"], ["y"]), kernel_traffic(g, ["s", "e"], ["y", "b"])
+    (('a', 'b', 'c'), 40, 56)
+    """
+    index = graph.index
+    t = tensor
+    while True:
+        users = [c for c in index.consumers.get(t, ()) if c in members]
+        if len(users) != 1:
+            return None
+        node = index.node[users[0]]
+        if not node.inputs or node.inputs[0] != t or t in node.inputs[1:]:
+            return None
+        if node.op == "Split":
+            # a kernel that uses no piece (it only writes pieces) loads the whole tensor: else the
+            # same op set would pay less as several kernels, one per piece written
+            pieces = tuple(node.outputs)
+            if not any(c in members for o in pieces if o for c in index.consumers.get(o, ())):
+                return None
+            return pieces
+        out = [o for o in node.outputs if o]
+        if not facts(graph, node.name).view or len(out) != 1 or out[0] in index.outputs \
+                or not members.issuperset(index.consumers.get(out[0], ())):
+            return None
+        t = out[0]
+
+
+def _piece_read(graph: Graph, members, piece: str) -> int:
+    """What reading a piece of a split costs a kernel that does not write it: its bytes when a
+    member uses it or nothing does (dead), else 0 (:func:`write_bytes` charges it if written)."""
+    cons = graph.index.consumers.get(piece, ())
+    if any(c in members for c in cons) or (not cons and piece not in graph.index.outputs):
+        return graph.nbytes(piece)
+    return 0
+
+
 def kernel_reads(graph: Graph, nodes: Sequence[str], passes: int = 1) -> list[tuple[str, int]]:
     """(tensor, bytes) of every read from global memory of a kernel, pass by pass: with one pass
-    :func:`group_reads` at the gather-aware :func:`read_bytes`; a looped kernel reads, in each pass,
-    what that pass's ops (:func:`solverfuse.mapping.pass_nodes`) need from outside the kernel."""
+    :func:`group_reads` at the gather-aware :func:`read_bytes`, except that a tensor the kernel
+    only splits (:func:`split_pieces`) costs the pieces it uses (a piece it only writes is charged
+    by :func:`write_bytes`); a looped kernel reads, in each pass, what that pass's ops
+    (:func:`solverfuse.mapping.pass_nodes`) need from outside the kernel."""
     members = set(nodes)
     if passes == 1:
-        return [(t, read_bytes(graph, members, t)) for t in group_reads(graph, nodes)]
+        out = []
+        for t in group_reads(graph, nodes):
+            pieces = split_pieces(graph, members, t) if t not in graph.index.outputs else None
+            out.append((t, read_bytes(graph, members, t) if pieces is None else
+                        sum(_piece_read(graph, members, o) for o in pieces if o)))
+        return out
     out = []
     for ops in pass_nodes(graph, nodes):
         inside = set(ops)
         out += [(t, read_bytes(graph, inside, t)) for t in group_reads(graph, ops)
                 if graph.index.producer.get(t) not in members]
     return out
+
+
+def write_bytes(graph: Graph, nodes: Sequence[str], tensor: str, passes: int = 1) -> int:
+    """What a (not free) one-pass kernel of ``nodes`` pays to write ``tensor``: its bytes, plus
+    -- for a piece of a tensor it only splits (:func:`split_pieces`) that no member uses -- the
+    piece's read. With :func:`kernel_reads` this charges each piece a kernel loads once, whether
+    it uses it, writes it or both; the covering formulation prices each write by it."""
+    size = graph.nbytes(tensor)
+    if passes != 1:
+        return size
+    index = graph.index
+    split = index.producer.get(tensor)
+    if split is None or index.node[split].op != "Split" or split not in nodes:
+        return size
+    members = set(nodes)
+    if any(c in members for c in index.consumers.get(tensor, ())):
+        return size
+    t = index.node[split].inputs[0]
+    while index.producer.get(t) in members:  # back through the views to the tensor read
+        if not facts(graph, index.producer[t]).view:
+            return size
+        t = index.node[index.producer[t]].inputs[0]
+    if t in index.outputs or split_pieces(graph, members, t) is None:
+        return size
+    return 2 * size
 
 
 def kernel_free(graph: Graph, nodes: Iterable[str], writes: Iterable[str]) -> bool:
@@ -376,7 +487,8 @@ def kernel_traffic(graph: Graph, nodes: Sequence[str], writes: Sequence[str], pa
     """
     if kernel_free(graph, nodes, writes):
         return 0
-    return sum(b for _, b in kernel_reads(graph, nodes, passes)) + sum(graph.nbytes(t) for t in writes)
+    return sum(b for _, b in kernel_reads(graph, nodes, passes)) + \
+        sum(write_bytes(graph, nodes, t, passes) for t in writes)
 
 
 def covering_traffic(graph: Graph, kernels: Iterable[Kernel]) -> int:

@@ -34,7 +34,7 @@ from typing import Callable, Optional, Sequence
 from . import cost, dag
 from .graph import Graph
 from .hardware import Hardware
-from .rules import facts, gather_data_reader
+from .rules import facts
 
 Violation = Callable[[Graph, Sequence[str], Hardware], Optional[str]]
 #: Graphs with more ops than this skip the pairwise checks (``min_kernels`` answers 1,
@@ -74,7 +74,8 @@ def pinned_bytes(graph: Graph) -> dict[str, tuple[int, int]]:
         if facts(graph, v).view:
             return []
         node = graph.index.node[v]
-        return [t for t in dict.fromkeys(node.inputs) if t and graph.is_source(t) and not gather_data_reader(graph, v, t)]
+        return [t for t in dict.fromkeys(node.inputs) if t and graph.is_source(t) and not cost.partial_reader(graph, v, t)
+                and node.op != "Split"]  # a kernel may load only the pieces it uses
 
     def ws(v: str) -> int:
         return sum(graph.nbytes(t) for t in held(v))

@@ -77,7 +77,8 @@ def model_counts(g, plan):
     each tensor read from outside once, each tensor written for outside readers or as a graph output
     once; a group of view ops only that writes no graph output moves nothing (its output is its
     input's buffer); a tensor the group reads only as the data operand of its Gather costs the
-    bytes gathered (the Gather's output size), capped at its own size."""
+    bytes gathered (the Gather's output size), capped at its own size; likewise the data operand
+    of its Slice costs the window (the Slice's output size)."""
     out = []
     outputs = set(g.outputs)
     for grp in plan.groups:
@@ -91,7 +92,7 @@ def model_counts(g, plan):
         rb = 0
         for t in reads:
             users = [g.index.node[c] for c in set(g.index.consumers.get(t, [])) if c in members]
-            if len(users) == 1 and users[0].op == "Gather" and users[0].inputs[0] == t \
+            if len(users) == 1 and users[0].op in ("Gather", "Slice") and users[0].inputs[0] == t \
                     and t not in users[0].inputs[1:]:
                 rb += min(g.nbytes(users[0].outputs[0]), g.nbytes(t))  # output dtype = data dtype
             else:

@@ -113,8 +113,9 @@ def reference_cost(graph, nodes):
 
     def read_cost(t):
         readers = [v for v in nodes if t in node[v].inputs]
-        if not all(info(v) is not None and info(v).gather_data_input and node[v].inputs[0] == t
-                   and t not in node[v].inputs[1:] for v in readers):
+        # gathers and windows (Slice, Select) read only what their output picks of their data
+        if not all(info(v) is not None and (info(v).gather_data_input or node[v].op in ("Slice", "Select"))
+                   and node[v].inputs[0] == t and t not in node[v].inputs[1:] for v in readers):
             return size(t)
         return min(size(t), sum(size(node[v].outputs[0]) for v in readers))
     return reads, writes, sum(read_cost(t) for t in reads) + sum(size(t) for t in writes)

@@ -803,8 +803,7 @@ def _lrn(k, node, pos, idx):
 def _gather(k, node, pos, idx):
     data, ind = node.inputs[0], node.inputs[1]
     d, q = k.shape(data), len(k.shape(ind))
-    if k.counters and k.gathered.get(data) == node.name:
-        k.line(f"SFG({_linear(k.shape(node.outputs[0]), idx)});")  # one data element gathered
+    k.mark_gathered(node, idx)
     axis = node.attributes.get("axis", 0) % len(d)
     ix = gather_index(k, node, tuple(idx[axis:axis + q]))
     return k.value(data, tuple(idx[:axis]) + (ix,) + tuple(idx[axis + q:]))

@@ -172,13 +172,14 @@ COUNTER_PRELUDE = r"""
 /* Instrumented build: every global element touched is marked once per kernel pass (bit p of its
    mark: a looped kernel sets sf_pass_bit to 1 << p before its pass p; every other kernel is one
    pass), so a read is charged once per pass that makes it. A tensor the kernel reads only as the
-   data operand of its Gather is charged the bytes gathered (each Gather output element computed
-   reads one data element; repeated indices count again), capped at its size, per pass. */
-static unsigned char *sf_rmap[SF_NUM_BUFFERS + 1], *sf_wmap[SF_NUM_BUFFERS + 1], *sf_gmap;
+   data operand of gathers is charged the bytes gathered (each output element of one of those
+   gathers computed reads one data element; repeated indices count again), capped at its size, per
+   pass: gather j of the kernel marks sf_gmap[j] at its output element. */
+static unsigned char *sf_rmap[SF_NUM_BUFFERS + 1], *sf_wmap[SF_NUM_BUFFERS + 1], **sf_gmap;
 static unsigned char sf_pass_bit = 1;
 #define SFR(p, i, o) (sf_rmap[i][o] |= sf_pass_bit, (p)[o])
 #define SFW(p, i, o) (*(sf_wmap[i][o] = 1, &(p)[o]))
-#define SFG(o) (sf_gmap[o] |= sf_pass_bit)
+#define SFG(j, o) (sf_gmap[j][o] |= sf_pass_bit)
 #define SF_PASS(p) (sf_pass_bit = (unsigned char)(1u << (p)))
 static long long sf_cnt[2 * SF_NUM_GROUPS + 1];
 
@@ -189,16 +190,19 @@ static int sf_bits(unsigned char m)
     return n;
 }
 
+/* gd[j]: the data buffer gather j reads, gn[j]: its output elements (ng gathers) */
 static int sf_counted(int g, int (*kern)(void *const *), void *const *B,
-                      const int *rd, int nrd, const int *wr, int nwr, int gd, long long gn)
+                      const int *rd, int nrd, const int *wr, int nwr,
+                      const int *gd, const long long *gn, int ng)
 {
     int rc = 0;
     for (int i = 0; i < nrd; i++) sf_rmap[rd[i]] = calloc(sf_numel[rd[i]] + 1, 1);
     for (int i = 0; i < nwr; i++) sf_wmap[wr[i]] = calloc(sf_numel[wr[i]] + 1, 1);
-    sf_gmap = gd >= 0 ? calloc(gn + 1, 1) : 0;
+    sf_gmap = calloc(ng + 1, sizeof *sf_gmap);
+    for (int j = 0; sf_gmap && j < ng; j++) if (!(sf_gmap[j] = calloc(gn[j] + 1, 1))) rc = 2;
     for (int i = 0; i < nrd; i++) if (!sf_rmap[rd[i]]) rc = 2;
     for (int i = 0; i < nwr; i++) if (!sf_wmap[wr[i]]) rc = 2;
-    if (gd >= 0 && !sf_gmap) rc = 2;
+    if (!sf_gmap) rc = 2;
     sf_pass_bit = 1;
     if (!rc) rc = kern(B);
     sf_pass_bit = 1;
@@ -208,14 +212,18 @@ static int sf_counted(int g, int (*kern)(void *const *), void *const *B,
             sf_cnt[2 * g] += sf_bits(sf_rmap[rd[i]][e]) * sf_isize[rd[i]];
         free(sf_rmap[rd[i]]); sf_rmap[rd[i]] = 0;
     }
-    if (sf_gmap) {
-        for (int b = 0; b < 8; b++) {
+    for (int j = 0; sf_gmap && j < ng; j++) {
+        int first = 1;  /* each data buffer once: the sum over all its gathers, capped per pass */
+        for (int i = 0; i < j; i++) if (gd[i] == gd[j]) first = 0;
+        for (int b = 0; first && b < 8; b++) {
             long long n = 0;
-            for (long long e = 0; e < gn; e++) n += (sf_gmap[e] >> b) & 1;
-            sf_cnt[2 * g] += (n < sf_numel[gd] ? n : sf_numel[gd]) * sf_isize[gd];
+            for (int i = j; i < ng; i++)
+                for (long long e = 0; gd[i] == gd[j] && sf_gmap[i] && e < gn[i]; e++) n += (sf_gmap[i][e] >> b) & 1;
+            sf_cnt[2 * g] += (n < sf_numel[gd[j]] ? n : sf_numel[gd[j]]) * sf_isize[gd[j]];
         }
-        free(sf_gmap); sf_gmap = 0;
     }
+    for (int j = 0; sf_gmap && j < ng; j++) free(sf_gmap[j]);
+    free(sf_gmap); sf_gmap = 0;
     for (int i = 0; i < nwr; i++) {
         for (long long e = 0; sf_wmap[wr[i]] && e < sf_numel[wr[i]]; e++)
             sf_cnt[2 * g + 1] += sf_wmap[wr[i]][e] * sf_isize[wr[i]];

@@ -155,6 +155,7 @@ def _checked_index(k, iv, size):
 
 
 def _gather_elements(k, node, pos, idx):
+    k.mark_gathered(node, idx)
     data, ind = node.inputs[0], node.inputs[1]
     d = k.shape(data)
     axis = node.attributes.get("axis", 0) % len(d)
@@ -163,6 +164,7 @@ def _gather_elements(k, node, pos, idx):
 
 
 def _gather_nd(k, node, pos, idx):
+    k.mark_gathered(node, idx)
     data, ind = node.inputs[0], node.inputs[1]
     d, q = k.shape(data), k.shape(ind)
     b = node.attributes.get("batch_dims", 0)

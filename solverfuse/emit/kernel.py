@@ -28,6 +28,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from .. import cost
 from ..graph import Graph
 from ..ops import numel
+from ..rules import gather_data_reader
 from .cexpr import ctype, is_simple, linear, lit
 
 #: Below this much work (flops + elements read and written) a kernel runs on one thread: waking
@@ -82,24 +83,25 @@ class UntiledRead(Exception):
 _RECOMPUTE_EXPENSIVE = ("Conv", "MatMul", "Gemm")
 
 
-def gathered_reads(graph: Graph, nodes: Sequence[str]) -> dict[str, str]:
-    """Tensors a group reads only as the data operand of a Gather -> that Gather node: the cost
-    model charges them the bytes gathered (capped at their size), not their size.
+def gathered_reads(graph: Graph, nodes: Sequence[str]) -> dict[str, tuple]:
+    """Tensors a group reads only as the data operand of gathers (``rules.gather_data_reader``:
+    Gather, GatherElements, GatherND) -> those gather nodes: the cost model charges them the bytes
+    gathered (capped at their size), not their size, and the counters count them so.
 
     >>> from solverfuse.graph import load_graph
     >>> g = load_graph({"tensors": {"e": {"shape": [9, 4]}, "i": {"shape": [3], "dtype": "int64"}},
-    ...     "inputs": ["e", "i"], "outputs": ["y"],
-    ...     "nodes": [{"name": "g", "op": "Gather", "inputs": ["e", "i"], "outputs": ["y"]}]})
-    >>> gathered_reads(g, ["g"])
-    {'e': 'g'}
+    ...     "inputs": ["e", "i"], "outputs": ["y", "z"],
+    ...     "nodes": [{"name": "g", "op": "Gather", "inputs": ["e", "i"], "outputs": ["y"]},
+    ...               {"name": "h", "op": "Gather", "inputs": ["e", "i"], "outputs": ["z"]}]})
+    >>> gathered_reads(g, ["g", "h"])
+    {'e': ('g', 'h')}
     """
     members = set(nodes)
     out = {}
     for t in cost.group_reads(graph, nodes):
-        users = [graph.index.node[c] for c in dict.fromkeys(graph.index.consumers.get(t, [])) if c in members]
-        if len(users) == 1 and users[0].op == "Gather" and users[0].inputs[0] == t \
-                and t not in users[0].inputs[1:]:
-            out[t] = users[0].name
+        users = [c for c in dict.fromkeys(graph.index.consumers.get(t, [])) if c in members]
+        if users and all(gather_data_reader(graph, c, t) for c in users):
+            out[t] = tuple(users)
     return out
 
 
@@ -296,6 +298,13 @@ class Kernel:
         if self.counters and tensor not in self.gathered:  # a gathered read is counted by its Gather
             return f"SFR({p}, {self.buffers[tensor]}, {off})"
         return f"{p}[{off}]"
+
+    def mark_gathered(self, node, idx: Sequence[str]) -> None:
+        """In an instrumented build, mark output element ``idx`` of gather ``node`` computed: it
+        reads one element of the gathered data (the counters charge those, capped at its size)."""
+        if self.counters and node.name in self.gathered.get(node.inputs[0], ()):
+            j = [v for t in self.gathered for v in self.gathered[t]].index(node.name)
+            self.line(f"SFG({j}, {linear(self.graph.tensors[node.outputs[0]].shape, idx)});")
 
     def store(self, tensor: str, idx: Sequence[str], value: str) -> None:
         """Store ``value`` to a global element (counted in instrumented builds)."""

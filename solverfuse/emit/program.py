@@ -265,10 +265,11 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
             rd = list(dict.fromkeys(buffers[t] for t in k.reads if t not in k.gathered))
             wr = [buffers[t] for t in k.writes]
             arr = lambda xs: "(const int[]){" + (", ".join(map(str, xs)) or "0") + "}"
-            gd, gn = -1, 0
-            for t, v in k.gathered.items():  # at most one Gather per group (cost.group_violation)
-                gd, gn = buffers[t], numel(graph.tensors[graph.index.node[v].outputs[0]].shape)
-            call = f"sf_counted({gi}, k{gi}, X, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {gd}, {gn})"
+            # gather j of Kernel.mark_gathered: its data buffer and output elements
+            gd = [buffers[t] for t, vs in k.gathered.items() for _ in vs]
+            gn = [numel(graph.tensors[graph.index.node[v].outputs[0]].shape) for vs in k.gathered.values() for v in vs]
+            call = (f"sf_counted({gi}, k{gi}, X, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {arr(gd)}, "
+                    f"(const long long[]){{{', '.join(map(str, gn)) or '0'}}}, {len(gd)})")
         else:
             before = len(funcs)
             name, args = _shared_kernel(text, gi, seen, funcs, about)

@@ -10,7 +10,8 @@ The math, with these variable names, is in ``formulations/representative-assignm
   the quotient acyclic, and sorting groups by level gives an execution order.
 * ``reads[t, r]`` -- group ``r`` reads tensor ``t`` from global memory (at its full size: some
   reader in ``r`` is not a gather-data reader); ``gathered[t, r]`` -- what ``r`` pays for ``t`` when
-  every reader of ``t`` in ``r`` reads it as gather data: ``min(size, sum of their output bytes)``;
+  every reader of ``t`` in ``r`` reads only part of it (``cost.partial_reader``: gather data, a Slice's
+  window): ``min(size, sum of their output bytes)``;
   ``writes[t]`` -- ``t`` is written because a consumer is in another group (graph outputs / tensors
   read by other parts are written whatever the plan does).
 * ``free[r]`` -- ``r``'s group is a free view group (only view ops, no graph output: 0 bytes);
@@ -49,7 +50,7 @@ from ..errors import PlanError
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import op_footprint
-from ..rules import assign_data, facts, gather_data_reader
+from ..rules import assign_data, facts
 from .presolve import Presolve
 
 NAME = "representative-assignment"
@@ -278,7 +279,7 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
                 reps.setdefault(r, []).append(c)
         for r, readers in reps.items():
             readers = list(dict.fromkeys(readers))
-            cs = [c for c in readers if not gather_data_reader(graph, c, t)]
+            cs = [c for c in readers if not cost.partial_reader(graph, c, t)]
             gs = [c for c in readers if c not in cs]
             xp = assign.get((r, prod)) if prod in members else None
             waive = [free[r][0]] if r in free else []
@@ -298,7 +299,7 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
                 terms.append((nb, paid(rd, waive, f"{t},{r}")))
             if not gs:
                 continue
-            # gather-data readers only (a free group holds no gather: no waiver needed)
+            # partial readers only (gathers, windows: a free group holds none, no waiver needed)
             share = [(graph.nbytes(idx.node[c].outputs[0]), assign[r, c]) for c in gs]
             if len(gs) == 1 and xp is None and rd is None:
                 terms.append((min(nb, share[0][0]), share[0][1]))

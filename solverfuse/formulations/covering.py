@@ -128,7 +128,7 @@ class Covering:
         for (i, t), w in self.write.items():
             self.model.AddHint(w, int(i in chosen and t in chosen[i][1]))
         for i, lv in self.levels.items():
-            total = sum(self.graph.nbytes(t) for (j, t) in self.write if j == i and t in chosen[i][1]) \
+            total = sum(self.wbytes[j, t] for (j, t) in self.write if j == i and t in chosen[i][1]) \
                 if i in chosen else None
             for s, z in lv.items():
                 self.model.AddHint(z, int(s == total))
@@ -180,7 +180,7 @@ def write_levels(graph: Graph, col: Column, writable: Sequence[str]) -> Optional
     states: dict[tuple[int, bool], tuple] = {(0, False): ()}
     for t in writable:
         for (s, out), ws in list(states.items()):
-            key = (s + graph.nbytes(t), out or t in outputs)
+            key = (s + (0 if col.free else cost.write_bytes(graph, col.nodes, t, col.passes)), out or t in outputs)
             states.setdefault(key, ws + (t,))
         if len({s for s, _ in states}) > MAX_LEVELS:
             return None
@@ -280,7 +280,7 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
             w = model.NewBoolVar(f"write[{i},{t}]")
             model.AddImplication(w, pick[i])
             write[(i, t)] = w
-            wbytes[(i, t)] = 0 if c.free else graph.nbytes(t)
+            wbytes[(i, t)] = 0 if c.free else cost.write_bytes(graph, c.nodes, t, c.passes)
             writers.setdefault(t, []).append((i, w))
             if t in outputs:
                 outs.append(w)
@@ -320,7 +320,7 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
                 continue
             lv = {s: model.NewBoolVar(f"level[{i},{s}]") for s in found}
             model.Add(sum(lv.values()) == pick[i])
-            model.Add(sum(s * z for s, z in lv.items()) == sum(graph.nbytes(t) * write[(i, t)] for t in mine[i]))
+            model.Add(sum(s * z for s, z in lv.items()) == sum(wbytes[(i, t)] * write[(i, t)] for t in mine[i]))
             terms += [(score(c.nodes, found[s], c.passes), z) for s, z in lv.items()]
             levels[i] = lv
         terms = [(k, x) for k, x in terms if k]

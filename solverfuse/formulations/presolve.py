@@ -45,7 +45,7 @@ from .. import cost, dag
 from ..graph import Graph
 from ..hardware import Hardware
 from ..mapping import op_footprint
-from ..rules import facts, gather_data_reader, hull_violation, masks
+from ..rules import facts, hull_violation, masks
 
 
 @dataclass
@@ -325,7 +325,7 @@ def traffic_floor(graph: Graph, pre: Presolve, nodes: Sequence[str], recompute: 
         for c in idx.consumers[t]:
             if c in members and not facts(graph, c).view and all(never(c, d) for d in indep):
                 indep.append(c)
-        share = {c: min(size, graph.nbytes(idx.node[c].outputs[0])) if gather_data_reader(graph, c, t)
+        share = {c: min(size, graph.nbytes(idx.node[c].outputs[0])) if cost.partial_reader(graph, c, t)
                  else size for c in indep}
         prod = idx.producer.get(t)
         joins = [share[c] for c in indep if prod in members and not never(prod, c)]
