@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 
-from . import anchors, reductions
-from .anchors import MAX_TILE
+from . import anchors, conv_tiles, gemm_tiles, reductions
+from .tiles import MAX_TILE, tile_rank
 from .channels import flat_band, flat_plane, prime_channel_reads, reads_per_channel
 from .kernel import Kernel
 
@@ -91,13 +91,13 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) ->
         return
     (t,) = tiled
     node = k.graph.index.node[k.graph.index.producer[t]]
-    blocking = anchors.conv_blocking(k, node) if node.op == "Conv" else None
+    blocking = conv_tiles.conv_blocking(k, node) if node.op == "Conv" else None
     if blocking is not None:
         return _emit_conv_blocked(k, t, node, shape, blocking, body, deps)
-    mb = anchors.matmul_blocking(k, node) if node.op in ("MatMul", "Gemm") else None
+    mb = gemm_tiles.matmul_blocking(k, node) if node.op in ("MatMul", "Gemm") else None
     if mb is not None:
         return _emit_matmul_blocked(k, t, node, shape, mb, body, split)
-    d = anchors.tile_rank(k, node)
+    d = tile_rank(k, node)
     with k.loops(shape[:-d], parallel=True) as outer:
         anchors.TILES[node.op](k, t, outer, d)
         if node.op in ("Conv", "MaxPool", "AveragePool"):  # outer = (batch, channel, ...)
@@ -121,8 +121,8 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
     output channels, band of output rows), the tile, then per channel (its constants loaded,
     :func:`prime_channel_reads`) the epilogue: one loop over the band (:func:`flat_band`) or,
     per row of the tile, a loop over the row (read as ``(T[a] + r*wq)[j]``)."""
-    view = anchors.conv_input_view(k, node, blk)
-    weights = anchors.conv_weight_view(k, node, blk)
+    view = conv_tiles.conv_input_view(k, node, blk)
+    weights = conv_tiles.conv_weight_view(k, node, blk)
     bands = shape[2] // blk.rows
     nblocks = shape[1] // blk.mg * blk.blocks
     flat = flat_band(k, t, shape, blk, deps)
@@ -137,7 +137,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
         else:
             m0 = k.index(f"{mi}*{blk.mb}")
         r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
-        arr = anchors.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi, valid)
+        arr = conv_tiles.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi, valid)
         with k.loops((blk.mb,)) as (a,):
             if valid:
                 k.line(f"if ({a} >= {valid}) break;")
@@ -169,11 +169,11 @@ def _conv_rows(k: Kernel, t: str, shape: tuple, blk, body, arr: str, at: tuple) 
 def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body, split: int = 0) -> None:
     """A pass over a MatMul output with the register-blocked tile: loops over (batch..., block
     of mb rows), the tile, then per row of the block the epilogue's loop over the row."""
-    bsrc = anchors.matmul_b_view(k, node, mb)
+    bsrc = gemm_tiles.matmul_b_view(k, node, mb)
     with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=DYNAMIC_TILES) as outer:
         batch, mi = tuple(outer[:-1]), outer[-1]
         i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
-        arr = anchors.tile_matmul_blocked(k, node, batch, i0, bsrc, mb)
+        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb)
         with k.loops((mb,)) as (a,):
             i = a if i0 == "0" else k.index(f"{i0} + {a}")
             prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))

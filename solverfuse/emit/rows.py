@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ops import OPS
-from . import anchors, reductions
-from .anchors import MAX_TILE
+from . import anchors, gemm_tiles, reductions
+from .tiles import MAX_TILE
 from .cexpr import bmap
 from .kernel import Kernel
 from .passes import MATERIALISED_OPS, STATS_OPS, anchors_for, emit_loop, inline_deps
@@ -173,14 +173,14 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             for t in writes:
                 k.store(t, idx, k.value(t, idx))
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
-    mb = anchors.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
+    mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
         (t,) = tiled
-        bsrc = anchors.matmul_b_view(k, anchor, mb)
+        bsrc = gemm_tiles.matmul_b_view(k, anchor, mb)
         with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as blk:
             batch, mi = tuple(blk[:-1]), blk[-1]
             i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
-            arr = anchors.tile_matmul_blocked(k, anchor, batch, i0, bsrc, mb)
+            arr = gemm_tiles.tile_matmul_blocked(k, anchor, batch, i0, bsrc, mb)
             with k.loops((mb,)) as (a,):
                 i = a if i0 == "0" else k.index(f"{i0} + {a}")
                 outer = batch + (i,)

@@ -24,13 +24,14 @@ from typing import Optional
 
 from ..errors import EmitError
 from ..ops import OPS, numel
-from . import anchors, reductions
+from . import reductions
 from .cexpr import ctype, linear
 from .forward import LAYOUT_MAPS, emit_forward, forward_chain
 from .kernel import Kernel, UntiledRead
 from .lowering import SUPPORTED
 from .passes import MATERIALISED_OPS, STATS_OPS, anchors_for, emit_loop, inline_deps
 from .rows import emit_rows, row_fusable
+from .tiles import tile_rank
 
 def _plan_passes(k: Kernel) -> list:
     """Decide which nodes are materialised and the passes: ('node', v) or ('out', shape, tensors)."""
@@ -105,7 +106,7 @@ def _tile_elems(k: Kernel, shape: tuple, deps) -> int:
     if not tiled:
         return 0
     node = k.graph.index.node[k.graph.index.producer[tiled[0]]]
-    return numel(shape[-anchors.tile_rank(k, node):])
+    return numel(shape[-tile_rank(k, node):])
 
 
 def _expensive(k: Kernel, deps, after: Optional[str] = None) -> bool:
