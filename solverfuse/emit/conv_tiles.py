@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..ops import numel
 from .cexpr import linear as _linear, lit as _lit
-from .ctext import CHUNK, CM_CHANNELS, CM_POSITIONS
+from .chelpers import CHUNK, CM_CHANNELS, CM_POSITIONS
 from .tiles import MAX_TILE, round_up, tile_done, tile_open, window_geometry
 
 def _conv_geometry(k, node):
