@@ -369,7 +369,7 @@ class Kernel:
             and self.graph.index.producer.get(tensor) is None
 
     def use_helper(self, name: str) -> None:
-        """The kernel calls the shared C helper ``name`` (:func:`solverfuse.emit.ctext.helper_text`)."""
+        """The kernel calls the shared C helper ``name`` (:func:`solverfuse.emit.chelpers.helper_text`)."""
         self.helpers.add(name)
 
     # ---- values

@@ -8,18 +8,21 @@ scalar temporaries in one loop (common subexpressions shared), layout ops are in
 anchor (MatMul/Gemm/Conv) accumulates a tile of its output (a row; a Conv's output plane; a
 register-blocked block of channels/rows x positions) in a stack array that the fused epilogue
 reads. The modules form one chain, each building only on those before it: :mod:`~.cexpr` (C
-types, literals, index arithmetic) and :mod:`~.ctext` (fixed C text) -> :mod:`~.kernel` (the kernel
-builder) -> op lowerings (:mod:`~.elementwise`, :mod:`~.reductions`, :mod:`~.anchors`, gathered in
-:mod:`~.lowering`) -> :mod:`~.schedule` (how a group's loops are arranged) -> this module (buffers,
-whole-file render) -> :mod:`~.build` (compile, load, run). A looped kernel (a group the plan runs
-as several passes) is laid out by :mod:`~.looped`, one loop nest per pass, and so is a one-pass
-stream that ends in reductions (``looped.streams_in_one_loop``: one loop stores and accumulates).
+types, literals, index arithmetic), :mod:`~.ctext` and :mod:`~.chelpers` (fixed C text) ->
+:mod:`~.kernel` (the kernel builder) -> op lowerings (:mod:`~.elementwise`, :mod:`~.reductions`,
+:mod:`~.anchors` with the tiles of :mod:`~.tiles`, :mod:`~.gemm_tiles`, :mod:`~.conv_tiles`,
+:mod:`~.pool_tiles`, gathered in :mod:`~.lowering`) -> one pass's loop nest (:mod:`~.channels`,
+:mod:`~.passes`) -> the row loop (:mod:`~.rows`) and forward stores (:mod:`~.forward`) ->
+:mod:`~.schedule` (how a group's loops are arranged) -> this module (buffers, whole-file render)
+-> :mod:`~.build` (compile, load, run). A looped kernel (a group the plan runs as several passes)
+is laid out by :mod:`~.looped`, one loop nest per pass, and so is a one-pass stream that ends in
+reductions (``looped.streams_in_one_loop``: one loop stores and accumulates).
 Any other kernel takes one of three shapes:
 
-* **row loop** (``schedule._emit_rows``) -- every written tensor has one shape S and every reduction is
+* **row loop** (``rows.emit_rows``) -- every written tensor has one shape S and every reduction is
   a Softmax/LayerNormalization over its last axis: one loop over the rows of S computes the anchor
   tile, each reduction's statistics as row scalars, then every output of the row;
-* **forward store** (``schedule._emit_forward``) -- an anchor's output reshaped/transposed into the
+* **forward store** (``forward.emit_forward``) -- an anchor's output reshaped/transposed into the
   written tensor (attention head split): the loop runs over the anchor's tile and stores at the
   forward-mapped index;
 * **passes** (the general case) -- one loop nest per Reduce*/statistics pass, then one per shape
@@ -55,7 +58,8 @@ from ..files import write_atomic
 from ..plans import validate
 from .arena import Slot, layout, slot_bytes
 from .cexpr import CSIZES, ctype
-from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header, helper_text
+from .chelpers import helper_text
+from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header
 from .kernel import Kernel, param_check
 from .lowering import code_for_op
 from .looped import render_looped, streams_in_one_loop

@@ -1,0 +1,326 @@
+"""Conv in C: the per-element form (a window dot product), the plain plane tile, and the
+register-blocked tile (:func:`conv_blocking`): ``mb`` output channels x 32 positions of
+accumulators in vector registers through the whole reduction, in the shared helper
+``sf_conv_tile<mb>``. Filters are packed once at load by output-channel block; the tile reads a
+zero-padded input copy split by stride phase, or one copy per kernel column on small planes and
+strided depthwise convs, 1x1 convs in place; grouped convs in padded 8-channel blocks.
+
+Apart from :mod:`~solverfuse.emit.gemm_tiles` and :mod:`~solverfuse.emit.pool_tiles`: one op
+family per module; the tables of all anchors are in :mod:`~solverfuse.emit.anchors`.
+
+>>> ConvBlocking.__dataclass_params__.frozen
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ops import numel
+from .cexpr import linear as _linear, lit as _lit
+from .chelpers import CHUNK, CM_CHANNELS, CM_POSITIONS
+from .tiles import MAX_TILE, round_up, tile_done, tile_open, window_geometry
+
+def _conv_geometry(k, node):
+    x, w, out = (k.shape(t) for t in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    kernel = list(node.attributes.get("kernel_shape", w[2:]))
+    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
+    group = node.attributes.get("group", 1)
+    return x, w, out, kernel, st, dil, pb, group
+
+
+def conv_element(k, node, pos, idx):
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    ct = k.ct(node.outputs[0])
+    cg, mg = w[1], out[1] // group
+    n, m, osp = idx[0], idx[1], idx[2:]
+    acc, c = k.fresh("acc"), k.fresh("c")
+    bias = len(node.inputs) > 2 and node.inputs[2]
+    k.line(f"{ct} {acc} = {k.value(node.inputs[2], (m,)) if bias else _lit(0, ct)};")
+    ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
+    with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
+        kv = [k.fresh("r") for _ in kernel]
+        pos_ = [k.fresh("p") for _ in kernel]
+        for d, (r, p) in enumerate(zip(kv, pos_)):
+            k.open(f"for (long {r} = 0; {r} < {kernel[d]}; {r}++)")
+            k.line(f"const long {p} = {osp[d]}*{st[d]} - {pb[d]} + {r}*{dil[d]};")
+            k.line(f"if ({p} < 0 || {p} >= {x[2 + d]}) continue;")
+        xv = k.value(node.inputs[0], (n, ch) + tuple(pos_))
+        wv = k.value(node.inputs[1], (m, c) + tuple(kv))
+        k.line(f"{acc} += {xv} * {wv};")
+        for _ in kv:
+            k.close()
+    return acc
+
+
+def tile_conv(k, t, outer, d=1):
+    """The last ``d`` spatial dims of Conv output at (n, m, outer spatial...): per (channel,
+    kernel tap) one bounds-free loop nest over the valid output positions (contiguous when the
+    stride is 1), so the checks are paid per tap, not per element."""
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    arr, ct, n = tile_open(k, t, d)
+    cg, mg = w[1], out[1] // group
+    nn, m, osp = outer[0], outer[1], outer[2:]
+    nsp, fixed = len(kernel), len(kernel) - d
+    if len(node.inputs) > 2 and node.inputs[2]:
+        j = k.fresh("j")
+        bv = k.value(node.inputs[2], (m,))
+        k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = {bv};")
+    c = k.fresh("c")
+    ch = f"({m} / {mg}) * {cg} + {c}" if group > 1 else c
+    with k.block(f"for (long {c} = 0; {c} < {cg}; {c}++)"):
+        # a kernel extent of 1 (1x1 convolutions) gets no loop: its tap index is the literal 0
+        kv = ["0" if kernel[e] == 1 else k.fresh("r") for e in range(nsp)]
+        src = []
+        opened = []
+
+        def open_(header):
+            k.open(header)
+            opened.append(header)
+
+        def term(v, factor):
+            return "" if v == "0" or factor == 0 else f" + {v}" if factor == 1 else f" + {v}*{factor}"
+        for e in range(fixed):
+            p = k.fresh("p")
+            if kv[e] != "0":
+                open_(f"for (long {kv[e]} = 0; {kv[e]} < {kernel[e]}; {kv[e]}++)")
+            k.line(f"const long {p} = {osp[e]}*{st[e]} - {pb[e]}{term(kv[e], dil[e])};")
+            k.line(f"if ({p} < 0 || {p} >= {x[2 + e]}) continue;")
+            src.append(p)
+        ranges = []
+        for e in range(fixed, nsp):
+            r, s, dl, p, size = kv[e], st[e], dil[e], pb[e], x[2 + e]
+            if r == "0":  # the valid output range is known now
+                ranges.append((str(max(0, -(-p // s))), str(min(out[2 + e], (size - 1 + p) // s + 1))))
+                continue
+            open_(f"for (long {r} = 0; {r} < {kernel[e]}; {r}++)")
+            lo, hi = k.fresh("lo"), k.fresh("hi")
+            k.line(f"const long {lo} = sf_max(0, sf_cdiv({p} - {r}*{dl}, {s}));")
+            k.line(f"const long {hi} = sf_min({out[2 + e]}, sf_fdiv({size - 1 + p} - {r}*{dl}, {s}) + 1);")
+            ranges.append((lo, hi))
+        wv = k.value(node.inputs[1], (m, c) + tuple(kv))
+        js = []
+        for e, (lo, hi) in zip(range(fixed, nsp), ranges):
+            j = k.fresh("j")
+            open_(f"for (long {j} = {lo}; {j} < {hi}; {j}++)")
+            js.append(j)
+            shift = f"{j}*{st[e]}" if st[e] != 1 else j
+            src.append(f"{shift}{f' - {pb[e]}' if pb[e] else ''}{term(kv[e], dil[e])}")
+        xv = k.value(node.inputs[0], (nn, ch) + tuple(src))
+        k.line(f"{arr}[{_linear(out[-d:], js)}] += {xv} * {wv};")
+        for _ in opened:
+            k.close()
+    tile_done(k, t, outer, arr, d)
+
+
+@dataclass(frozen=True)
+class ConvBlocking:
+    """How a register-blocked Conv tile is laid out (see :func:`conv_blocking`)."""
+    mb: int       # output channels per tile (accumulators kept in registers for each)
+    rows: int     # output rows per tile (a band; the tile loop runs over bands)
+    hq: int       # rows of one phase plane of the input copy
+    wq: int       # its width = the tile's row pitch (>= output width: junk columns are dropped)
+    chunk: int    # output positions per accumulator chunk
+    mg: int = 1   # output channels per group
+    blocks: int = 1  # blocks of mb channels per group (the last may be part padding)
+    cols: int = 0  # column-shifted copies (one per kernel column; wq = output width), 0: phase-split
+
+    @property
+    def cplane(self) -> int:
+        """Floats of one input channel's copy (all its phase planes / column copies)."""
+        return (self.cols or self.s1) * self.s0 * self.hq * self.wq
+
+    s0: int = 1   # the strides
+    s1: int = 1
+    local: int = 0  # floats of a per-tile copy of the block's one input channel (0: a copy of all)
+
+    @property
+    def padded(self) -> bool:
+        """Whether the last block of each group runs past the group's channels (zero weights)."""
+        return self.blocks * self.mb != self.mg
+
+
+def conv_blocking(k, node):
+    """The register-blocked Conv tile for this node, or None (then the plain tile is used).
+
+    The plain tile accumulates one output channel's plane in memory: every multiply-add loads
+    and stores the tile. The blocked tile keeps ``mb`` output channels x ``chunk`` output positions
+    of accumulators in registers through the whole (input channel, tap) loop, so each input value
+    loaded feeds ``mb`` multiply-adds. The input is first copied zero-padded and split into its
+    stride phases (plane (ph, pw) holds padded rows ph, ph+s0, ... and columns pw, pw+s1, ...): a
+    tap then reads one phase plane at stride 1, so a band of output rows is one contiguous run of
+    positions with row pitch ``wq`` (the few columns past the output width are computed and
+    dropped) and every chunk is a contiguous vector load -- no bounds checks, no strided loads.
+    Only 2-D float convolutions; ``mb`` is the largest of 8, 4, 2, 1 dividing the output channels
+    per group -- or 8 when padding the group's channels to a multiple of 8 adds at most 1/8 more
+    work (the last block's extra channels get zero weights and no epilogue: ShuffleNet's 68
+    channels per group ran at 54 GFLOP/s in blocks of 4, 78 in blocks of 8) -- so a depthwise
+    convolution (one output channel per group) takes the blocked tile with ``mb = 1``: its taps
+    run on contiguous vectors of the padded copy, with no bounds checks.
+    On small planes the phase-split copy's junk columns cost up to 30% (13x13 3x3: a row pitch of
+    15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those take
+    column-shifted copies instead (``cols``: one copy per kernel column, shifted by the column's
+    offset and subsampled by the stride, row pitch = output width; tap (r, kw) reads copy kw).
+    A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
+    when it is used) rather than the whole input in a pass of its own. With threads, the rows are
+    split into more bands when the tiles would not divide evenly among the threads.
+    Instrumented builds keep the plain tile (the counters then see the reads the cost model
+    describes, not the copy)."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    if k.counters or len(kernel) != 2 or k.ct(node.outputs[0]) != "float":
+        return None
+    mg = out[1] // group
+    mb = next(b for b in (8, 4, 2, 1) if mg % b == 0)  # a block stays in one group
+    if mb < 8 and mg > 8 and 8 * round_up(mg, 8) <= 9 * mg:
+        mb = 8
+    hp, wp = (max(pb[e] + x[2 + e], (out[2 + e] - 1) * st[e] + (kernel[e] - 1) * dil[e] + 1) for e in range(2))
+    hq, wq = -(-hp // st[0]), -(-wp // st[1])
+    cols = 0
+    if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and 12 * wq > 13 * out[3])):
+        # small planes (13x13 3x3: 15 columns computed per 13) and strided depthwise convs
+        cols, wq = kernel[1], out[3]
+    fits = [r for r in range(1, out[2] + 1) if out[2] % r == 0
+            and (mb * round_up(r * wq, CHUNK) <= MAX_TILE or r == 1)]
+    tiles = x[0] * group * -(-mg // mb)  # tiles per band of rows
+    # the threads share the (batch, block, band) tiles: split the rows into more bands when the
+    # tiles would not divide evenly among them (3 tiles on 2 threads: one waits a third of the time)
+    even = [r for r in fits if (tiles * (out[2] // r)) % k.threads == 0 or tiles * (out[2] // r) >= 8 * k.threads]
+    rows = max(even or fits)
+    span = rows * wq
+    if mg % CM_CHANNELS == 0 and out[1] >= 4 * CM_CHANNELS and rows == out[2] and CM_POSITIONS <= span <= 256 \
+            and wq == out[3] and span < 0.85 * round_up(span, 16) and CM_CHANNELS * span <= MAX_TILE:
+        # a small plane that fills 16-lane vectors of positions badly (7x7: 49 positions in 4
+        # masked vectors): the channel-vectorised tile (sf_conv_tile32), at least 4 tiles
+        mb = CM_CHANNELS
+    blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1])
+    if w[1] == 1 and group > 1 and rows == out[2]:
+        # depthwise: each tile copies its one input channel into L1 just before using it (a
+        # separate copy pass of the whole input cost as much as the convolution)
+        local = blk.cplane + max(0, out[2] * wq + _max_tap(blk, kernel, st, dil) - blk.cplane)
+        if local <= MAX_TILE:
+            blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1], local)
+    return blk
+
+
+def _max_tap(blk, kernel, st, dil) -> int:
+    return max(_tap_offset(blk, st, dil, r0, r1) for r0 in range(kernel[0]) for r1 in range(kernel[1]))
+
+
+def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
+    """Offset of tap (r0, r1) from the channel's start: its phase plane (or row phase and column
+    copy), then row and column."""
+    a, b = r0 * dil[0], r1 * dil[1]
+    if blk.cols:
+        return ((a % st[0]) * blk.cols + r1) * blk.hq * blk.wq + (a // st[0]) * blk.wq
+    return ((a % st[0]) * st[1] + b % st[1]) * blk.hq * blk.wq + (a // st[0]) * blk.wq + b // st[1]
+
+
+def conv_input_view(k, node, blk: ConvBlocking) -> str:
+    """Before the tile loops: the Conv input as the tile reads it. A 1x1 convolution at stride 1
+    without padding reads its input in place (its one phase plane is the input plane; the tile
+    masks its last partial chunk, so it reads nothing past the plane). Otherwise a
+    zero-padded, phase-split copy in kernel-local scratch (``[N][C][s0][s1][hq][wq]``), with
+    zeroed slack after it for the last band's taps, which run past the last plane; the copy is
+    shared out among the threads (:func:`_copy_call`)."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    if kernel == [1, 1] and st == [1, 1] and pb == [0, 0]:
+        k.line("/* a 1x1 convolution reads its input in place */")
+        return k.ptr(node.inputs[0], "r")
+    if blk.local:
+        k.line("/* each tile copies its input channel (tile_conv_blocked) */")
+        return k.ptr(node.inputs[0], "r")
+    size = x[0] * x[1] * blk.cplane
+    last = out[2] * blk.wq - 1 + _max_tap(blk, kernel, st, dil)  # the last band's last position (the tiles read no further)
+    slack = max(0, last + 1 - blk.cplane)
+    what = "column-shifted" if blk.cols else "stride-phase-split"
+    arr = k.alloc("float", size + slack, f"zero-padded, {what} copy of a Conv input")
+    if slack:
+        k.line(f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;")
+    _copy_call(k, arr, k.ptr(node.inputs[0], "r"), x, blk, pb, dil)
+    return arr
+
+
+def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil) -> None:
+    """``sf_conv_copy`` (or ``sf_conv_copy_cols``) of all N*C planes; with threads, each thread
+    copies a contiguous run of planes (a serial copy took 10-20% of a 3x3 conv's time at 2
+    threads on 13x13 planes)."""
+    nc = x[0] * x[1]
+    fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
+    geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
+    if blk.cols:
+        geom += f", {blk.cols}, {dil[1]}"
+    k.use_helper(fn)
+    if k.threads == 1 or nc < 2 * k.threads:
+        k.line(f"{fn}({dst}, {src}, {nc}, {geom});")
+        return
+    step = -(-nc // k.threads)
+    c = k.fresh("c")
+    k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
+    with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
+        k.line(f"{fn}({dst} + {c}*{blk.cplane}, {src} + {c}*{x[2] * x[3]}, sf_min({step}, {nc} - {c}), {geom});")
+
+
+def conv_weight_view(k, node, blk: ConvBlocking) -> str:
+    """The Conv weights repacked as ``[groups][blocks][C][taps][mb]`` (zero past a group's
+    channels), so the mb weights a tile step
+    multiplies are one cache line (read in place, rows of C*taps floats apart -- 4 KiB for
+    C=1024 -- they fall into one L1 set and evict each other: measured 10x slower on ResNet-50's
+    last stage). Constant weights are packed once per set of constants; computed ones per run."""
+    wt = node.inputs[1]
+    ws = k.shape(wt)
+    k.use_helper("sf_conv_pack")
+    groups = ws[0] // blk.mg
+    args = f"{groups}, {blk.mg}, {ws[1]}, {ws[2] * ws[3]}, {blk.mb}"
+    size = groups * blk.blocks * blk.mb * numel(ws[1:])
+    if k.is_constant(wt):
+        return k.packed("float", size, "Conv weights repacked by output-channel block",
+                        f"sf_conv_pack({{dst}}, {{w}}, {args});", {"w": wt})
+    arr = k.alloc("float", size, "Conv weights repacked by output-channel block")
+    k.line(f"sf_conv_pack({arr}, {k.ptr(wt, 'r')}, {args});")
+    return arr
+
+
+def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi: str, valid: str = "") -> str:
+    """Output channels m0..m0+mb-1 x output rows r0..r0+rows-1 of Conv output at batch ``n`` into
+    a stack array ``T[mb][rows * wq]`` (row r of channel a at ``T[a] + r*wq``); its name.
+    ``mi`` is the block's number (its packed weights), ``valid`` the count of real channels in
+    it when the block may be part padding (:attr:`ConvBlocking.padded`)."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    span = blk.rows * blk.wq  # the tile masks the positions past its last whole chunk
+    mb = blk.mb
+    arr, off, a, j = k.fresh("T"), k.fresh("off"), k.fresh("a"), k.fresh("j")
+    taps = kernel[0] * kernel[1]
+    cplane = blk.cplane
+    offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
+    k.line(f"float {arr}[{mb}][{span}];")
+    k.line(f"static const long {off}[{taps}] = {{{', '.join(map(str, offs))}}};")
+    # the block's group starts at input channel goff (0 when ungrouped)
+    goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
+    plane = f"({n}*{x[1]} + {goff}0)*{cplane}" if n != "0" else f"({goff}0)*{cplane}"
+    if blk.local:  # copy the one input channel here, then read the copy
+        buf = k.fresh("X")
+        chan = f"({n}*{x[1]} + {goff}0)*{x[2] * x[3]}" if n != "0" else f"({goff}0)*{x[2] * x[3]}"
+        k.line(f"float {buf}[{blk.local}];")
+        if blk.local > cplane:
+            k.line(f"for (long {j} = {cplane}; {j} < {blk.local}; {j}++) {buf}[{j}] = 0;")
+        fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
+        k.use_helper(fn)
+        geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
+        k.line(f"{fn}({buf}, {src} + {chan}, 1, {geom}{f', {blk.cols}, {dil[1]}' if blk.cols else ''});")
+        src, plane = buf, "0"
+    row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
+    wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    # a bias in a buffer of its own starts the accumulators (no pass over the tile); not for a
+    # block that may be part padding (it would read past the last group's bias)
+    in_tile = (bias is not None and not valid and k.ct(bias) == "float" and bias not in k.scratch
+               and not k.has_tile(bias) and k.graph.index.producer.get(bias) not in k.members)
+    bptr = (f"{k.ptr(bias, 'r')} + {m0}" if m0 != "0" else k.ptr(bias, "r")) if in_tile else "0"
+    k.use_helper(f"sf_conv_tile{mb}")
+    k.line(f"sf_conv_tile{mb}(&{arr}[0][0], {span}, {src} + {plane}{row0}, {cplane}, {wsrc}{wrow}, "
+           f"{w[1]}, {taps}, {off}, {bptr});")
+    if bias is not None and not in_tile:
+        with k.block(f"for (int {a} = 0; {a} < {valid or mb}; {a}++)"):
+            bias = k.value(node.inputs[2], (k.index(f"{m0} + {a}"),))
+            k.line(f"for (long {j} = 0; {j} < {span}; {j}++) {arr}[{a}][{j}] += {bias};")
+    return arr

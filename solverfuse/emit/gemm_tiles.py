@@ -1,0 +1,208 @@
+"""MatMul and Gemm in C: the per-element form (a dot product, for
+:func:`solverfuse.emit.lowering.code_for_op`), the plain row tile, and the register-blocked tile
+(:func:`matmul_blocking`): ``mb`` rows x 32 columns of accumulators in vector registers through
+the whole reduction, in the shared helper ``sf_mm_tile<mb>``, B packed once at load in 32-column
+panels (transposed linear-layer weights too; a computed B, attention's, per run). One-row tiles
+(GEMV) are GNU-vector loops.
+
+Apart from :mod:`~solverfuse.emit.conv_tiles` and :mod:`~solverfuse.emit.pool_tiles`: one op
+family per module; the tables of all anchors are in :mod:`~solverfuse.emit.anchors`.
+
+>>> round_up(100, CHUNK) // CHUNK  # panels of B for N = 100 columns
+4
+"""
+from __future__ import annotations
+
+from ..ops import numel
+from .cexpr import bmap, linear as _linear, lit as _lit
+from .chelpers import CHUNK
+from .tiles import MAX_TILE, round_up, tile_done, tile_open
+
+def _mm_operands(k, node, full):
+    """(A index, B index) functions of k for MatMul at full (batch..., i, j) output index."""
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    a2 = a if len(a) > 1 else (1,) + a
+    b2 = b if len(b) > 1 else b + (1,)
+    batch = full[:-2]
+    oshape = tuple(max(x, y) for x, y in zip((1,) * (len(batch) - len(a2[:-2])) + a2[:-2],
+                                              (1,) * (len(batch) - len(b2[:-2])) + b2[:-2]))
+    ab, bb = bmap(batch, oshape, a2[:-2]), bmap(batch, oshape, b2[:-2])
+
+    def ai(kk):
+        return ab + ((full[-2], kk) if len(a) > 1 else (kk,))
+
+    def bi(kk):
+        return bb + ((kk, full[-1]) if len(b) > 1 else (kk,))
+    return ai, bi, a2[-1]
+
+
+def matmul_element(k, node, pos, idx):
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    full = tuple(idx)
+    if len(a) == 1:
+        full = full[:-1] + ("0",) + full[-1:]
+    if len(b) == 1:
+        full = full + ("0",)
+    ai, bi, K = _mm_operands(k, node, full)
+    ct = k.ct(node.outputs[0])
+    acc, kk = k.fresh("acc"), k.fresh("k")
+    k.line(f"{ct} {acc} = 0;")
+    with k.block(f"for (long {kk} = 0; {kk} < {K}; {kk}++)"):
+        k.line(f"{acc} += {k.value(node.inputs[0], ai(kk))} * {k.value(node.inputs[1], bi(kk))};")
+    return acc
+
+
+def _gemm_idx(node, i, j, kk):
+    at = node.attributes
+    return ((kk, i) if at.get("transA", 0) else (i, kk)), ((j, kk) if at.get("transB", 0) else (kk, j))
+
+
+def _gemm_k(k, node):
+    a = k.shape(node.inputs[0])
+    return a[0] if node.attributes.get("transA", 0) else a[1]
+
+
+def _gemm_epilogue(k, node, acc, i, j):
+    at, ct = node.attributes, k.ct(node.outputs[0])
+    expr = f"{_lit(at.get('alpha', 1.0), ct)} * {acc}"
+    if len(node.inputs) > 2 and node.inputs[2]:
+        c = k.value(node.inputs[2], bmap((i, j), k.shape(node.outputs[0]), k.shape(node.inputs[2])))
+        expr += f" + {_lit(at.get('beta', 1.0), ct)} * {c}"
+    return expr
+
+
+def gemm_element(k, node, pos, idx):
+    i, j = idx
+    ct = k.ct(node.outputs[0])
+    acc, kk = k.fresh("acc"), k.fresh("k")
+    k.line(f"{ct} {acc} = 0;")
+    ia, ib = _gemm_idx(node, i, j, kk)
+    with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
+        k.line(f"{acc} += {k.value(node.inputs[0], ia)} * {k.value(node.inputs[1], ib)};")
+    return _gemm_epilogue(k, node, acc, i, j)
+
+
+def tile_matmul(k, t, outer, d=1):
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    arr, ct, n = tile_open(k, t)
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    if len(a) < 2 or len(b) < 2:
+        j = k.fresh("j")
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            k.line(f"{arr}[{j}] = {matmul_element(k, node, 0, tuple(outer) + (j,))};")
+        return tile_done(k, t, outer, arr)
+    kk, j = k.fresh("k"), k.fresh("j")
+    ai, bi, K = _mm_operands(k, node, tuple(outer) + (j,))
+    with k.block(f"for (long {kk} = 0; {kk} < {K}; {kk}++)"):
+        av = k.value(node.inputs[0], ai(kk))
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], bi(kk))};")
+    tile_done(k, t, outer, arr)
+
+
+def tile_gemm(k, t, outer, d=1):
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    arr, ct, n = tile_open(k, t)
+    i = outer[0]
+    kk, j = k.fresh("k"), k.fresh("j")
+    at = node.attributes
+    if at.get("transB", 0) and not at.get("transA", 0):
+        # B is [N, K] (a linear layer's weights): a contiguous dot product per output column
+        # (the axpy form below would stride through B by K floats per element)
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            acc = k.fresh("acc")
+            k.line(f"{ct} {acc} = 0;")
+            with k.loops([_gemm_k(k, node)], simd=f"reduction(+:{acc})") as (r,):
+                ia, ib = _gemm_idx(node, i, j, r)
+                k.line(f"{acc} += {k.value(node.inputs[0], ia)} * {k.value(node.inputs[1], ib)};")
+            k.line(f"{arr}[{j}] = {acc};")
+    else:
+        ia, ib = _gemm_idx(node, i, j, kk)
+        with k.block(f"for (long {kk} = 0; {kk} < {_gemm_k(k, node)}; {kk}++)"):
+            av = k.value(node.inputs[0], ia)
+            with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+                k.line(f"{arr}[{j}] += {av} * {k.value(node.inputs[1], ib)};")
+    with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+        k.line(f"{arr}[{j}] = {_gemm_epilogue(k, node, f'{arr}[{j}]', i, j)};")
+    tile_done(k, t, outer, arr)
+
+
+def matmul_blocking(k, node):
+    """``mb`` rows of a MatMul/Gemm output per register-blocked tile, or None (the plain row tile).
+    For float A [..., M, K] x B [..., K, N] (weights or a batched operand: attention's QK^T) and
+    Gemm with A not transposed (B may be: linear layers), N >= 8, not instrumented: like
+    :func:`~solverfuse.emit.conv_tiles.conv_blocking`, ``mb`` output rows x CHUNK columns of accumulators stay in registers
+    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M whose tile fits 256 KiB."""
+    a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
+    if k.counters or len(a) < 2 or len(b) < 2 or k.ct(node.outputs[0]) != "float" \
+            or k.ct(node.inputs[0]) != "float" or k.ct(node.inputs[1]) != "float":
+        return None
+    if node.op == "Gemm" and node.attributes.get("transA", 0):
+        return None
+    n = b[-2] if node.op == "Gemm" and node.attributes.get("transB", 0) else b[-1]
+    if n < 8:
+        return None
+    # the tile T[mb][N rounded up] lives on the stack (of an OpenMP worker too): at most 256 KiB
+    return next((m for m in (8, 4, 2, 1) if a[-2] % m == 0 and m * round_up(n, CHUNK) <= 4 * MAX_TILE), None)
+
+
+def _mm_kn(k, node) -> tuple:
+    """(K, N) of a MatMul/Gemm's B as the tile reads it (a transposed Gemm B is packed [K][N])."""
+    b = k.shape(node.inputs[1])
+    if node.op == "Gemm" and node.attributes.get("transB", 0):
+        return b[1], b[0]
+    return b[-2], b[-1]
+
+
+def matmul_b_view(k, node, mb: int) -> str:
+    """B packed as ``[batch][N rounded up / CHUNK][K][CHUNK]``: panels of CHUNK columns, zero
+    columns after N, a transposed Gemm B transposed here. A tile's chunk of columns then reads
+    one contiguous panel through the K loop (row-major B put its rows N floats apart: one cache
+    line per page at N=1024). One-row tiles (``mb`` 1: matrix-vector products) stream B row by
+    row instead and get it row-major (one panel of all the columns). Packed once per set of constants when B is a constant (weights),
+    else into kernel-local scratch at every run."""
+    bt = node.inputs[1]
+    kk, n = _mm_kn(k, node)
+    nb = numel(k.shape(bt)[:-2])
+    n2 = round_up(n, CHUNK)
+    trans = int(node.op == "Gemm" and bool(node.attributes.get("transB", 0)))
+    call = f"sf_pack_b({{dst}}, {{b}}, {nb}, {kk}, {n}, {n2}, {trans}, {n2 if mb == 1 else CHUNK});"
+    k.use_helper("sf_pack_b")
+    what = "MatMul/Gemm B packed in panels of columns"
+    if k.is_constant(bt):
+        return k.packed("float", nb * kk * n2, what, call, {"b": bt})
+    arr = k.alloc("float", nb * kk * n2, what)
+    k.line(call.format(dst=arr, b=k.ptr(bt, "r")))
+    return arr
+
+
+def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
+    """Rows i0..i0+mb-1 of MatMul/Gemm output at ``batch`` into ``T[mb][N rounded up]``, with a
+    Gemm's alpha and beta*C applied (the tile is hot); its name."""
+    at = node.inputs[0]
+    a, b = k.shape(at), k.shape(node.inputs[1])
+    kk, n = _mm_kn(k, node)
+    n2 = round_up(n, CHUNK)
+    out = k.shape(node.outputs[0])
+    arr = k.fresh("T")
+    # 64-byte aligned: the tile helpers add into it a whole vector of CHUNK floats at a time;
+    # where the stack frame left it 32-byte aligned every access split a cache line and each
+    # add's load waited on the previous store (vit_ts's QKV kernels: 1.40 -> 0.98 us)
+    k.line(f"float {arr}[{mb}][{n2}] SF_ALIGN64;")
+    base = _linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0"))
+    bb = bmap(batch, out[:-2], b[:-2]) if node.op == "MatMul" else ()
+    boff = _linear(b[:-2], bb) if bb else "0"
+    bptr = bsrc if boff == "0" else f"{bsrc} + ({boff})*{kk * n2}"
+    k.use_helper(f"sf_mm_tile{mb}")
+    k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bptr});")
+    if node.op == "Gemm":
+        at_ = node.attributes
+        alpha, beta = at_.get("alpha", 1.0), at_.get("beta", 1.0)
+        has_c = len(node.inputs) > 2 and node.inputs[2] and beta != 0
+        if alpha != 1.0 or has_c:
+            r, j = k.fresh("r"), k.fresh("j")
+            with k.block(f"for (int {r} = 0; {r} < {mb}; {r}++)"):
+                with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+                    i = f"({i0} + {r})" if i0 != "0" else r
+                    k.line(f"{arr}[{r}][{j}] = {_gemm_epilogue(k, node, f'{arr}[{r}][{j}]', i, j)};")
+    return arr

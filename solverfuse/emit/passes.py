@@ -1,0 +1,183 @@
+"""One pass of a group's kernel: the loop nest over a shape, with an anchor's tile (a row, a conv
+output plane, or a register-blocked MatMul/Conv tile) computed before the inner loops that run
+the fused epilogue. :func:`emit_loop` is what every pass of :mod:`~solverfuse.emit.schedule`,
+:mod:`~solverfuse.emit.forward` and :mod:`~solverfuse.emit.rows` runs; :func:`inline_deps` is
+the set of in-group tensors a pass evaluates inline (materialised ones stop it).
+
+Apart from the schedule because it decides the loops of ONE pass, not which passes a group gets.
+
+>>> "ReduceMean" in MATERIALISED_OPS, sorted(STATS_OPS)[:2]
+(True, ['LayerNormalization', 'LogSoftmax'])
+"""
+from __future__ import annotations
+
+import contextlib
+
+from . import anchors, conv_tiles, gemm_tiles, reductions
+from .tiles import MAX_TILE, tile_rank
+from .channels import flat_band, flat_plane, prime_channel_reads, reads_per_channel
+from .kernel import Kernel
+
+MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+                    "ReduceSumSquare", "GlobalAveragePool", "GlobalMaxPool"}
+STATS_OPS = frozenset(reductions.STATS)
+
+
+def inline_deps(k: Kernel, tensor: str, memo: dict) -> frozenset:
+    """In-group tensors evaluated inline when ``tensor`` is requested (materialised ones stop)."""
+    if tensor in memo:
+        return memo[tensor]
+    p = k.graph.index.producer.get(tensor)
+    if not tensor or p not in k.members or p in k.materialised:
+        out = frozenset()
+    else:
+        node = k.graph.index.node[p]
+        out = frozenset([tensor]).union(*(inline_deps(k, t, memo) for t in node.inputs if t))
+    memo[tensor] = out
+    return out
+
+
+def anchors_for(k: Kernel, shape: tuple, deps: frozenset) -> list[str]:
+    """The anchor output of this pass's shape that gets a tile (vectorisable inner loops)."""
+    out = []
+    for t in sorted(deps, key=lambda t: k.graph.index.position[k.graph.index.producer[t]]):
+        node = k.graph.index.node[k.graph.index.producer[t]]
+        if node.op in anchors.TILES and k.shape(t) == shape and len(shape) and 1 < shape[-1] <= MAX_TILE:
+            out.append(t)
+    return out[:1]  # a group holds at most one anchor (cost.group_violation)
+
+
+@contextlib.contextmanager
+def last_dim(k: Kernel, n: int, split: int = 0):
+    """The innermost loop over ``n``; its index. With ``split`` (a divisor of n, :func:`~solverfuse.emit.forward._head_split`):
+    two loops over (n / split, split), the index composed from theirs (``k.splits`` maps it back)."""
+    if not split:
+        with k.loops((n,)) as (j,):
+            yield j
+        return
+    with k.loops((n // split, split)) as (h, e):
+        j = k.index(f"{h}*{split} + {e}")
+        k.splits[j] = (h, e)
+        yield j
+
+
+def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) -> None:
+    """One pass: loops over ``shape``; an anchor's tile (its last d dims: a row, or a Conv's
+    output plane) is computed before the inner loops that run the fused epilogue. ``split``: the
+    last dim's loop runs as two (:func:`last_dim`)."""
+    tiled = anchors_for(k, shape, deps)
+    if not tiled and len(shape) == 4 and shape[2] * shape[3] >= 16 and reads_per_channel(k, deps, shape):
+        # an NCHW pass with per-channel constants (BatchNorm after a Concat: DenseNet): loops over
+        # (n, c), the constants loaded once, then the plane (per element they were loaded and
+        # BatchNorm's scale / sqrt(var + eps) recomputed: 57 such kernels took 60% of DenseNet)
+        flat = flat_plane(k, deps, shape)
+        with k.loops(shape[:2], parallel=True, dynamic=True) as outer:  # channels one at a time
+            prime_channel_reads(k, deps, shape, outer[0], outer[1])
+            if flat:  # one loop over the plane (index (n, c, 0, q), q < H*W): see flat_plane
+                with k.loops((shape[2] * shape[3],)) as (q,):
+                    body(tuple(outer) + ("0", q))
+            else:
+                with k.loops(shape[2:]) as inner:
+                    body(tuple(outer) + tuple(inner))
+        return
+    if not tiled:
+        if split:
+            with k.loops(shape[:-1], parallel=True) as outer:
+                with last_dim(k, shape[-1], split) as j:
+                    body(tuple(outer) + (j,))
+            return
+        with k.loops(shape, parallel=True) as idx:
+            body(idx)
+        return
+    (t,) = tiled
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    blocking = conv_tiles.conv_blocking(k, node) if node.op == "Conv" else None
+    if blocking is not None:
+        return _emit_conv_blocked(k, t, node, shape, blocking, body, deps)
+    mb = gemm_tiles.matmul_blocking(k, node) if node.op in ("MatMul", "Gemm") else None
+    if mb is not None:
+        return _emit_matmul_blocked(k, t, node, shape, mb, body, split)
+    d = tile_rank(k, node)
+    with k.loops(shape[:-d], parallel=True) as outer:
+        anchors.TILES[node.op](k, t, outer, d)
+        if node.op in ("Conv", "MaxPool", "AveragePool"):  # outer = (batch, channel, ...)
+            prime_channel_reads(k, deps, shape, outer[0], outer[1])
+        if d == 1:
+            with last_dim(k, shape[-1], split) as j:
+                body(tuple(outer) + (j,))
+        else:
+            with k.loops(shape[-d:]) as inner:
+                body(tuple(outer) + tuple(inner))
+    k.drop_tile(t)
+
+
+#: Blocked conv/matmul tiles are shared among the threads one at a time (``Kernel.loops``'s
+#: ``dynamic``), not in fixed halves.
+DYNAMIC_TILES = True
+
+
+def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: frozenset) -> None:
+    """A pass over a Conv output with the register-blocked tile: loops over (batch, block of mb
+    output channels, band of output rows), the tile, then per channel (its constants loaded,
+    :func:`prime_channel_reads`) the epilogue: one loop over the band (:func:`flat_band`) or,
+    per row of the tile, a loop over the row (read as ``(T[a] + r*wq)[j]``)."""
+    view = conv_tiles.conv_input_view(k, node, blk)
+    weights = conv_tiles.conv_weight_view(k, node, blk)
+    bands = shape[2] // blk.rows
+    nblocks = shape[1] // blk.mg * blk.blocks
+    flat = flat_band(k, t, shape, blk, deps)
+    with k.loops((shape[0], bands, nblocks), parallel=True, dynamic=DYNAMIC_TILES) as (n, band, mi):
+        valid = ""
+        if mi == "0":
+            m0 = "0"
+        elif blk.padded:  # block j of group g: channels g*mg + j*mb ..., the last part padding
+            j = k.index(f"{mi} % {blk.blocks}")
+            m0 = k.index(f"({mi} / {blk.blocks})*{blk.mg} + {j}*{blk.mb}")
+            valid = k.index(f"sf_min({blk.mb}, {blk.mg} - {j}*{blk.mb})")
+        else:
+            m0 = k.index(f"{mi}*{blk.mb}")
+        r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
+        arr = conv_tiles.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi, valid)
+        with k.loops((blk.mb,)) as (a,):
+            if valid:
+                k.line(f"if ({a} >= {valid}) break;")
+            m = a if m0 == "0" else k.index(f"{m0} + {a}")
+            prime_channel_reads(k, deps, shape, n if shape[0] != 1 else "0", m if shape[1] != 1 else "0")
+            if flat:
+                prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, r0), shape[:3]))
+                k.set_tile(t, prefix, f"{arr}[{a}]", 1)
+                with k.loops((blk.rows * shape[3],)) as (q,):
+                    body((n, m, r0, q))
+                k.drop_tile(t)
+            else:
+                _conv_rows(k, t, shape, blk, body, arr, (n, m, a, r0))
+
+
+def _conv_rows(k: Kernel, t: str, shape: tuple, blk, body, arr: str, at: tuple) -> None:
+    """The epilogue of one channel of a blocked conv tile, row by row (``at``: batch, channel,
+    channel in the block, first row of the band)."""
+    n, m, a, r0 = at
+    with k.loops((blk.rows,)) as (r,):
+        oh = r if r0 == "0" else r0 if r == "0" else k.index(f"{r0} + {r}")
+        prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, oh), shape[:3]))
+        k.set_tile(t, prefix, f"({arr}[{a}] + {r}*{blk.wq})" if r != "0" else f"{arr}[{a}]", 1)
+        with k.loops(shape[3:]) as (j,):
+            body((n, m, oh, j))
+        k.drop_tile(t)
+
+
+def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body, split: int = 0) -> None:
+    """A pass over a MatMul output with the register-blocked tile: loops over (batch..., block
+    of mb rows), the tile, then per row of the block the epilogue's loop over the row."""
+    bsrc = gemm_tiles.matmul_b_view(k, node, mb)
+    with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=DYNAMIC_TILES) as outer:
+        batch, mi = tuple(outer[:-1]), outer[-1]
+        i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
+        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb)
+        with k.loops((mb,)) as (a,):
+            i = a if i0 == "0" else k.index(f"{i0} + {a}")
+            prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))
+            k.set_tile(t, prefix, f"{arr}[{a}]", 1)
+            with last_dim(k, shape[-1], split) as j:
+                body(batch + (i, j))
+            k.drop_tile(t)
