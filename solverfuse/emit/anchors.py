@@ -26,7 +26,6 @@ Where: :mod:`~solverfuse.emit.tiles` (shared tile helpers, window geometry),
 """
 from __future__ import annotations
 
-from .cexpr import linear as _linear
 from .conv_tiles import conv_element, tile_conv
 from .gemm_tiles import gemm_element, matmul_element, tile_gemm, tile_matmul
 from .pool_tiles import avgpool_element, lrn_element, maxpool_element, tile_pool
