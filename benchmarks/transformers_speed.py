@@ -70,9 +70,21 @@ def c_batch(prog, feeds: dict, consts: dict, batch: int):
     return lambda: statistics.median(prog.time(feeds, consts, repeats=batch)[1:])
 
 
+def model_stamp() -> str:
+    """A hash of the cost model's sources: a cached plan solved under another cost model is stale
+    (its recorded bytes no longer validate, or it is no longer optimal)."""
+    import hashlib
+    import solverfuse
+    root = Path(solverfuse.__file__).parent
+    h = hashlib.sha256()
+    for f in ("cost.py", "rules.py", "ops.py", "mapping.py", "hardware.py"):
+        h.update((root / f).read_bytes())
+    return h.hexdigest()[:12]
+
+
 def get_plans(name: str, g, cache: Path) -> dict:
     cache.mkdir(parents=True, exist_ok=True)
-    p = cache / f"{name}.optimal.json"
+    p = cache / f"{name}.{model_stamp()}.optimal.json"
     if p.exists():
         opt = load_plan(p, g)
     else:

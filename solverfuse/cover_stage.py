@@ -151,6 +151,7 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
     ``convex=False`` presolve's (kernels may be non-convex), unless one has over
     :data:`COVER_NONCONVEX_OPS` ops: then the convex presolve's parts are solved and the bound is
     the sum of ``floor`` over the non-convex parts."""
+    model_score = score  # None: the covering model's own linear traffic objective (no write levels)
     if score is None:
         score = lambda nodes, writes, passes: cost.kernel_traffic(graph, nodes, writes, passes)  # noqa: E731
     floor = floor or covering_floor(graph, max_part_ops)
@@ -195,7 +196,8 @@ def cover(graph: Graph, hw: Hardware, hints: Sequence[Sequence[cost.Kernel]], ru
         elif len(part) <= max_part_ops and sum(len(pre.cand[v]) - 1 for v in part) <= max_pairs and share > 0:
             stop = time.monotonic() + share
             limit = min(max_groups, int(share * COVER_GROUPS_PER_SECOND))
-            f = covering.build(graph, hw, pre, part, max_groups=limit, score=score) if limit > 0 else None
+            f = (covering.build(graph, hw, pre, part, max_groups=limit, score=model_score, deadline=stop)
+                 if limit > 0 else None)
             if f is not None and time.monotonic() < stop:
                 out.models += 1
                 out.variables += len(f.model.Proto().variables)

@@ -47,6 +47,7 @@ The math, with these names, is in ``formulations/covering.md``:
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -234,15 +235,22 @@ def dominated(graph: Graph, hw: Hardware, nodes: Sequence[str]) -> bool:
 
 
 def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
-          max_groups: int = 20000, score: Optional[Score] = None) -> Optional[Covering]:
+          max_groups: int = 20000, score: Optional[Score] = None,
+          deadline: Optional[float] = None) -> Optional[Covering]:
     """The covering model of one part of a presolve made with ``cost.looped_violation`` (and
     ``convex=False``, so that parts and candidates admit non-convex kernels), or None when the
     part has over ``max_groups`` candidate groups. ``score(nodes, writes, passes)``
     replaces a kernel's cost (default ``cost.kernel_traffic``; the time objective passes
     ``cost.kernel_time_ps``); it must depend on the writes only through their total bytes and
-    whether the kernel is free. None too when a column has over :data:`MAX_LEVELS` write totals."""
+    whether the kernel is free. None too when a column has over :data:`MAX_LEVELS` write totals,
+    or when building passes ``deadline`` (``time.monotonic()``: the caller keeps its hint)."""
+    def late() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
     groups = enumerate_groups(graph, hw, pre, part, max_groups, violation=cost.looped_violation, convex=False)
     if groups is None:
+        return None
+    if late():
         return None
     cols = columns_of(graph, hw, [g for g in groups if not dominated(graph, hw, g)])
     model = cp_model.CpModel()
@@ -266,6 +274,8 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
     readers: dict[str, list[int]] = {}
     read = []
     for i, c in enumerate(cols):
+        if i % 256 == 0 and late():
+            return None
         reads = cost.kernel_reads(graph, c.nodes, c.passes)
         read.append(0 if c.free else sum(b for _, b in reads))
         for t in cost.group_reads(graph, c.nodes):
@@ -311,6 +321,8 @@ def build(graph: Graph, hw: Hardware, pre: Presolve, part: Sequence[str], *,
         for (i, t) in write:
             mine.setdefault(i, []).append(t)
         for i, c in enumerate(cols):
+            if i % 64 == 0 and late():
+                return None
             found = write_levels(graph, c, mine.get(i, []))
             if found is None:
                 return None
