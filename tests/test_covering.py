@@ -319,3 +319,26 @@ def test_explain_refuses_a_recomputing_plan_in_one_line():
                                strategy="manual")
     with pytest.raises(PlanError, match="node 'a' is recomputed"):
         explain(plan, FORK, TIGHT)
+
+
+def test_a_covering_model_past_its_deadline_is_not_built():
+    """``covering.build(deadline=)`` gives up (None: the covering stage keeps the part's hint)
+    once building passes the deadline, so a large part cannot overrun the time limit; with time
+    left the same part builds, and its optimum is the oracle's."""
+    import time
+
+    from ortools.sat.python import cp_model
+
+    from solverfuse.formulations import covering
+    g = load_graph({"tensors": {"x": {"shape": [256]}}, "inputs": ["x"], "outputs": ["y", "z"],
+                    "nodes": [{"name": "a", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+                              {"name": "b", "op": "Exp", "inputs": ["h"], "outputs": ["y"]},
+                              {"name": "c", "op": "Neg", "inputs": ["h"], "outputs": ["z"]}]})
+    hw = load_hardware("nvidia-h100")
+    pre = presolve(g, hw, violation=cost.looped_violation, convex=False)
+    assert covering.build(g, hw, pre, pre.parts[0], deadline=time.monotonic() - 1) is None
+    f = covering.build(g, hw, pre, pre.parts[0], deadline=time.monotonic() + 60)
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    assert s.Solve(f.model) == cp_model.OPTIMAL
+    assert f.objective_value(s.Value) == brute_force_covering(g, hw)[0]
