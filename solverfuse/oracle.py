@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import combinations
+from typing import Sequence
 
 from . import cost
 from .errors import PlanError
@@ -27,6 +28,20 @@ from .graph import Graph
 from .hardware import Hardware
 from .mapping import loop_passes, pass_nodes
 from .plans import order_groups
+
+
+def _joined(graph: Graph, ops: Sequence[str]) -> bool:
+    """Whether ``ops`` are connected through tensors (one produces what another reads, or both read
+    it): the groups the formulations' columns span."""
+    touch = {v: {t for t in graph.index.node[v].inputs + graph.index.node[v].outputs if t} for v in ops}
+    seen, todo = {ops[0]}, [ops[0]]
+    while todo:
+        v = todo.pop()
+        for u in ops:
+            if u not in seen and touch[u] & touch[v]:
+                seen.add(u)
+                todo.append(u)
+    return len(seen) == len(ops)
 
 
 def _least(graph: Graph, hw: Hardware, max_ops: int, score, keep=lambda groups: True) -> tuple:
@@ -112,20 +127,8 @@ def brute_force_time(graph: Graph, hw: Hardware, max_ops: int = 9, connected: bo
     >>> brute_force_time(g, hw)[1], brute_force_time(g, hw, connected=True)[1]
     ([['p', 'q']], [['p'], ['q']])
     """
-    def joined(g: list[str]) -> bool:
-        seen, todo = {g[0]}, [g[0]]
-        while todo:
-            v = todo.pop()
-            mine = {t for t in graph.index.node[v].inputs + graph.index.node[v].outputs if t}
-            for u in g:
-                if u not in seen and (mine & set(graph.index.node[u].inputs) or
-                                      set(graph.index.node[u].outputs) & set(graph.index.node[v].inputs)):
-                    seen.add(u)
-                    todo.append(u)
-        return len(seen) == len(g)
-
     return _least(graph, hw, max_ops, lambda groups: sum(kernel_time(graph, hw, g) for g in groups),
-                  keep=(lambda groups: all(joined(g) for g in groups)) if connected else (lambda groups: True))
+                  keep=(lambda groups: all(_joined(graph, g) for g in groups)) if connected else (lambda groups: True))
 
 
 def _cheapest_covering(graph: Graph, hw: Hardware, max_ops: int, weigh, keep=lambda combo: True) -> tuple:
@@ -256,16 +259,5 @@ def brute_force_covering_time(graph: Graph, hw: Hardware, max_ops: int = 6,
     ([('p', 'q')], 2)
     """
 
-    def joined(combo) -> bool:
-        touch = {v: {t for t in graph.index.node[v].inputs + graph.index.node[v].outputs if t} for v in combo}
-        seen, todo = {combo[0]}, [combo[0]]
-        while todo:
-            v = todo.pop()
-            for u in combo:
-                if u not in seen and touch[u] & touch[v]:
-                    seen.add(u)
-                    todo.append(u)
-        return len(seen) == len(combo)
-
     return _cheapest_covering(graph, hw, max_ops, lambda ops, ws, passes: covering_kernel_time(graph, hw, ops, ws, passes),
-                              keep=joined if connected else (lambda combo: True))
+                              keep=(lambda combo: _joined(graph, combo)) if connected else (lambda combo: True))
