@@ -169,3 +169,45 @@ def test_pow_by_a_known_constant_matches_onnxruntime(exponent, cache):
     check(g, [["a", "p"]], cache, rtol=1e-6, atol=1e-6, engine="onnxruntime")
     plan, prog, _ = check(g, [["a", "p"]], cache, rtol=1e-6, atol=1e-6, engine="onnxruntime", counters=True)
     assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
+
+
+def test_double_softmax_keeps_double_exponentials(tmp_path):
+    """A float64 Softmax in a row loop keeps its exponentials for the division: they are double
+    (they were once stored through a float temporary, an error of ~1e-8 relative), so the result
+    matches a float64 softmax computed here with NumPy to 1e-13."""
+    import numpy as np
+
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.plans import build_plan
+
+    from .emit_helpers import HW, graph
+    g = graph({"x": {"shape": [4, 300], "dtype": "float64"}, "s": {"shape": [4, 300], "dtype": "float64"},
+               "y": {"shape": [4, 300], "dtype": "float64"}}, ["x"], ["y"],
+              [("sm", "Softmax", ["x"], ["s"], {"axis": -1}), ("sq", "Mul", ["s", "s"], ["y"])])
+    plan = build_plan(g, HW, [["sm", "sq"]], strategy="test")
+    prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path)
+    x = np.random.default_rng(5).normal(0, 3, size=(4, 300))
+    y = prog.run({"x": x}, {})["y"]
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    want = (e / e.sum(axis=-1, keepdims=True)) ** 2
+    np.testing.assert_allclose(y, want, rtol=1e-13, atol=0)
+
+
+def test_double_layernorm_keeps_double_statistics(tmp_path):
+    """A float64 LayerNormalization's mean and 1/stddev are double (they were float), so the
+    result matches a float64 layer norm computed here with NumPy to 1e-12."""
+    import numpy as np
+
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.plans import build_plan
+
+    from .emit_helpers import HW, graph
+    g = graph({"x": {"shape": [4, 300], "dtype": "float64"}, "y": {"shape": [4, 300], "dtype": "float64"},
+               "sc": {"shape": [300], "dtype": "float64", "constant": True, "value": [1.0] * 300}},
+              ["x"], ["y"], [("ln", "LayerNormalization", ["x", "sc"], ["y"], {"axis": -1, "epsilon": 1e-5})])
+    prog = compile_plan(build_plan(g, HW, [["ln"]], strategy="test"), g, strict=True, cache_dir=tmp_path)
+    x = np.random.default_rng(6).normal(3, 2, size=(4, 300))
+    y = prog.run({"x": x}, {"sc": np.ones(300)})["y"]
+    mu = x.mean(axis=-1, keepdims=True)
+    want = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)

@@ -99,6 +99,18 @@ def _float_blocks(k, n: int, total: str, prefetch=None):
         k.line(f"{total} += {part};")
 
 
+def stat_type(k, x) -> str:
+    """The C type of a row statistic of ``x`` (max, normaliser, mean, 1/stddev, kept
+    exponentials): double for a double row, so a float64 model keeps float64 accuracy; else float.
+
+    >>> class K:
+    ...     def ct(self, t): return {"a": "double", "b": "float"}[t]
+    >>> stat_type(K(), "a"), stat_type(K(), "b")
+    ('double', 'float')
+    """
+    return "double" if k.ct(x) == "double" else "float"
+
+
 def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     """Row max ``m`` then ``s`` = sum of exp(x - m) (float partial sums of ``SUM_BLOCK``
     exponentials, added in double): loops the compiler vectorises (inline exp, lane-wise max and
@@ -107,10 +119,11 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     that array and the exp loop reads it from there instead of computing x again."""
     copy = _row_copy(k, x) if row is not None else None
     m, s = k.fresh("m"), k.fresh("s")
-    k.line(f"float {m} = -INFINITY; double {s} = 0;")
+    st = stat_type(k, x)
+    k.line(f"{st} {m} = -INFINITY; double {s} = 0;")
     ex = k.fresh("E") if keep_exp else None
     if ex:
-        k.line(f"float {ex}[{n}];")
+        k.line(f"{st} {ex}[{n}];")
     stash = ex if ex and copy is None and k.ct(x) == "float" and _computed(k, x) else None
     with k.loops([n], simd=f"reduction(max:{m})") as (j,):
         v = k.value(x, at(j))
@@ -125,7 +138,7 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
             xv = f"{stash}[{j}]" if stash else k.value(x, at(j))
             if ex:
                 e = k.fresh("e")
-                k.line(f"const float {e} = exp({xv} - {m});")
+                k.line(f"const {k.ct(x)} {e} = exp({xv} - {m});")
                 k.line(f"{ex}[{j}] = {e}; {s} += {e};")
             else:
                 k.line(f"{s} += exp({xv} - {m});")
@@ -152,24 +165,26 @@ def softmax_stats(k, node, row=None):
         keep = node.op == "Softmax" and shape[axis] <= ROW_EXP_MAX
         m, s, ex = _softmax_loops(k, x, lambda j: tuple(row) + (j,), shape[axis], tuple(row), keep)
         a, b = k.fresh("rmax"), k.fresh("rnorm")
+        st = stat_type(k, x)
         if ex:
             a = m  # the output reads the kept exponentials, not the max
-            k.line(f"const float {b} = (float)(1.0 / {s});")
+            k.line(f"const {st} {b} = ({st})(1.0 / {s});")
         elif node.op == "Softmax":
-            k.line(f"const float {a} = {m}, {b} = (float)(1.0 / {s});")
+            k.line(f"const {st} {a} = {m}, {b} = ({st})(1.0 / {s});")
         else:
-            k.line(f"const float {a} = (float)((double){m} + log({s}));")
+            k.line(f"const {st} {a} = ({st})((double){m} + log({s}));")
         k.stats[node.name] = {"a": a, "b": b, "row": True, "exp": ex}
         return
-    mx, sm = k.alloc("float", numel(rshape), "row max"), k.alloc("float", numel(rshape), "row normaliser")
+    st = stat_type(k, x)
+    mx, sm = k.alloc(st, numel(rshape), "row max"), k.alloc(st, numel(rshape), "row normaliser")
     k.line(f"/* pass: {node.op} row statistics (online max and sum of exponentials) */")
     with k.loops(rshape, parallel=True) as idx:
         m, s, _ = _softmax_loops(k, x, lambda j: idx[:axis] + (j,) + idx[axis + 1:], shape[axis])
         r = linear(rshape, idx)
         if node.op == "Softmax":
-            k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = (float)(1.0 / {s});")
+            k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = ({st})(1.0 / {s});")
         else:
-            k.line(f"{mx}[{r}] = (float)((double){m} + log({s}));")
+            k.line(f"{mx}[{r}] = ({st})((double){m} + log({s}));")
     k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape}
 
 
@@ -182,7 +197,8 @@ def _ln_row(k, x, idx, axis, shape, eps):
         v = k.value(x, tuple(idx[:axis]) + tuple(inner))
         k.line(f"{s} += {v}; {q} += (double){v} * {v};")
     k.line(f"const double {mu} = {s} / {n};")
-    return f"(float){mu}", f"(float)(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}))"
+    st = stat_type(k, x)
+    return f"({st}){mu}", f"({st})(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}))"
 
 
 def layernorm_stats(k, node, row=None):
@@ -195,10 +211,11 @@ def layernorm_stats(k, node, row=None):
     if row is not None:
         mexpr, iexpr = _ln_row(k, x, tuple(row) + ("0",) * (len(shape) - len(row)), axis, shape, eps)
         a, b = k.fresh("rmean"), k.fresh("ristd")
-        k.line(f"const float {a} = {mexpr}, {b} = {iexpr};")
+        k.line(f"const {stat_type(k, x)} {a} = {mexpr}, {b} = {iexpr};")
         k.stats[node.name] = {"a": a, "b": b, "row": True}
         return
-    mean, inv = k.alloc("float", numel(rshape), "row mean"), k.alloc("float", numel(rshape), "row 1/stddev")
+    st = stat_type(k, x)
+    mean, inv = k.alloc(st, numel(rshape), "row mean"), k.alloc(st, numel(rshape), "row 1/stddev")
     k.line("/* pass: LayerNormalization row statistics */")
     with k.loops(rshape, parallel=True) as idx:
         mexpr, iexpr = _ln_row(k, x, idx, axis, shape, eps)
