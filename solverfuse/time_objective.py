@@ -128,13 +128,8 @@ def solve_time_report(graph: Graph, hw: Union[str, Hardware], *, time_limit: flo
     plan = build_plan(graph, hw, groups, strategy="optimal-time", status=status,
                       solve_seconds=time.monotonic() - start)
     why = ("no two ops without a path or tensor between them may share a kernel, so the connected "
-           "optimum's bound holds for every partition" if pair is None else
-           f"ops {pair[0]!r} and {pair[1]!r} share no tensor but may share a kernel, so the bound is the floor "
-           "(traffic bound, flops, fewest kernels)" if pair else "the bound is the floor (traffic bound, flops, "
-           "fewest kernels)")
-    plan.reason = (f"time objective: predicted {spent:,} ps, lower bound {bound:,} ps (gap "
-                   f"{100 * (spent - bound) / max(spent, 1):.1f}%; {why}); traffic is not this objective"
-                   + ("" if status != "optimal" else ", bound_bytes is this plan's own traffic"))
+           "optimum's bound holds for every partition" if pair is None else None)
+    plan.reason = bound_reason("time objective", spent, bound, pair, why, "traffic bound")
     return TimeReport(plan=plan, time_ps=spent, bound_ps=bound, floor_ps=floor, connected_ps=connected,
                       connected_time_ps=connected_time, merge_pair=pair)
 
@@ -214,17 +209,29 @@ def solve_covering_time_report(graph: Graph, hw: Union[str, Hardware], *, time_l
     status = "optimal" if bound == spent else "feasible"
     plan = build_covering_plan(graph, hw, r.kernels, strategy="covering-time", status=status,
                                solve_seconds=time.monotonic() - start)
-    why = ("no two ops without a path or tensor between them may share a kernel, so the connected "
-           "covering optimum's bound holds for every covering" if pair is None else
-           f"ops {pair[0]!r} and {pair[1]!r} share no tensor but may share a kernel, so the bound is the floor "
-           "(covering traffic bound, flops, fewest kernels)" if pair else "the bound is the floor (covering "
-           "traffic bound, flops, fewest kernels)")
-    plan.reason = (f"time objective with recomputation: predicted {spent:,} ps, lower bound {bound:,} ps (gap "
-                   f"{100 * (spent - bound) / max(spent, 1):.1f}%; {why}); traffic is not this objective"
-                   + ("" if status != "optimal" else ", bound_bytes is this plan's own traffic")
+    why = ("no two ops without a tensor in common may share a kernel (a path between them does not "
+           "join them: kernels may be non-convex), so the connected covering optimum's bound holds for "
+           "every covering" if pair is None else None)
+    plan.reason = (bound_reason("time objective with recomputation", spent, bound, pair, why, "covering traffic bound")
                    + (f"; the {r.whole} plan whole was fastest" if r.whole else ""))
     return TimeReport(plan=plan, time_ps=spent, bound_ps=bound, floor_ps=floor, connected_ps=r.bound,
                       connected_time_ps=spent, merge_pair=pair)
+
+
+def bound_reason(what: str, spent: int, bound: int, pair: Optional[tuple], why: Optional[str], traffic: str) -> str:
+    """A time plan's ``reason``: its predicted time, the proven bound and gap, and why that bound
+    holds -- ``why`` when the connected optimum's bound does (``pair`` None), else the floor's
+    parts (``traffic``: which traffic bound), naming the two ops that may share a kernel.
+
+    >>> bound_reason("time objective", 100, 90, ("a", "b"), None, "traffic bound")[:60]
+    'time objective: predicted 100 ps, lower bound 90 ps (gap 10.'
+    """
+    if why is None:
+        floor = f"the bound is the floor ({traffic}, flops, fewest kernels)"
+        why = f"ops {pair[0]!r} and {pair[1]!r} share no tensor but may share a kernel, so {floor}" if pair else floor
+    return (f"{what}: predicted {spent:,} ps, lower bound {bound:,} ps (gap "
+            f"{100 * (spent - bound) / max(spent, 1):.1f}%; {why}); traffic is not this objective"
+            + ("" if bound != spent else ", bound_bytes is this plan's own traffic"))
 
 
 #: Share of :func:`solve_time`'s limit kept for its merge pass (which gets at least
