@@ -15,7 +15,7 @@ from ..mapping import within
 from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
-from .elementwise import exp_fn, input_specs
+from .elementwise import exp_fn, input_specs, stat_type
 
 
 # ---- reductions: statistics passes and reduced outputs
@@ -97,18 +97,6 @@ def _float_blocks(k, n: int, total: str, prefetch=None):
         if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
             del k.lines[mark]  # no OpenMP construct may be nested in a simd loop
         k.line(f"{total} += {part};")
-
-
-def stat_type(k, x) -> str:
-    """The C type of a row statistic of ``x`` (max, normaliser, mean, 1/stddev, kept
-    exponentials): double for a double row, so a float64 model keeps float64 accuracy; else float.
-
-    >>> class K:
-    ...     def ct(self, t): return {"a": "double", "b": "float"}[t]
-    >>> stat_type(K(), "a"), stat_type(K(), "b")
-    ('double', 'float')
-    """
-    return "double" if k.ct(x) == "double" else "float"
 
 
 def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
