@@ -191,9 +191,12 @@ def conv_blocking(k, node):
     rows = max(even or fits)
     span = rows * wq
     if mg % CM_CHANNELS == 0 and out[1] >= 4 * CM_CHANNELS and rows == out[2] and CM_POSITIONS <= span <= 256 \
-            and wq == out[3] and span < 0.85 * round_up(span, 16) and CM_CHANNELS * span <= MAX_TILE:
-        # a small plane that fills 16-lane vectors of positions badly (7x7: 49 positions in 4
-        # masked vectors): the channel-vectorised tile (sf_conv_tile32), at least 4 tiles
+            and wq == out[3] and span % 16 and CM_CHANNELS * span <= MAX_TILE:
+        # a small plane that fills 16-lane vectors of positions partly (7x7: 49 positions in 4
+        # masked vectors; 14x14: 196 in 13): the channel-vectorised tile (sf_conv_tile32), at
+        # least 4 tiles. Paired in-model CPU times on ResNet-50's 14x14 convs: 3-7% faster than
+        # the position-vectorised tile (its 14x14 3x3 and 1x1 layers; not on 28x28 planes, which
+        # need bands of rows: 7-15% slower)
         mb = CM_CHANNELS
     blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1])
     if w[1] == 1 and group > 1 and rows == out[2]:
