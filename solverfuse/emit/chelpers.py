@@ -427,6 +427,19 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
                 }
 }
 """,
+        "sf_conv_copy_sub": """/* The positions a strided 1x1 convolution without padding reads, one plane per channel:
+   dst[nc][i][j] = x[nc][i*s0][j*s1], i < OH, j < OW (the stride-phase-split copy also wrote the
+   s0*s1 - 1 phases no tap reads: 3/4 of a stride-2 input). */
+SF_NOINLINE SF_UNUSED static void sf_conv_copy_sub(float *restrict dst, const float *restrict x, long NC, long H, long W,
+    long s0, long s1, long OH, long OW)
+{
+    for (long nc = 0; nc < NC; nc++)
+        for (long i = 0; i < OH; i++, dst += OW) {
+            const float *restrict row = x + (nc*H + i*s0)*W;
+            for (long j = 0; j < OW; j++) dst[j] = row[j*s1];
+        }
+}
+""",
         "sf_conv_copy_cols": """/* Zero-padded, column-shifted copy of NC planes HxW for a kernel KW columns wide (dilation d1):
    dst[nc][ph][kw][i][j] = x at padded (i*s0 + ph, j*s1 + kw*d1), j < OW, i.e.
    x[nc][i*s0 + ph - p0][j*s1 + kw*d1 - p1] when inside, else 0. Tap (r, kw) then reads its
