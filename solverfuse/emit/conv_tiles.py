@@ -1,9 +1,11 @@
 """Conv in C: the per-element form (a window dot product), the plain plane tile, and the
 register-blocked tile (:func:`conv_blocking`): ``mb`` output channels x 32 positions of
 accumulators in vector registers through the whole reduction, in the shared helper
-``sf_conv_tile<mb>``. Filters are packed once at load by output-channel block; the tile reads a
-zero-padded input copy split by stride phase, or one copy per kernel column on small planes and
-strided depthwise convs, 1x1 convs in place; grouped convs in padded 8-channel blocks.
+``sf_conv_tile<mb>`` (on small planes 32 channels x 14 positions, vectorised across the
+channels). Filters are packed once at load by output-channel block; the tile reads a zero-padded
+input copy split by stride phase, or one copy per kernel column (small planes, kernels up to 3
+wide with junk columns, strided depthwise convs), 1x1 convs in place, strided 1x1 convs a copy of
+the positions they read; grouped convs in padded 8-channel blocks.
 
 Apart from :mod:`~solverfuse.emit.gemm_tiles` and :mod:`~solverfuse.emit.pool_tiles`: one op
 family per module; the tables of all anchors are in :mod:`~solverfuse.emit.anchors`.
