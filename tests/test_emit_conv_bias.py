@@ -34,7 +34,7 @@ CASES = [
     ((2, 4, 9, 10), (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}, True),         # 2, batch 2
     ((1, 7, 14, 14), (7, 1, 3, 3), {"group": 7, "pads": [1, 1, 1, 1]}, True),               # depthwise
     ((1, 4, 7, 8), (132, 2, 1, 1), {"group": 2}, False),                                    # 66 per group: padded
-    # 7x7 planes, 128 channels: the channel-vectorised tile (sf_conv_tile32; 49 = 4 x 12 + 1 positions)
+    # 7x7 planes, 128 channels: the channel-vectorised tile (sf_conv_tile32; 49 = 3 x 14 + 7 positions)
     ((1, 16, 7, 7), (128, 16, 3, 3), {"pads": [1, 1, 1, 1]}, True),
     ((2, 8, 7, 7), (128, 8, 1, 1), {}, True),
 ]

@@ -55,34 +55,22 @@ def _v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = Fal
 
 
 #: Output channels of the channel-vectorised conv tile (``sf_conv_tile32``) and its positions per
-#: pass (2 x 12 accumulators, 2 weight vectors: 26 of the 32 zmm registers).
-CM_CHANNELS, CM_POSITIONS = 32, 12
+#: pass (2 x 14 accumulators, 2 weight vectors, a broadcast: 31 of the 32 zmm registers; 14
+#: divides the 14x14 and 28x28 planes, 49 = 3 x 14 + 7; paired in-model CPU times on ResNet-50's
+#: 7x7 and 14x14 convs 4-5% faster than 12 per pass).
+CM_CHANNELS, CM_POSITIONS = 32, 14
 
 
-def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
-    """``sf_conv_tile32``: with AVX-512 the vectors run across the 32 output channels of the block
-    (two weight vectors per tap, one broadcast input per position, 12 positions per pass, then one
-    at a time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49 positions in 4
-    masked vectors, 77% of the lanes) wastes no lanes; the same packed weights ([C][taps][32])
-    feed the position-vectorised form in 4 blocks of 8 channels on the other targets."""
-    p = CM_POSITIONS
+def _cm_pass(p: int, loop: str, step: str = "") -> str:
+    """One pass shape of ``sf_conv_tile32`` (AVX-512): ``loop`` runs it over q0 while ``p``
+    positions are left, 32 channels x ``p`` positions in registers (2 x p accumulators, 2 weight
+    vectors, one broadcast: 31 of the 32 zmm registers at p = 14)."""
     acc = " ".join(f"sf_v16 c{i}_0 = b0, c{i}_1 = b1;" for i in range(p))
     fma = "\n".join(f"                {{ const sf_v16 xb = SF_SET1(xt[{i}]); c{i}_0 = SF_FMA16(xb, w0, c{i}_0); "
                     f"c{i}_1 = SF_FMA16(xb, w1, c{i}_1); }}" for i in range(p))
     store = "\n".join(f"        SF_STORE16(o, c{i}_0); SF_STORE16(o + 16, c{i}_1); "
                       f"for (int a = 0; a < 32; a++) T[a*span + q0 + {i}] = o[a];" for i in range(p))
-    return f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
-   wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
-   bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps. */
-SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
-    const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias)
-{{
-#if defined(SF_AVX512_TILES)
-    sf_v16 b0 = SF_ZERO16, b1 = SF_ZERO16;
-    if (bias) {{ b0 = SF_LOAD16(bias); b1 = SF_LOAD16(bias + 16); }}
-    float o[32];
-    long q0 = 0;
-    for (; q0 + {p} <= span; q0 += {p}) {{
+    return f"""    {loop} {{
         {acc}
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++) {{
@@ -92,19 +80,34 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const flo
 {fma}
             }}
 {store}
+        {step}
     }}
-    for (; q0 < span; q0++) {{
-        sf_v16 c0_0 = b0, c0_1 = b1;
-        for (long c = 0; c < C; c++)
-            for (long t = 0; t < taps; t++) {{
-                const float *restrict w = wp + (c*taps + t)*32;
-                const sf_v16 xb = SF_SET1(x[c*cplane + off[t] + q0]);
-                c0_0 = SF_FMA16(xb, SF_LOAD16(w), c0_0); c0_1 = SF_FMA16(xb, SF_LOAD16(w + 16), c0_1);
-            }}
-        SF_STORE16(o, c0_0); SF_STORE16(o + 16, c0_1);
-        for (int a = 0; a < 32; a++) T[a*span + q0] = o[a];
-    }}
-#elif defined(SF_AVX2_TILES)
+"""
+
+
+def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
+    """``sf_conv_tile32``: with AVX-512 the vectors run across the 32 output channels of the block
+    (two weight vectors per tap, one broadcast input per position, CM_POSITIONS per pass,
+    then 7, then one at a time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49
+    positions in 4 masked vectors, 77% of the lanes; 14x14: 196 in 13) wastes no lanes; the same packed weights
+    ([C][taps][32]) feed the position-vectorised form in 4 blocks of 8 channels on the other targets."""
+    p = CM_POSITIONS
+    passes = (_cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})") + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
+              + _cm_pass(1, "for (; q0 < span; q0++)"))
+    return f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
+   wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
+   bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps.
+   Not specialised per call site: GCC 12's clones for a known span flagged the remainder passes
+   with -Waggressive-loop-optimizations (a false alarm; same speed without the clone). */
+SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
+    const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias)
+{{
+#if defined(SF_AVX512_TILES)
+    sf_v16 b0 = SF_ZERO16, b1 = SF_ZERO16;
+    if (bias) {{ b0 = SF_LOAD16(bias); b1 = SF_LOAD16(bias + 16); }}
+    float o[32];
+    long q0 = 0;
+{passes}#elif defined(SF_AVX2_TILES)
 {conv_avx2(4)}#else
 {conv_body(8, CHUNK)}#endif
 }}
@@ -422,6 +425,19 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float 
                     else for (long j = j0; j < j1; j++) dst[j] = x[base + j*s1];
                     for (long j = j1; j < wq; j++) dst[j] = 0.0f;
                 }
+}
+""",
+        "sf_conv_copy_sub": """/* The positions a strided 1x1 convolution without padding reads, one plane per channel:
+   dst[nc][i][j] = x[nc][i*s0][j*s1], i < OH, j < OW (the stride-phase-split copy also wrote the
+   s0*s1 - 1 phases no tap reads: 3/4 of a stride-2 input). */
+SF_NOINLINE SF_UNUSED static void sf_conv_copy_sub(float *restrict dst, const float *restrict x, long NC, long H, long W,
+    long s0, long s1, long OH, long OW)
+{
+    for (long nc = 0; nc < NC; nc++)
+        for (long i = 0; i < OH; i++, dst += OW) {
+            const float *restrict row = x + (nc*H + i*s0)*W;
+            for (long j = 0; j < OW; j++) dst[j] = row[j*s1];
+        }
 }
 """,
         "sf_conv_copy_cols": """/* Zero-padded, column-shifted copy of NC planes HxW for a kernel KW columns wide (dilation d1):

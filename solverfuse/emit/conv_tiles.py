@@ -1,9 +1,11 @@
 """Conv in C: the per-element form (a window dot product), the plain plane tile, and the
 register-blocked tile (:func:`conv_blocking`): ``mb`` output channels x 32 positions of
 accumulators in vector registers through the whole reduction, in the shared helper
-``sf_conv_tile<mb>``. Filters are packed once at load by output-channel block; the tile reads a
-zero-padded input copy split by stride phase, or one copy per kernel column on small planes and
-strided depthwise convs, 1x1 convs in place; grouped convs in padded 8-channel blocks.
+``sf_conv_tile<mb>`` (on small planes 32 channels x 14 positions, vectorised across the
+channels). Filters are packed once at load by output-channel block; the tile reads a zero-padded
+input copy split by stride phase, or one copy per kernel column (small planes, kernels up to 3
+wide with junk columns, strided depthwise convs), 1x1 convs in place, strided 1x1 convs a copy of
+the positions they read; grouped convs in padded 8-channel blocks.
 
 Apart from :mod:`~solverfuse.emit.gemm_tiles` and :mod:`~solverfuse.emit.pool_tiles`: one op
 family per module; the tables of all anchors are in :mod:`~solverfuse.emit.anchors`.
@@ -176,8 +178,13 @@ def conv_blocking(k, node):
     hp, wp = (max(pb[e] + x[2 + e], (out[2 + e] - 1) * st[e] + (kernel[e] - 1) * dil[e] + 1) for e in range(2))
     hq, wq = -(-hp // st[0]), -(-wp // st[1])
     cols = 0
-    if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and 12 * wq > 13 * out[3])):
-        # small planes (13x13 3x3: 15 columns computed per 13) and strided depthwise convs
+    if _subsampled(kernel, st, pb, out):  # one plane of the positions it reads (sf_conv_copy_sub)
+        hq, wq = out[2], out[3]
+    junk = 12 * wq > 13 * out[3] or (kernel[1] <= 3 and wq > out[3])
+    if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and junk)):
+        # small planes (13x13 3x3: 15 columns computed per 13), strided depthwise convs, and any
+        # kernel up to 3 wide with junk columns (in ResNet-50, paired in-model CPU times: 28x28
+        # 3x3 8% faster, stride-2 3x3 5-12%; its 7x7 stem 6% slower: 7 copies of the plane)
         cols, wq = kernel[1], out[3]
     fits = [r for r in range(1, out[2] + 1) if out[2] % r == 0
             and (mb * round_up(r * wq, CHUNK) <= MAX_TILE or r == 1)]
@@ -188,11 +195,15 @@ def conv_blocking(k, node):
     rows = max(even or fits)
     span = rows * wq
     if mg % CM_CHANNELS == 0 and out[1] >= 4 * CM_CHANNELS and rows == out[2] and CM_POSITIONS <= span <= 256 \
-            and wq == out[3] and span < 0.85 * round_up(span, 16) and CM_CHANNELS * span <= MAX_TILE:
-        # a small plane that fills 16-lane vectors of positions badly (7x7: 49 positions in 4
-        # masked vectors): the channel-vectorised tile (sf_conv_tile32), at least 4 tiles
+            and wq == out[3] and span % 16 and CM_CHANNELS * span <= MAX_TILE:
+        # a small plane that fills 16-lane vectors of positions partly (7x7: 49 positions in 4
+        # masked vectors; 14x14: 196 in 13): the channel-vectorised tile (sf_conv_tile32), at
+        # least 4 tiles. Paired in-model CPU times on ResNet-50's 14x14 convs: 3-7% faster than
+        # the position-vectorised tile (its 14x14 3x3 and 1x1 layers; not on 28x28 planes, which
+        # need bands of rows: 7-15% slower)
         mb = CM_CHANNELS
-    blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1])
+    s0, s1 = (1, 1) if _subsampled(kernel, st, pb, out) else st
+    blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, s0, s1)
     if w[1] == 1 and group > 1 and rows == out[2]:
         # depthwise: each tile copies its one input channel into L1 just before using it (a
         # separate copy pass of the whole input cost as much as the convolution)
@@ -200,6 +211,15 @@ def conv_blocking(k, node):
         if local <= MAX_TILE:
             blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1], local)
     return blk
+
+
+def _subsampled(kernel, st, pb, out) -> bool:
+    """A strided 1x1 convolution without padding: its input copy holds only the positions it
+    reads, subsampled by the strides (one plane: the blocking's strides are 1). Paired in-model
+    CPU times on ResNet-50's downsampling convs: 5-7% faster onto 28x28 and 14x14 planes, but 11%
+    slower onto 7x7 (2048 channels from 1024; not understood: planes of 49 floats), so only
+    from 128 output positions up."""
+    return list(kernel) == [1, 1] and list(st) != [1, 1] and not any(pb) and out[-2] * out[-1] >= 128
 
 
 def _max_tap(blk, kernel, st, dil) -> int:
@@ -229,6 +249,10 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     if blk.local:
         k.line("/* each tile copies its input channel (tile_conv_blocked) */")
         return k.ptr(node.inputs[0], "r")
+    if _subsampled(kernel, st, pb, out):
+        arr = k.alloc("float", x[0] * x[1] * blk.cplane, "the positions a strided 1x1 Conv reads")
+        _copy_sub_call(k, arr, k.ptr(node.inputs[0], "r"), x, out, st)
+        return arr
     size = x[0] * x[1] * blk.cplane
     last = out[2] * blk.wq - 1 + _max_tap(blk, kernel, st, dil)  # the last band's last position (the tiles read no further)
     slack = max(0, last + 1 - blk.cplane)
@@ -258,6 +282,22 @@ def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil) -> None:
     k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
     with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
         k.line(f"{fn}({dst} + {c}*{blk.cplane}, {src} + {c}*{x[2] * x[3]}, sf_min({step}, {nc} - {c}), {geom});")
+
+
+def _copy_sub_call(k, dst: str, src: str, x, out, st) -> None:
+    """``sf_conv_copy_sub`` of all N*C planes; with threads, a contiguous run of planes each
+    (as :func:`_copy_call`)."""
+    nc, plane = x[0] * x[1], out[2] * out[3]
+    geom = f"{x[2]}, {x[3]}, {st[0]}, {st[1]}, {out[2]}, {out[3]}"
+    k.use_helper("sf_conv_copy_sub")
+    if k.threads == 1 or nc < 2 * k.threads:
+        k.line(f"sf_conv_copy_sub({dst}, {src}, {nc}, {geom});")
+        return
+    step = -(-nc // k.threads)
+    c = k.fresh("c")
+    k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
+    with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
+        k.line(f"sf_conv_copy_sub({dst} + {c}*{plane}, {src} + {c}*{x[2] * x[3]}, sf_min({step}, {nc} - {c}), {geom});")
 
 
 def conv_weight_view(k, node, blk: ConvBlocking) -> str:

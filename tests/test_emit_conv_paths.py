@@ -1,0 +1,127 @@
+"""The conv tile paths chosen for ResNet/Inception-like layers, against ONNX Runtime, each fused
+with its BatchNormalization, a residual Add and a ReLU (the epilogue runs over the tile): column-
+shifted input copies for every 3-wide kernel with junk columns (stride 1 and 2), the channel-
+vectorised tile on planes that fill 16-lane vectors partly (14 positions per pass, then 7, then
+one at a time), the subsampled copy of a strided 1x1 conv, and channel counts that are not a
+multiple of the tile -- at 1 and 2 threads, under the sanitizers (the portable form) and in the
+AVX2 build. Each case also checks that the path it is about was emitted (else it would prove
+nothing)."""
+from __future__ import annotations
+
+import stat
+
+import numpy as np
+import pytest
+
+from solverfuse.emit.program import render
+
+from .emit_helpers import HW, check, graph
+from .test_emit_gemm import _host_flags
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("emit-conv-paths-cache")
+
+
+def _const(shape):
+    return {"shape": list(shape), "constant": True}
+
+
+#: (input shape, weight shape, attributes, a marker of the path in the C)
+CASES = [
+    # 3x3 at stride 1 with 2 junk columns per 20 (the old rule took them below 1/12): column copies
+    ((1, 16, 20, 20), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_copy_cols("),
+    # 3x3 at stride 2, 16 columns per 15 outputs: column copies subsampled by the stride
+    ((1, 8, 30, 30), (16, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "sf_conv_copy_cols("),
+    # 14x14, 128 channels: the channel-vectorised tile, 196 = 14 passes of 14 positions
+    ((1, 24, 14, 14), (128, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
+    # 11x11 1x1 in place, 160 channels (5 tiles): 121 = 8 x 14 + 7 + 2 single positions
+    ((1, 40, 11, 11), (160, 40, 1, 1), {}, "sf_conv_tile32("),
+    # stride-2 3x3 onto 7x7 (column copies, then the channel tile): 49 = 3 x 14 + 7, batch 2
+    ((2, 16, 14, 14), (128, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
+    # strided 1x1 without padding: only the positions it reads are copied (12 x 13 outputs)
+    ((1, 12, 23, 25), (20, 12, 1, 1), {"strides": [2, 2]}, "sf_conv_copy_sub("),
+    # strides (2, 3), batch 2, 136 channels on a 12x14 plane (blocks of 8, not the 32-channel tile)
+    ((2, 8, 24, 40), (136, 8, 1, 1), {"strides": [2, 3]}, "sf_conv_copy_sub("),
+    # a strided 1x1 onto a small plane keeps the phase-split copy (slower subsampled, see conv_tiles)
+    ((1, 16, 14, 14), (128, 16, 1, 1), {"strides": [2, 2]}, "sf_conv_copy("),
+]
+
+
+def _tensors(i, shape, kernel, attrs):
+    """Conv (with bias) -> BatchNormalization -> Add(residual input) -> Relu, tensors suffixed i."""
+    m = kernel[0]
+    k = kernel[2:]
+    st = attrs.get("strides", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    out = [(shape[2 + d] + pads[d] + pads[d + 2] - k[d]) // st[d] + 1 for d in range(2)]
+    ts = {f"x{i}": list(shape), f"w{i}": _const(kernel), f"b{i}": _const([m]), f"s{i}": _const([m]),
+          f"bb{i}": _const([m]), f"mean{i}": _const([m]), f"var{i}": _const([m]),
+          f"res{i}": [shape[0], m] + out}
+    nodes = [(f"c{i}", "Conv", [f"x{i}", f"w{i}", f"b{i}"], [f"h{i}"], attrs),
+             (f"bn{i}", "BatchNormalization", [f"h{i}", f"s{i}", f"bb{i}", f"mean{i}", f"var{i}"], [f"n{i}"]),
+             (f"add{i}", "Add", [f"n{i}", f"res{i}"], [f"a{i}"]),
+             (f"r{i}", "Relu", [f"a{i}"], [f"y{i}"])]
+    return ts, [f"x{i}", f"res{i}"], nodes
+
+
+def _graph(cases):
+    ts, ins, nodes, outs = {}, [], [], []
+    for i, (shape, kernel, attrs, _) in enumerate(cases):
+        t, x, n = _tensors(i, shape, kernel, attrs)
+        ts.update(t)
+        ins += x
+        nodes += n
+        outs.append(f"y{i}")
+    groups = [[n[0] for n in nodes[j:j + 4]] for j in range(0, len(nodes), 4)]
+    return graph(ts, ins, outs, nodes), groups
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_conv_paths_with_fused_residual_epilogue_match_onnxruntime(case, threads, cache):
+    g, groups = _graph([CASES[case]])
+    plan, _, _ = check(g, groups, cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    marker = CASES[case][3]
+    assert "sf_conv_tile" in src and marker in src, marker
+    if marker == "sf_conv_copy(":  # the small plane's phase-split copy: not the subsampled one
+        assert "sf_conv_copy_sub(" not in src
+
+
+def test_conv_paths_under_sanitizer(cache):
+    """The portable form of every case at once, with ASan/UBSan: no read or write past the
+    copies, the in-place input or the tiles (the remainder passes of the channel tile, the
+    subsampled copy's last row)."""
+    g, groups = _graph(CASES)
+    check(g, groups, cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", sanitize=True)
+
+
+@pytest.mark.parametrize("target,extra", [
+    pytest.param("avx2", "-mno-avx512f", marks=pytest.mark.skipif(
+        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+    pytest.param("avx512", "", marks=pytest.mark.skipif(
+        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code"))])
+def test_conv_paths_in_the_simd_builds(target, extra, tmp_path):
+    """The AVX2 form (the channel tile as 4 blocks of 8 channels; built for this host without
+    AVX-512) and the AVX-512 form of every case; the compiler wrapper's log shows that the
+    -march=native build itself succeeded (a failed one is retried without -march and would pass
+    on the portable form)."""
+    from solverfuse.emit.build import compile_plan
+    from solverfuse.emit.data import constants, random_inputs
+    from solverfuse.emit.reference import reference_outputs
+    from solverfuse.plans import build_plan
+    log = tmp_path / "cc.log"
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\ncc "$@" {extra}\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    g, groups = _graph(CASES)
+    plan = build_plan(g, HW, groups, strategy="test")
+    prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path / "cache", cc=str(cc))
+    assert all(ln.startswith("0 ") for ln in log.read_text().splitlines() if "-march=native" in ln)
+    assert any("-march=native" in ln for ln in log.read_text().splitlines())
+    ins, cs = random_inputs(g, seed=2), constants(g, seed=2)
+    out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
+    for name in g.outputs:
+        np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-4, err_msg=name)
