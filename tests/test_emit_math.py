@@ -92,8 +92,9 @@ def test_exp_error_is_within_its_stated_bound(cache):
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs GCC (-fopt-info-vec)")
 @pytest.mark.parametrize("threads,extra", [(1, ()), (2, ()), (1, ("-mno-avx512f",))])
 def test_the_loops_calling_exp_vectorise(threads, extra, tmp_path):
-    """softmax_rows (an Exp op) and l1_overflow (a Softmax op in a row loop): every loop that calls
-    sf_expf vectorises, at AVX-512 and (where the host has it) AVX2 widths."""
+    """softmax_rows (an Exp op) and l1_overflow (a Softmax op in a row loop) compute their
+    exponentials with the sf_expsum helper, and every loop that calls sf_expf (the helper's)
+    vectorises, at AVX-512 and (where the host has it) AVX2 widths."""
     from solverfuse import api
     from solverfuse.hardware import detect
     host = detect()  # l1_overflow's optimal plan (one looped kernel) on the hardware its rows are sized for
@@ -102,7 +103,10 @@ def test_the_loops_calling_exp_vectorise(threads, extra, tmp_path):
                     (g1, api.plan(g1, host, strategy="optimal", time_limit=20, workers=1))):
         files = render(plan, g, threads=threads)
         src = files["model.c"].splitlines()
-        calls = [n + 1 for n, ln in enumerate(src) if "sf_expf(v" in ln or "sf_expf(E" in ln]
+        assert any("sf_expsum(" in ln for ln in src[src.index("SF_NOINLINE static int k0(void *const *B)"):]), \
+            f"{g.name}: the kernel does not call sf_expsum"
+        # the exponentials' loop (sf_expsum's: all of it below AVX-512, the tail above)
+        calls = [n + 1 for n, ln in enumerate(src) if "sf_expf(v" in ln or "sf_expf(E" in ln or "sf_expf(e[" in ln]
         assert calls, f"{g.name}: no loop calls sf_expf"
         vec = _vectorised_lines(tmp_path, files, threads, extra)
         for c in calls:
@@ -151,7 +155,7 @@ def test_row_loop_softmax_keeps_its_exponentials(op, cache):
     src = render(build_plan(g, HW, [["a", "s"]], strategy="t"), g)["model.c"]
     assert ("float E" in src) == (op == "Softmax")
     body = src[src.index("static int k0("):]
-    assert body.count("exp(") + body.count("sf_expf(") == 1  # the statistics loop only
+    assert body.count("exp(") + body.count("sf_expf(") + body.count("sf_expsum(") == 1  # the statistics loop only
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
 

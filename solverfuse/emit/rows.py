@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ops import OPS
+from ..ops import OPS, numel
 from . import anchors, gemm_tiles, reductions
 from .tiles import MAX_TILE
-from .cexpr import bmap
+from .cexpr import bmap, linear
 from .kernel import Kernel
 from .passes import MATERIALISED_OPS, STATS_OPS, anchors_for, emit_loop, inline_deps
 
@@ -137,6 +137,47 @@ def _bit_select(k: Kernel, node, shape: tuple, idx: tuple, dst: str) -> None:
     k.line(f"{ux} = ({ux} & {km}) | ({uy} & ~{km}); memcpy(&{dst}, &{ux}, sizeof {ux});")
 
 
+#: Bytes from which a row loop writes a float output with non-temporal stores (``sf_stream``): a
+#: tensor larger than the last-level caches of the hosts measured (32 MiB here) is in memory by
+#: the time anything reads it, so its lines need not be read into the cache before being written
+#: (softmax_rows at 2x the LLC: 12 of plain stores' 16 bytes of traffic per element become 8). A
+#: smaller output stays cached for its reader.
+STREAM_MIN_BYTES = 32 << 20
+#: Elements of a streamed output computed into a stack block before ``sf_stream`` writes them.
+STREAM_BLOCK = 256
+
+
+def _streamed(k: Kernel, t: str) -> bool:
+    """Whether the row loop writes ``t`` with non-temporal stores: a float row tensor of at least
+    ``STREAM_MIN_BYTES``, in a serial kernel (the fence after the row loop orders one thread's
+    stores; the instrumented build counts plain stores)."""
+    shape = k.shape(t)
+    return (not k.counters and k.threads == 1 and k.ct(t) == "float" and len(shape) > 0
+            and shape[-1] >= 16 and 4 * numel(shape) >= STREAM_MIN_BYTES)
+
+
+def _stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streamed: list) -> None:
+    """A row's output loop in blocks of ``STREAM_BLOCK``: the streamed tensors' values into stack
+    blocks, written by ``sf_stream`` after each block; the others stored in place."""
+    k.use_helper("sf_stream")
+    n = shape[-1]
+    blk = {t: k.fresh("O") for t in streamed}
+    for o in blk.values():
+        k.line(f"float {o}[{min(n, STREAM_BLOCK)}] SF_ALIGN64;")
+    jb, j = k.fresh("jb"), k.fresh("i")
+    hi = f"{jb} + {STREAM_BLOCK}" if n % STREAM_BLOCK == 0 else f"sf_min({jb} + {STREAM_BLOCK}, {n})"
+    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {STREAM_BLOCK})"):
+        with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
+            idx = outer + (j,)
+            for t in writes:
+                if t in blk:
+                    k.line(f"{blk[t]}[{j} - {jb}] = {k.value(t, idx)};")
+                else:
+                    k.store(t, idx, k.value(t, idx))
+        for t, o in blk.items():
+            k.line(f"sf_stream(&{k.ptr(t, 'w')}[{linear(shape, outer + (jb,))}], {o}, {hi} - {jb});")
+
+
 def emit_rows(k: Kernel, shape: tuple) -> None:
     """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
     inner loop over the row), then one inner loop storing every written tensor. A MatMul anchor
@@ -168,6 +209,10 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 reductions.STATS[node.op](k, node, row=tuple(outer))
             elif node.op in MATERIALISED_OPS:
                 reductions.reduce_row(k, node, tuple(outer))
+        streamed = [t for t in writes if _streamed(k, t)]
+        if streamed:
+            _stream_outputs(k, shape, tuple(outer), writes, streamed)
+            return
         with k.loops(shape[-1:]) as inner:
             idx = tuple(outer) + tuple(inner)
             for t in writes:
@@ -194,3 +239,5 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             row(outer)
     for t in set(k.tiles) - before:
         k.drop_tile(t)  # the row's tiles and row copies end with the row loop
+    if any(_streamed(k, t) for t in writes):
+        k.line("sf_stream_fence();")
