@@ -167,3 +167,27 @@ def test_streamed_softmax_is_clean_under_the_sanitizers(cache, monkeypatch):
     plain = compile_plan(plan, g, cache_dir=cache).run(ins, {})
     for t in g.outputs:
         np.testing.assert_allclose(got[t], plain[t], rtol=1e-6, atol=1e-7, err_msg=t)
+
+
+@pytest.mark.parametrize("build", ["native", "streamed"])
+def test_division_by_the_normaliser_is_the_division(build, cache, no_avx512_cc, monkeypatch):
+    """The exporters' softmax writing its exponentials e, normaliser s (broadcast) and w = e / s: w is computed
+    by sf_divq (reciprocal and one FMA remainder step), and equals NumPy's float32 division e / s
+    wherever the quotient is >= 1e-30, within 1 ulp of it below (subnormal remainders)."""
+    n = 1000
+    g = graph({"z": [64, n], "m": [64, 1], "d": [64, n], "e": [64, n], "s": [64, 1], "w": [64, n],
+               "zero": {"shape": [n], "constant": True}, "sb": [64, n]}, ["z"], ["e", "sb", "w"],
+              [("max", "ReduceMax", ["z"], ["m"], {"axes": [1], "keepdims": 1}), ("sub", "Sub", ["z", "m"], ["d"]),
+               ("exp", "Exp", ["d"], ["e"]), ("sum", "ReduceSum", ["e"], ["s"], {"axes": [1], "keepdims": 1}),
+               ("div", "Div", ["e", "s"], ["w"]), ("bcast", "Add", ["s", "zero"], ["sb"])])
+    groups = [["max", "sub", "exp", "sum", "div", "bcast"]]
+    plan, prog = _compile(g, groups, build, cache, no_avx512_cc, monkeypatch)
+    assert "sf_divq(" in render(plan, g)["model.c"]
+    z = np.random.default_rng(3).normal(0, 1, size=(64, n)).astype(np.float32) * np.geomspace(0.1, 40, 64,
+                                                                                           dtype=np.float32)[:, None]
+    out = prog.run({"z": z}, {"zero": np.zeros(n, np.float32)})
+    want = out["e"] / out["sb"]   # sb: the kernel's normaliser s of each row (s + 0, broadcast)
+    big = want >= 1e-30
+    assert big.mean() > 0.5
+    np.testing.assert_array_equal(out["w"][big], want[big])
+    assert (np.abs(out["w"][~big] - want[~big]) <= np.spacing(want[~big])).all()

@@ -594,6 +594,22 @@ SF_UNUSED static float sf_expsum(float *restrict e, float m, long n)
 #endif
 }
 """,
+    "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in
+   [0, 1] or NaN: q = a r, then one FMA remainder step q + r (a - q b) (Markstein), the remainder
+   exact by the FMA. Equal to the division (0.5 ulp) wherever the quotient is >= 1e-30
+   (tests/test_emit_softmax.py: 20M quotients); below, where the remainder is subnormal, within
+   1 ulp of it. Without FMA hardware the plain division. */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_divq(float a, float b, float r)
+{
+#if defined(__FMA__)
+    const float q = a * r;
+    return fmaf(fmaf(-q, b, a), r, q);
+#else
+    (void)r;
+    return a / b;
+#endif
+}
+""",
     "sf_stream": _SIMD_DEFS + """/* dst[i] = src[i], i < n, with non-temporal stores where the target has them (AVX-512): a large
    output that the kernel does not read again goes to memory without first being read into the
    cache (a third of a plain store's traffic). Ends unordered: the kernel calls sf_stream_fence()

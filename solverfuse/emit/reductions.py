@@ -574,6 +574,26 @@ def _exp_sum_row(k, node, idx, axes, keep, copy, exp, row) -> str:
     return f"({k.ct(node.outputs[0])}){acc}"
 
 
+def softmax_normaliser(k, t, e) -> bool:
+    """Whether ``t`` is a float row sum of the exponentials ``e`` of a row minus its max, all in the
+    group (``ReduceSum(e = Exp(z - ReduceMax(z)))`` over the last axis, the exporters' softmax):
+    e is then in [0, 1] or NaN and t at least 1 (its largest term is e^0) and at most the row
+    length, or NaN -- the operands for which ``sf_divq(e, t)`` equals the division."""
+    g = k.graph
+
+    def made(x, op):
+        node = g.index.node.get(g.index.producer.get(x))
+        return node if node is not None and node.op == op and node.name in k.members else None
+    red = made(t, "ReduceSum")
+    if red is None or red.inputs[0] != e or k.ct(t) != "float" or not reduce_last_axis(k, red):
+        return False
+    exp = made(red.inputs[0], "Exp")
+    sub = exp and made(exp.inputs[0], "Sub")
+    mx = sub and made(sub.inputs[1], "ReduceMax")
+    return bool(mx) and mx.inputs[0] == sub.inputs[0] and reduce_last_axis(k, mx) \
+        and k.shape(sub.inputs[0]) == k.shape(exp.outputs[0])
+
+
 def _row_copy(k, x):
     """A row array for the in-group tensor ``x`` that a row reduction reads and other ops of the
     group read again (a softmax's exp(x - max)): filled by the reduction's loop, then read

@@ -147,6 +147,22 @@ STREAM_MIN_BYTES = 32 << 20
 STREAM_BLOCK = 256
 
 
+def _output_value(k: Kernel, t: str, idx: tuple) -> str:
+    """C value of the written tensor ``t`` at ``idx``. A Div by a softmax's normaliser
+    (:func:`~solverfuse.emit.reductions.softmax_normaliser`, a row scalar here) is ``sf_divq``: a
+    product by the reciprocal (hoisted out of the loop) and one FMA remainder step, equal to the
+    division there at about half its cost (vdivps was 30% of softmax_rows in cache)."""
+    node = k.graph.index.node.get(k.graph.index.producer.get(t))
+    if node is not None and node.op == "Div" and node.name in k.members and k.ct(t) == "float" \
+            and k.ct(node.inputs[0]) == "float" and reductions.softmax_normaliser(k, node.inputs[1], node.inputs[0]):
+        shape = k.shape(t)
+        a = k.value(node.inputs[0], bmap(idx, shape, k.shape(node.inputs[0])))
+        b = k.value(node.inputs[1], bmap(idx, shape, k.shape(node.inputs[1])))
+        k.use_helper("sf_divq")
+        return k.tmp("float", f"sf_divq({a}, {b}, 1.0f / {b})")
+    return k.value(t, idx)
+
+
 def _streamed(k: Kernel, t: str) -> bool:
     """Whether the row loop writes ``t`` with non-temporal stores: a float row tensor of at least
     ``STREAM_MIN_BYTES``, in a serial kernel (the fence after the row loop orders one thread's
@@ -171,9 +187,9 @@ def _stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streame
             idx = outer + (j,)
             for t in writes:
                 if t in blk:
-                    k.line(f"{blk[t]}[{j} - {jb}] = {k.value(t, idx)};")
+                    k.line(f"{blk[t]}[{j} - {jb}] = {_output_value(k, t, idx)};")
                 else:
-                    k.store(t, idx, k.value(t, idx))
+                    k.store(t, idx, _output_value(k, t, idx))
         for t, o in blk.items():
             k.line(f"sf_stream(&{k.ptr(t, 'w')}[{linear(shape, outer + (jb,))}], {o}, {hi} - {jb});")
 
@@ -216,7 +232,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
         with k.loops(shape[-1:]) as inner:
             idx = tuple(outer) + tuple(inner)
             for t in writes:
-                k.store(t, idx, k.value(t, idx))
+                k.store(t, idx, _output_value(k, t, idx))
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
