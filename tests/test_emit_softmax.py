@@ -11,7 +11,7 @@ import stat
 import numpy as np
 import pytest
 
-from solverfuse.emit import rows
+from solverfuse.emit import row_stream
 from solverfuse.emit.build import compile_plan
 from solverfuse.emit.program import render
 from solverfuse.emit.reference import reference_outputs
@@ -43,7 +43,7 @@ BUILDS = ["native", "no-avx512", "streamed"]
 
 def _compile(g, groups, build, cache, cc, monkeypatch, **kw):
     if build == "streamed":
-        monkeypatch.setattr(rows, "STREAM_MIN_BYTES", 0)
+        monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
     plan = build_plan(g, HW, groups, strategy="test")
     return plan, compile_plan(plan, g, cache_dir=cache, strict=True, cc=cc if build == "no-avx512" else None, **kw)
 
@@ -157,12 +157,18 @@ def test_double_softmax_rows_match_numpy_float64(build, cache, no_avx512_cc, mon
 def test_streamed_softmax_is_clean_under_the_sanitizers(cache, monkeypatch):
     """The streamed row loop (forced on small rows of odd length) in the ASan/UBSan build: no
     report, and the values of the plain build (to rounding: -O1 sums in another order)."""
-    monkeypatch.setattr(rows, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
     g, groups = _softmax_graph((17, 1000))
+    # and a softmax squared: its output is not the kept exponentials, so it is streamed in place
+    g = graph({**{t: {"shape": list(v.shape), "dtype": v.dtype} for t, v in g.tensors.items()},
+               "q": [5, 1000], "y2": [5, 1000]}, [*g.inputs], [*g.outputs, "y2"],
+              [(n.name, n.op, list(n.inputs), list(n.outputs), dict(n.attributes)) for n in g.nodes]
+              + [("sm2", "Softmax", ["x1000"], ["q"], {"axis": -1}), ("sq", "Mul", ["q", "q"], ["y2"])])
+    groups = groups + [["sm2", "sq"]]
     plan = build_plan(g, HW, groups, strategy="test")
     ins = {f"{p}{n}": _rows(n, n + (p == "z")) for n in (17, 1000) for p in "xz"}
     src = render(plan, g)["model.c"]
-    assert "sf_stream(" in src and "sf_stream_fence();" in src
+    assert "sf_drain(" in src and "sf_stream(" in src and "sf_stream_fence();" in src
     got = compile_plan(plan, g, cache_dir=cache, sanitize=True).run(ins, {})
     plain = compile_plan(plan, g, cache_dir=cache).run(ins, {})
     for t in g.outputs:

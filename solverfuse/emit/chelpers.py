@@ -560,25 +560,39 @@ __attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x,
 #endif
 """
 
+#: ``sf_stream_fence()``: orders the non-temporal stores before it (once per translation unit).
+_FENCE = """#if !defined(SF_FENCE_DONE)
+#define SF_FENCE_DONE 1
+SF_UNUSED static inline void sf_stream_fence(void)
+{
+#if defined(SF_AVX512_TILES)
+    __builtin_ia32_sfence();
+#endif
+}
+#endif
+"""
+
 ROW_HELPERS = {
     "sf_expsum": SF_EXP16 + """/* The exponentials of a softmax row block in place, e[i] = e^(e[i] - m) for i < n, returning their
    float sum: sf_exp16 on 16 lanes at a time with two partial sums, the remainder masked, the lanes
    added as a tree (AVX-512; an omp simd reduction adds its lanes one by one, 11% of l1_overflow's
-   time with a call per 256 elements); else the prelude's sf_expf in a loop GCC vectorises. */
-SF_UNUSED static float sf_expsum(float *restrict e, float m, long n)
+   time with a call per 256 elements); else the prelude's sf_expf in a loop GCC vectorises.
+   sf_expsum_from: e[i] = e^(x[i] - m), from the row x (no copy of x - m first). (No restrict: e
+   and x are one array in sf_expsum; each iteration reads its x before it writes its e.) */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x)
 {
 #if defined(SF_AVX512_TILES)
     long i = 0;
     const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
     sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
     for (; i + 32 <= n; i += 32) {
-        const sf_v16 a = sf_exp16(SF_LOAD16(e + i) - mv, tab), b = sf_exp16(SF_LOAD16(e + i + 16) - mv, tab);
+        const sf_v16 a = sf_exp16(SF_LOAD16(x + i) - mv, tab), b = sf_exp16(SF_LOAD16(x + i + 16) - mv, tab);
         SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
         s0 += a; s1 += b;
     }
     for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
         const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
-        const sf_v16 a = SF_MASKZ16(k, sf_exp16(SF_LOADM(k, e + i) - mv, tab));
+        const sf_v16 a = SF_MASKZ16(k, sf_exp16(SF_LOADM(k, x + i) - mv, tab));
         SF_STOREM(e + i, k, a);
         s0 += a;
     }
@@ -587,11 +601,19 @@ SF_UNUSED static float sf_expsum(float *restrict e, float m, long n)
     float s = 0;
     #pragma omp simd reduction(+:s)
     for (long j = 0; j < n; j++) {
-        const float v = sf_expf(e[j] - m);
+        const float v = sf_expf(x[j] - m);
         e[j] = v; s += v;
     }
     return s;
 #endif
+}
+SF_UNUSED static float sf_expsum(float *e, float m, long n)
+{
+    return sf_expsum_at(e, m, n, e);
+}
+SF_UNUSED static float sf_expsum_from(float *e, float m, long n, const float *x)
+{
+    return sf_expsum_at(e, m, n, x);
 }
 """,
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in
@@ -610,6 +632,42 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_divq(float a, fl
 #endif
 }
 """,
+    "sf_drain": _SIMD_DEFS + """/* A row's softmax output left pending (emit/row_stream.py): dst[j] = src[j] * r, or (div) src[j] / s
+   as sf_divq computes it (r = 1 / s), written block by block with non-temporal stores while the
+   next row computes. The kernel calls sf_stream_fence() after its last sf_drain. */
+typedef struct { float *dst; const float *src; float s, r; int div; } sf_pend;
+SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
+{
+    if (!p->dst) return;
+    float *restrict d = p->dst + j0;
+    const float *restrict e = p->src + j0;
+    const float s = p->s, r = p->r;
+    long i = 0;
+#if defined(SF_AVX512_TILES)
+    for (; i < len && ((uintptr_t)(d + i) & 63); i++) {
+        const float q = e[i] * r;
+        d[i] = p->div ? fmaf(fmaf(-q, s, e[i]), r, q) : q;
+    }
+    const sf_v16 sv = SF_SET1(s), rv = SF_SET1(r);
+    if (p->div)
+        for (; i + 16 <= len; i += 16) {
+            const sf_v16 v = SF_LOAD16(e + i), q = v * rv;
+            SF_STREAM16(d + i, SF_FMA16(SF_FMA16(-q, sv, v), rv, q));
+        }
+    else
+        for (; i + 16 <= len; i += 16) SF_STREAM16(d + i, SF_LOAD16(e + i) * rv);
+#endif
+    if (p->div) {
+#if defined(__FMA__)
+        for (; i < len; i++) { const float q = e[i] * r; d[i] = fmaf(fmaf(-q, s, e[i]), r, q); }
+#else
+        for (; i < len; i++) d[i] = e[i] / s;
+#endif
+    } else {
+        for (; i < len; i++) d[i] = e[i] * r;
+    }
+}
+"""  + _FENCE,
     "sf_stream": _SIMD_DEFS + """/* dst[i] = src[i], i < n, with non-temporal stores where the target has them (AVX-512): a large
    output that the kernel does not read again goes to memory without first being read into the
    cache (a third of a plain store's traffic). Ends unordered: the kernel calls sf_stream_fence()
@@ -623,11 +681,5 @@ SF_UNUSED static void sf_stream(float *restrict dst, const float *restrict src, 
 #endif
     for (; i < n; i++) dst[i] = src[i];
 }
-SF_UNUSED static inline void sf_stream_fence(void)
-{
-#if defined(SF_AVX512_TILES)
-    __builtin_ia32_sfence();
-#endif
-}
-""",
+"""  + _FENCE,
 }

@@ -99,18 +99,22 @@ def _float_blocks(k, n: int, total: str, prefetch=None):
         k.line(f"{total} += {part};")
 
 
-def _expsum_blocks(k, arr, m, n: int, total: str, prefetch=None) -> None:
+def _expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None) -> None:
     """``arr[j] = exp(arr[j] - m)`` for j < n in blocks of ``SUM_BLOCK``, each block's float sum
     added to the double ``total``: the shared helper ``sf_expsum`` (AVX-512: a table-driven vector
     exp in 13 operations, ~40% fewer than the inline ``sf_expf`` that GCC vectorises; elsewhere
-    that loop). ``prefetch`` (x, row) as :func:`_float_blocks`."""
+    that loop). ``src`` (a pointer to a float row): ``arr[j] = exp(src[j] - m)``
+    (``sf_expsum_from``). ``prefetch`` (x, row) as :func:`_float_blocks`."""
     k.use_helper("sf_expsum")
     jb = k.fresh("jb")
     with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
         if prefetch is not None:
             _prefetch_next_row(k, prefetch[0], prefetch[1], jb)
         size = str(SUM_BLOCK) if n % SUM_BLOCK == 0 else f"sf_min({SUM_BLOCK}, {n} - {jb})"
-        k.line(f"{total} += sf_expsum({arr} + {jb}, {m}, {size});")
+        if src is None:
+            k.line(f"{total} += sf_expsum({arr} + {jb}, {m}, {size});")
+        else:
+            k.line(f"{total} += sf_expsum_from({arr} + {jb}, {m}, {size}, {src} + {jb});")
 
 
 def stat_type(k, x) -> str:
@@ -566,12 +570,34 @@ def _exp_sum_row(k, node, idx, axes, keep, copy, exp, row) -> str:
     exponentials that the later ops of the row read. Returns the C expression of the sum."""
     xs = k.shape(node.inputs[0])
     n = xs[axes[0]]
+    acc = k.fresh("acc")
+    shifted = _shifted_row(k, exp.inputs[0], _input_index(xs, idx, axes, keep, ("0",)))
+    if shifted is not None:  # exp(z - m) of a row z in memory: no copy of z - m first
+        k.line(f"double {acc} = 0;")
+        _expsum_blocks(k, copy, shifted[1], n, acc, (node.inputs[0], row), src=shifted[0])
+        return f"({k.ct(node.outputs[0])}){acc}"
     with k.loops([n]) as (j,):
         k.line(f"{copy}[{j}] = {k.value(exp.inputs[0], _input_index(xs, idx, axes, keep, (j,)))};")
-    acc = k.fresh("acc")
     k.line(f"double {acc} = 0;")
     _expsum_blocks(k, copy, "0.0f", n, acc, (node.inputs[0], row))
     return f"({k.ct(node.outputs[0])}){acc}"
+
+
+def _shifted_row(k, d, at):
+    """(pointer to the row of z at ``at``, C value of m) when ``d`` is ``Sub(z, m)`` in the group,
+    z a float global row of d's shape read in place (not gathered, not counted) and m a row scalar
+    (one value per row); else None."""
+    g = k.graph
+    sub = g.index.node.get(g.index.producer.get(d))
+    if k.counters or sub is None or sub.op != "Sub" or sub.name not in k.members:
+        return None
+    z, m = sub.inputs[0], sub.inputs[1]
+    ms = k.shape(m)
+    if g.index.producer.get(z) in k.members or z not in k.buffers or z in k.gathered or k.has_tile(z) \
+            or k.shape(z) != k.shape(d) or k.ct(z) != "float" or k.ct(m) != "float" or not ms or ms[-1] != 1:
+        return None
+    shape = k.shape(d)
+    return f"&{k.ptr(z, 'r')}[{linear(shape, at)}]", k.value(m, bmap(at, shape, ms))
 
 
 def softmax_normaliser(k, t, e) -> bool:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ops import OPS, numel
-from . import anchors, gemm_tiles, reductions
+from ..ops import OPS
+from . import anchors, gemm_tiles, reductions, row_stream
 from .tiles import MAX_TILE
-from .cexpr import bmap, linear
+from .cexpr import bmap
 from .kernel import Kernel
 from .passes import MATERIALISED_OPS, STATS_OPS, anchors_for, emit_loop, inline_deps
 
@@ -137,63 +137,6 @@ def _bit_select(k: Kernel, node, shape: tuple, idx: tuple, dst: str) -> None:
     k.line(f"{ux} = ({ux} & {km}) | ({uy} & ~{km}); memcpy(&{dst}, &{ux}, sizeof {ux});")
 
 
-#: Bytes from which a row loop writes a float output with non-temporal stores (``sf_stream``): a
-#: tensor larger than the last-level caches of the hosts measured (32 MiB here) is in memory by
-#: the time anything reads it, so its lines need not be read into the cache before being written
-#: (softmax_rows at 2x the LLC: 12 of plain stores' 16 bytes of traffic per element become 8). A
-#: smaller output stays cached for its reader.
-STREAM_MIN_BYTES = 32 << 20
-#: Elements of a streamed output computed into a stack block before ``sf_stream`` writes them.
-STREAM_BLOCK = 256
-
-
-def _output_value(k: Kernel, t: str, idx: tuple) -> str:
-    """C value of the written tensor ``t`` at ``idx``. A Div by a softmax's normaliser
-    (:func:`~solverfuse.emit.reductions.softmax_normaliser`, a row scalar here) is ``sf_divq``: a
-    product by the reciprocal (hoisted out of the loop) and one FMA remainder step, equal to the
-    division there at about half its cost (vdivps was 30% of softmax_rows in cache)."""
-    node = k.graph.index.node.get(k.graph.index.producer.get(t))
-    if node is not None and node.op == "Div" and node.name in k.members and k.ct(t) == "float" \
-            and k.ct(node.inputs[0]) == "float" and reductions.softmax_normaliser(k, node.inputs[1], node.inputs[0]):
-        shape = k.shape(t)
-        a = k.value(node.inputs[0], bmap(idx, shape, k.shape(node.inputs[0])))
-        b = k.value(node.inputs[1], bmap(idx, shape, k.shape(node.inputs[1])))
-        k.use_helper("sf_divq")
-        return k.tmp("float", f"sf_divq({a}, {b}, 1.0f / {b})")
-    return k.value(t, idx)
-
-
-def _streamed(k: Kernel, t: str) -> bool:
-    """Whether the row loop writes ``t`` with non-temporal stores: a float row tensor of at least
-    ``STREAM_MIN_BYTES``, in a serial kernel (the fence after the row loop orders one thread's
-    stores; the instrumented build counts plain stores)."""
-    shape = k.shape(t)
-    return (not k.counters and k.threads == 1 and k.ct(t) == "float" and len(shape) > 0
-            and shape[-1] >= 16 and 4 * numel(shape) >= STREAM_MIN_BYTES)
-
-
-def _stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streamed: list) -> None:
-    """A row's output loop in blocks of ``STREAM_BLOCK``: the streamed tensors' values into stack
-    blocks, written by ``sf_stream`` after each block; the others stored in place."""
-    k.use_helper("sf_stream")
-    n = shape[-1]
-    blk = {t: k.fresh("O") for t in streamed}
-    for o in blk.values():
-        k.line(f"float {o}[{min(n, STREAM_BLOCK)}] SF_ALIGN64;")
-    jb, j = k.fresh("jb"), k.fresh("i")
-    hi = f"{jb} + {STREAM_BLOCK}" if n % STREAM_BLOCK == 0 else f"sf_min({jb} + {STREAM_BLOCK}, {n})"
-    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {STREAM_BLOCK})"):
-        with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
-            idx = outer + (j,)
-            for t in writes:
-                if t in blk:
-                    k.line(f"{blk[t]}[{j} - {jb}] = {_output_value(k, t, idx)};")
-                else:
-                    k.store(t, idx, _output_value(k, t, idx))
-        for t, o in blk.items():
-            k.line(f"sf_stream(&{k.ptr(t, 'w')}[{linear(shape, outer + (jb,))}], {o}, {hi} - {jb});")
-
-
 def emit_rows(k: Kernel, shape: tuple) -> None:
     """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
     inner loop over the row), then one inner loop storing every written tensor. A MatMul anchor
@@ -215,6 +158,8 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
     tiled = anchors_for(k, shape, deps)
     k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
     before = set(k.tiles)
+    pend: list = []   # a softmax output deferred to the next row's exponentials (row_stream)
+    anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
 
     def row(outer):
         _row_invariants(k, shape, deps, pure, outer)
@@ -225,15 +170,18 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 reductions.STATS[node.op](k, node, row=tuple(outer))
             elif node.op in MATERIALISED_OPS:
                 reductions.reduce_row(k, node, tuple(outer))
-        streamed = [t for t in writes if _streamed(k, t)]
+        if anchor is None:
+            pend.extend(row_stream.defer_output(k, shape, tuple(outer), writes))
+            if pend:
+                return
+        streamed = [t for t in writes if row_stream.streamed(k, t)]
         if streamed:
-            _stream_outputs(k, shape, tuple(outer), writes, streamed)
+            row_stream.stream_outputs(k, shape, tuple(outer), writes, streamed)
             return
         with k.loops(shape[-1:]) as inner:
             idx = tuple(outer) + tuple(inner)
             for t in writes:
-                k.store(t, idx, _output_value(k, t, idx))
-    anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
+                k.store(t, idx, row_stream.output_value(k, t, idx))
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
         (t,) = tiled
@@ -249,11 +197,14 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                            f"{arr}[{a}]", 1)
                 row(outer)
     else:
+        mark, depth = len(k.lines), k.depth
         with k.loops(shape[:-1], parallel=True) as outer:
             for t in tiled:
                 anchors.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
             row(outer)
+        if pend:
+            row_stream.finish_deferred(k, mark, depth, *pend)
     for t in set(k.tiles) - before:
         k.drop_tile(t)  # the row's tiles and row copies end with the row loop
-    if any(_streamed(k, t) for t in writes):
+    if any(row_stream.streamed(k, t) for t in writes):
         k.line("sf_stream_fence();")
