@@ -197,3 +197,23 @@ def test_division_by_the_normaliser_is_the_division(build, cache, no_avx512_cc, 
     assert big.mean() > 0.5
     np.testing.assert_array_equal(out["w"][big], want[big])
     assert (np.abs(out["w"][~big] - want[~big]) <= np.spacing(want[~big])).all()
+
+
+def test_a_row_minimum_is_no_softmax_normaliser(cache):
+    """exp(z - min(z)) over rows: the terms exceed 1 and overflow, so ReduceSum of them is no softmax
+    normaliser: the division stays a division (no sf_divq) and the values match ONNX Runtime,
+    inf / inf = NaN included."""
+    g = graph({"z": [64, 300], "m": [64, 1], "d": [64, 300], "e": [64, 300], "s": [64, 1], "w": [64, 300]},
+              ["z"], ["w"],
+              [("min", "ReduceMin", ["z"], ["m"], {"axes": [1], "keepdims": 1}), ("sub", "Sub", ["z", "m"], ["d"]),
+               ("exp", "Exp", ["d"], ["e"]), ("sum", "ReduceSum", ["e"], ["s"], {"axes": [1], "keepdims": 1}),
+               ("div", "Div", ["e", "s"], ["w"])])
+    plan = build_plan(g, HW, [["min", "sub", "exp", "sum", "div"]], strategy="test")
+    src = render(plan, g)["model.c"]
+    assert "sf_divq(" not in src and "sf_expsum" in src
+    z = np.random.default_rng(4).normal(0, 1, size=(64, 300)).astype(np.float32) * np.geomspace(1, 60, 64)[:, None]
+    z = z.astype(np.float32)
+    got = compile_plan(plan, g, cache_dir=cache, strict=True).run({"z": z}, {})["w"]
+    want = reference_outputs(g, {"z": z}, {}, engine="onnxruntime")["w"]
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -616,8 +616,10 @@ def softmax_normaliser(k, t, e) -> bool:
     exp = made(red.inputs[0], "Exp")
     sub = exp and made(exp.inputs[0], "Sub")
     mx = sub and made(sub.inputs[1], "ReduceMax")
-    return bool(mx) and mx.inputs[0] == sub.inputs[0] and reduce_last_axis(k, mx) \
-        and k.shape(sub.inputs[0]) == k.shape(exp.outputs[0])
+    z = sub.inputs[0] if sub else None
+    # m with kept dims: the max of z's own row at every element (e <= 1, and 1 at the max)
+    return bool(mx) and mx.inputs[0] == z and reduce_last_axis(k, mx) \
+        and k.shape(z) == k.shape(exp.outputs[0]) and k.shape(mx.outputs[0]) == k.shape(z)[:-1] + (1,)
 
 
 def _row_copy(k, x):
