@@ -3,7 +3,8 @@
 against references that share no code with them: the exponentials against NumPy's float64 exp,
 softmax rows against ONNX Runtime and NumPy float64. Each is built for this host (-march=native),
 without AVX-512 (a cc wrapper adding -mno-avx512f: the portable loops GCC vectorises at AVX2
-width), and with the streaming stores forced on small tensors; and under the sanitizers."""
+width), with the streaming stores forced on small tensors, and with the softmax output also
+deferred to the next row (row_stream); and under the sanitizers."""
 from __future__ import annotations
 
 import stat
@@ -38,12 +39,14 @@ def no_avx512_cc(tmp_path_factory):
     return str(path)
 
 
-BUILDS = ["native", "no-avx512", "streamed"]
+BUILDS = ["native", "no-avx512", "streamed", "deferred"]
 
 
 def _compile(g, groups, build, cache, cc, monkeypatch, **kw):
-    if build == "streamed":
+    if build in ("streamed", "deferred"):
         monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    if build == "deferred":
+        monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
     plan = build_plan(g, HW, groups, strategy="test")
     return plan, compile_plan(plan, g, cache_dir=cache, strict=True, cc=cc if build == "no-avx512" else None, **kw)
 
@@ -139,7 +142,7 @@ def test_softmax_rows_match_onnxruntime(build, cache, no_avx512_cc, monkeypatch)
         assert not np.isnan(got[t][:4]).any(), t
 
 
-@pytest.mark.parametrize("build", ["native", "streamed"])
+@pytest.mark.parametrize("build", ["native", "deferred"])
 def test_double_softmax_rows_match_numpy_float64(build, cache, no_avx512_cc, monkeypatch):
     """The same graphs in float64 (row statistics and exponentials in double): NumPy float64 to 1e-13."""
     g, groups = _softmax_graph(LENGTHS, "float64")
@@ -158,6 +161,7 @@ def test_streamed_softmax_is_clean_under_the_sanitizers(cache, monkeypatch):
     """The streamed row loop (forced on small rows of odd length) in the ASan/UBSan build: no
     report, and the values of the plain build (to rounding: -O1 sums in another order)."""
     monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 4000)   # rows of 1000 floats deferred, of 17 not
     g, groups = _softmax_graph((17, 1000))
     # and a softmax squared: its output is not the kept exponentials, so it is streamed in place
     g = graph({**{t: {"shape": list(v.shape), "dtype": v.dtype} for t, v in g.tensors.items()},
@@ -175,7 +179,7 @@ def test_streamed_softmax_is_clean_under_the_sanitizers(cache, monkeypatch):
         np.testing.assert_allclose(got[t], plain[t], rtol=1e-6, atol=1e-7, err_msg=t)
 
 
-@pytest.mark.parametrize("build", ["native", "streamed"])
+@pytest.mark.parametrize("build", ["native", "streamed", "deferred"])
 def test_division_by_the_normaliser_is_the_division(build, cache, no_avx512_cc, monkeypatch):
     """The exporters' softmax writing its exponentials e, normaliser s (broadcast) and w = e / s: w is computed
     by sf_divq (reciprocal and one FMA remainder step), and equals NumPy's float32 division e / s

@@ -28,6 +28,12 @@ from .kernel import Kernel
 STREAM_MIN_BYTES = 32 << 20
 #: Elements of a streamed output computed into a stack block before ``sf_stream`` writes them.
 STREAM_BLOCK = 256
+#: Bytes of a row from which a softmax output is deferred to the next row (:func:`defer_output`).
+#: CPU time per element at 2x the LLC, best of 7 (loaded machine): rows of 4,912 floats (l1_overflow)
+#: 0.76 ns deferred against 0.93 streamed at the row's end (its 307 lines wait to drain); rows of
+#: 1,024 floats (softmax_rows) 0.48-0.68 against 0.43-0.49 (64 lines the store buffers absorb while
+#: the next row's max loop, loads only, runs).
+DEFER_MIN_ROW_BYTES = 8192
 
 
 def output_value(k: Kernel, t: str, idx: tuple) -> str:
@@ -101,12 +107,13 @@ def _kept_output(k: Kernel, t: str):
 
 def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list) -> list:
     """After a row's statistics, in a serial row loop writing one streamed tensor (:func:`streamed`)
-    that is a softmax of the row (:func:`_kept_output`): the row's kept exponentials go to one of
+    that is a softmax of the row (:func:`_kept_output`) in rows of at least ``DEFER_MIN_ROW_BYTES``:
+    the row's kept exponentials go to one of
     two buffers declared before the row loop (their declaration in the row becomes a pointer), each
     ``sf_expsum`` call of this row also streams the same block of the previous row's output
     (``sf_drain``), and this row's output is left pending. Returns [pending, buffers, n] for
     :func:`finish_deferred` ([] when the row is not of that form: nothing is changed)."""
-    if len(writes) != 1 or not streamed(k, writes[0]):
+    if len(writes) != 1 or not streamed(k, writes[0]) or 4 * shape[-1] < DEFER_MIN_ROW_BYTES:
         return []
     kept = _kept_output(k, writes[0])
     if kept is None:
