@@ -97,7 +97,8 @@ def _defines(extra, macro: str) -> bool:
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs GCC (-fopt-info-vec)")
-@pytest.mark.parametrize("threads,extra", [(1, ()), (2, ()), (1, ("-mno-avx512f",))])
+@pytest.mark.parametrize("threads,extra", [(1, ()), (2, ()), (1, ("-mno-avx512f",)),
+                                           (1, ("-mno-avx512f", "-mno-avx2"))])
 def test_the_loops_calling_exp_vectorise(threads, extra, tmp_path):
     """softmax_rows (an Exp op) and l1_overflow (a Softmax op in a row loop) compute their
     exponentials with the sf_expsum helper, and every loop that calls sf_expf (the helper's)
@@ -112,8 +113,9 @@ def test_the_loops_calling_exp_vectorise(threads, extra, tmp_path):
         src = files["model.c"].splitlines()
         assert any("sf_expsum" in ln for ln in src[src.index("SF_NOINLINE static int k0(void *const *B)"):]), \
             f"{g.name}: the kernel does not call sf_expsum(_from)"
-        # below AVX-512 sf_expsum's loop calls sf_expf (with AVX-512 it is the vector sf_exp16)
-        helper = "sf_expf(x[" if not _defines(extra, "__AVX512F__") else "sf_expf(v"
+        # without AVX-512 or AVX2 + FMA sf_expsum's loop calls sf_expf (else sf_exp16 / sf_exp8)
+        simd = _defines(extra, "__AVX512F__") or _defines(extra, "__AVX2__") and _defines(extra, "__FMA__")
+        helper = "sf_expf(v" if simd else "sf_expf(x[j]"
         calls = [n + 1 for n, ln in enumerate(src) if "sf_expf(v" in ln or "sf_expf(E" in ln or helper in ln]
         vec = _vectorised_lines(tmp_path, files, threads, extra)
         for c in calls:
