@@ -1,10 +1,11 @@
 """The row loop's softmax helpers (emit/chelpers.py ``sf_expsum``: the AVX-512 vector exp
-``sf_exp16``, else the prelude's ``sf_expf``; ``sf_stream``: non-temporal stores of large outputs)
-against references that share no code with them: the exponentials against NumPy's float64 exp,
-softmax rows against ONNX Runtime and NumPy float64. Each is built for this host (-march=native),
-without AVX-512 (a cc wrapper adding -mno-avx512f: the AVX2 ``sf_exp8``), without AVX-512 and
-AVX2 (the portable sf_expf loop GCC vectorises at SSE width), with the streaming stores forced on small tensors, and with the softmax output also
-deferred to the next row (row_stream); and under the sanitizers."""
+``sf_exp16``, the AVX2 ``sf_exp8``, else the prelude's ``sf_expf``; ``sf_divq``; ``sf_stream`` and
+``sf_drain``: non-temporal stores of large outputs) against references that share no code with
+them: the exponentials against NumPy's float64 exp, softmax rows against ONNX Runtime and NumPy
+float64, the division against NumPy's. Each is built for this host (-march=native), without
+AVX-512 (a cc wrapper adding -mno-avx512f: sf_exp8), without AVX-512 and AVX2 (the portable
+sf_expf loop), with the streaming stores forced on small tensors, and with the softmax output
+also deferred to the next row (row_stream); and under the sanitizers."""
 from __future__ import annotations
 
 import stat

@@ -604,7 +604,22 @@ def softmax_normaliser(k, t, e) -> bool:
     """Whether ``t`` is a float row sum of the exponentials ``e`` of a row minus its max, all in the
     group (``ReduceSum(e = Exp(z - ReduceMax(z)))`` over the last axis, the exporters' softmax):
     e is then in [0, 1] or NaN and t at least 1 (its largest term is e^0) and at most the row
-    length, or NaN -- the operands for which ``sf_divq(e, t)`` equals the division."""
+    length, or NaN -- the operands for which ``sf_divq(e, t)`` equals the division.
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> r = {"axes": [1], "keepdims": 1}
+    >>> g = load_graph({"tensors": {"z": {"shape": [2, 8]}}, "inputs": ["z"], "outputs": ["y"], "nodes": [
+    ...     {"name": "m", "op": "ReduceMax", "inputs": ["z"], "outputs": ["m"], "attributes": r},
+    ...     {"name": "d", "op": "Sub", "inputs": ["z", "m"], "outputs": ["d"]},
+    ...     {"name": "e", "op": "Exp", "inputs": ["d"], "outputs": ["e"]},
+    ...     {"name": "s", "op": "ReduceSum", "inputs": ["e"], "outputs": ["s"], "attributes": r},
+    ...     {"name": "y", "op": "Div", "inputs": ["e", "s"], "outputs": ["y"]}]})
+    >>> k = Kernel(g, list("mdesy"), 0, {"z": 0, "y": 1}, counters=False, threads=1, lower=code_for_op)
+    >>> softmax_normaliser(k, "s", "e"), softmax_normaliser(k, "s", "d")
+    (True, False)
+    """
     g = k.graph
 
     def made(x, op):
