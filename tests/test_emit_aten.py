@@ -224,3 +224,20 @@ def test_transformers_model_runs_in_c(cache, name):
     for groups in (unfused(g), fuse_greedily(g)):
         (t,) = g.outputs
         close(run_c(g, groups, cache, feed)[t], want, rtol=1e-4, atol=1e-5)
+
+
+def test_scaled_dot_product_attention_float64(cache):
+    """A float64 attention keeps float64 accuracy: its scores, probabilities and logsumexp are
+    double (they were float scratch for every dtype, ~1e-7 off)."""
+    b, h, lq, lk, dq, dv = 1, 2, 4, 9, 5, 3
+    f64 = {n: {"shape": s, "dtype": "float64"}
+           for n, s in {"q": [b, h, lq, dq], "k": [b, h, lk, dq], "v": [b, h, lk, dv], "fm": [lq, lk],
+                                    "o": [b, h, lq, dv], "l": [b, h, lq]}.items()}
+    nodes = [("a", "ScaledDotProductAttention", ["q", "k", "v", "fm"], ["o", "l"])]
+    g = graph(f64, ["q", "k", "v", "fm"], ["o", "l"], nodes)
+    ins = {n: RNG.standard_normal(f64[n]["shape"]) for n in ("q", "k", "v", "fm")}
+    o, lse = _np_attention(ins["q"], ins["k"], ins["v"], ins["fm"])
+    out = run_c(g, unfused(g), cache, ins)
+    assert out["o"].dtype == np.float64 and out["l"].dtype == np.float64
+    close(out["o"], o, rtol=1e-12, atol=1e-13)
+    close(out["l"], lse, rtol=1e-12, atol=1e-13)

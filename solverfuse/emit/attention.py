@@ -1,6 +1,6 @@
 """ScaledDotProductAttention (aten's CPU flash-attention call) as C: a statistics pass computes,
 per query row, the scores against every key, their max and normaliser, and leaves the row's
-probabilities in kernel-local scratch (batch x Lq x Lk floats) with the row's logsumexp; each
+probabilities in kernel-local scratch (batch x Lq x Lk floats; doubles for a float64 attention) with the row's logsumexp; each
 output element is then the probability-weighted sum of a column of V. Work is
 Lq*Lk*(Dq + Dv) per batch; nothing is recomputed per output element.
 
@@ -19,6 +19,7 @@ import math
 from ..errors import EmitError
 from ..ops import numel
 from .cexpr import bmap, linear
+from .elementwise import exp_fn, stat_type
 
 
 def _setup(k, node):
@@ -41,13 +42,14 @@ def sdpa_stats(k, node, row=None):
     mask = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else None
     causal = node.attributes.get("causal", 0)
     pshape, rshape = batch + (lq, lk), batch + (lq,)
-    probs = k.alloc("float", numel(pshape), "attention probabilities of each query row")
-    lse = k.alloc("float", numel(rshape), "attention logsumexp of each query row")
+    ft = stat_type(k, qt)  # double scores and probabilities for a float64 attention
+    probs = k.alloc(ft, numel(pshape), "attention probabilities of each query row")
+    lse = k.alloc(ft, numel(rshape), "attention logsumexp of each query row")
     k.line(f"/* pass: {node.op} scores, row max and normaliser */")
     with k.loops(rshape, parallel=True) as idx:
         bi, i = tuple(idx[:-1]), idx[-1]
         m, s = k.fresh("m"), k.fresh("s")
-        k.line(f"float {m} = -INFINITY; double {s} = 0;")
+        k.line(f"{ft} {m} = -INFINITY; double {s} = 0;")
         with k.loops((lk,)) as (j,):
             d = k.fresh("d")
             k.line(f"double {d} = 0;")
@@ -56,7 +58,7 @@ def sdpa_stats(k, node, row=None):
                 kv = k.value(kt, bmap(bi + (j, c), batch + (lk, dq), k.shape(kt)))
                 k.line(f"{d} += (double){qv} * {kv};")
             sc = k.fresh("sc")
-            k.line(f"float {sc} = (float)({d} * {scale!r});")
+            k.line(f"{ft} {sc} = ({ft})({d} * {scale!r});")
             if mask is not None:
                 mv = k.value(mask, bmap(bi + (i, j), pshape, k.shape(mask)))
                 if k.graph.tensors[mask].dtype == "bool":
@@ -69,12 +71,12 @@ def sdpa_stats(k, node, row=None):
             k.line(f"if ({sc} > {m}) {m} = {sc};")
         with k.loops((lk,)) as (j,):
             at = f"{probs}[{linear(pshape, bi + (i, j))}]"
-            k.line(f"{at} = expf({at} - {m}); {s} += {at};")
+            k.line(f"{at} = {exp_fn(ft)}({at} - {m}); {s} += {at};")
         inv = k.fresh("inv")
-        k.line(f"const float {inv} = (float)(1.0 / {s});")
+        k.line(f"const {ft} {inv} = ({ft})(1.0 / {s});")
         with k.loops((lk,)) as (j,):
             k.line(f"{probs}[{linear(pshape, bi + (i, j))}] *= {inv};")
-        k.line(f"{lse}[{linear(rshape, idx)}] = (float)((double){m} + log({s}));")
+        k.line(f"{lse}[{linear(rshape, idx)}] = ({ft})((double){m} + log({s}));")
     k.stats[node.name] = {"probs": probs, "lse": lse}
 
 

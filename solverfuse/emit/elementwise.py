@@ -49,6 +49,18 @@ def exp_fn(ct: str) -> str:
     return "sf_expf" if ct == "float" else "exp"
 
 
+def stat_type(k, x) -> str:
+    """The C type of a row statistic of ``x`` (max, normaliser, mean, 1/stddev, kept
+    exponentials): double for a double row, so a float64 model keeps float64 accuracy; else float.
+
+    >>> class K:
+    ...     def ct(self, t): return {"a": "double", "b": "float"}[t]
+    >>> stat_type(K(), "a"), stat_type(K(), "b")
+    ('double', 'float')
+    """
+    return "double" if k.ct(x) == "double" else "float"
+
+
 UNARY = {
     "Relu": lambda at, a, ct: f"({a} > 0 ? {a} : {lit(0, ct)})",
     "Neg": lambda at, a, ct: f"(-{a})",

@@ -15,7 +15,7 @@ from ..mapping import within
 from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
-from .elementwise import exp_fn, input_specs
+from .elementwise import exp_fn, input_specs, stat_type
 
 
 # ---- reductions: statistics passes and reduced outputs
@@ -117,24 +117,12 @@ def _expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None) -> No
             k.line(f"{total} += sf_expsum_from({arr} + {jb}, {m}, {size}, {src} + {jb});")
 
 
-def stat_type(k, x) -> str:
-    """The C type of a row statistic of ``x`` (max, normaliser, mean, 1/stddev, kept
-    exponentials): double for a double row, so a float64 model keeps float64 accuracy; else float.
-
-    >>> class K:
-    ...     def ct(self, t): return {"a": "double", "b": "float"}[t]
-    >>> stat_type(K(), "a"), stat_type(K(), "b")
-    ('double', 'float')
-    """
-    return "double" if k.ct(x) == "double" else "float"
-
-
 def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     """Row max ``m`` then ``s`` = sum of exp(x - m) (float partial sums of ``SUM_BLOCK``
     exponentials, added in double): loops the compiler vectorises (inline exp, lane-wise max and
     sum), where one online loop could not be. ``keep_exp``: the exponentials also go to a row
     array, returned third (else None); for a float row the max loop keeps x in that array and
-    the exponentials replace it there (:func:`_expsum_blocks`).""" 
+    the exponentials replace it there (:func:`_expsum_blocks`)."""
     copy = _row_copy(k, x) if row is not None else None
     m, s = k.fresh("m"), k.fresh("s")
     st = stat_type(k, x)
