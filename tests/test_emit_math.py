@@ -89,11 +89,20 @@ def test_exp_error_is_within_its_stated_bound(cache):
     assert got[-15] == got[-14] == 1.0 and got[-13] == got[-12] == 1.0  # exp(+-0), exp(+-1e-30)
 
 
+def _defines(extra, macro: str) -> bool:
+    """Whether gcc -march=native with the flags ``extra`` defines ``macro``."""
+    r = subprocess.run(["gcc", "-march=native", *extra, "-dM", "-E", "-"], input="", capture_output=True,
+                       text=True, check=True)
+    return f"#define {macro} " in r.stdout
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs GCC (-fopt-info-vec)")
-@pytest.mark.parametrize("threads,extra", [(1, ()), (2, ()), (1, ("-mno-avx512f",))])
+@pytest.mark.parametrize("threads,extra", [(1, ()), (2, ()), (1, ("-mno-avx512f",)),
+                                           (1, ("-mno-avx512f", "-mno-avx2"))])
 def test_the_loops_calling_exp_vectorise(threads, extra, tmp_path):
-    """softmax_rows (an Exp op) and l1_overflow (a Softmax op in a row loop): every loop that calls
-    sf_expf vectorises, at AVX-512 and (where the host has it) AVX2 widths."""
+    """softmax_rows (an Exp op) and l1_overflow (a Softmax op in a row loop) compute their
+    exponentials with the sf_expsum helper, and every loop that calls sf_expf (the helper's)
+    vectorises, at AVX-512 and (where the host has it) AVX2 widths."""
     from solverfuse import api
     from solverfuse.hardware import detect
     host = detect()  # l1_overflow's optimal plan (one looped kernel) on the hardware its rows are sized for
@@ -102,8 +111,12 @@ def test_the_loops_calling_exp_vectorise(threads, extra, tmp_path):
                     (g1, api.plan(g1, host, strategy="optimal", time_limit=20, workers=1))):
         files = render(plan, g, threads=threads)
         src = files["model.c"].splitlines()
-        calls = [n + 1 for n, ln in enumerate(src) if "sf_expf(v" in ln or "sf_expf(E" in ln]
-        assert calls, f"{g.name}: no loop calls sf_expf"
+        assert any("sf_expsum" in ln for ln in src[src.index("SF_NOINLINE static int k0(void *const *B)"):]), \
+            f"{g.name}: the kernel does not call sf_expsum(_from)"
+        # without AVX-512 or AVX2 + FMA sf_expsum's loop calls sf_expf (else sf_exp16 / sf_exp8)
+        simd = _defines(extra, "__AVX512F__") or _defines(extra, "__AVX2__") and _defines(extra, "__FMA__")
+        helper = "sf_expf(v" if simd else "sf_expf(x[j]"
+        calls = [n + 1 for n, ln in enumerate(src) if "sf_expf(v" in ln or "sf_expf(E" in ln or helper in ln]
         vec = _vectorised_lines(tmp_path, files, threads, extra)
         for c in calls:
             loop = max(n + 1 for n in range(c) if re.match(r"\s*for \(long", src[n]))
@@ -151,7 +164,7 @@ def test_row_loop_softmax_keeps_its_exponentials(op, cache):
     src = render(build_plan(g, HW, [["a", "s"]], strategy="t"), g)["model.c"]
     assert ("float E" in src) == (op == "Softmax")
     body = src[src.index("static int k0("):]
-    assert body.count("exp(") + body.count("sf_expf(") == 1  # the statistics loop only
+    assert body.count("exp(") + body.count("sf_expf(") + body.count("sf_expsum(") == 1  # the statistics loop only
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
 

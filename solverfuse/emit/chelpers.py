@@ -116,6 +116,8 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
 
 def helper_text(name: str) -> str:
     """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
+    if name in ROW_HELPERS:
+        return ROW_HELPERS[name]
     if name == "sf_conv_tile1":
         return f"""/* Conv tile of one output channel (depthwise convolutions): T[q] = sum over c < C, t < taps of
    wp[c*taps + t] * x[c*cplane + off[t] + q], q < span. {CHUNK} positions per step in registers
@@ -497,3 +499,260 @@ SF_NOINLINE SF_UNUSED static void sf_pack_b(float *restrict dst, const float *re
 }
 """,
     }[name]
+
+
+# ---- row helpers of the softmax (helper `softmax`): a vector exp and non-temporal row stores.
+# Kept apart from helper_text's dict: each is one standalone C text, used through Kernel.use_helper.
+
+#: 2^(j/16), j < 16, rounded to float: the table of sf_exp16's range reduction.
+_EXP2_16 = ("0x1p+0f, 0x1.0b5586p+0f, 0x1.172b84p+0f, 0x1.2387a6p+0f, 0x1.306fe0p+0f, 0x1.3dea64p+0f, "
+            "0x1.4bfdaep+0f, 0x1.5ab07ep+0f, 0x1.6a09e6p+0f, 0x1.7a1148p+0f, 0x1.8ace54p+0f, 0x1.9c4918p+0f, "
+            "0x1.ae89fap+0f, 0x1.c199bep+0f, 0x1.d5818ep+0f, 0x1.ea4afap+0f")
+
+#: AVX-512 operations the row helpers use beyond the prelude's (GCC: builtins, no <immintrin.h>).
+_SIMD_DEFS = """#if defined(SF_AVX512_TILES) && !defined(SF_ROW_SIMD)
+#define SF_ROW_SIMD 1
+#if defined(__clang__)
+#define SF_MAX16(a, b) _mm512_max_ps(a, b)
+#define SF_MIN16(a, b) _mm512_min_ps(a, b)
+#define SF_PERM16(t, idx) _mm512_permutexvar_ps(_mm512_castps_si512(idx), t)
+#define SF_SCALEF16(a, b) _mm512_scalef_ps(a, b)
+#define SF_STREAM16(p, v) _mm512_stream_ps(p, v)
+#define SF_MASKZ16(m, v) _mm512_maskz_mov_ps(m, v)
+#else
+typedef int sf_v16i __attribute__((vector_size(64)));
+#define SF_MAX16(a, b) __builtin_ia32_maxps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
+#define SF_MIN16(a, b) __builtin_ia32_minps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
+#define SF_PERM16(t, idx) __builtin_ia32_permvarsf512_mask((t), (sf_v16i)(idx), SF_ZERO16, (sf_mask16)-1)
+#define SF_SCALEF16(a, b) __builtin_ia32_scalefps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
+#define SF_STREAM16(p, v) __builtin_ia32_movntps512((p), (v))
+#define SF_MASKZ16(m, v) __builtin_ia32_movaps512_mask((v), SF_ZERO16, (m))
+#endif
+/* The sum of 16 lanes as a tree of halves (4 dependent adds; a loop over the lanes is 16). */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_hsum16(sf_v16 v)
+{
+#if defined(__clang__) || __GNUC__ >= 12
+    typedef float sf_v8h __attribute__((vector_size(32)));
+    typedef float sf_v4h __attribute__((vector_size(16)));
+    const sf_v8h h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+                   + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const sf_v4h q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
+#else
+    float s = 0;
+    for (int l = 0; l < 16; l++) s += v[l];
+    return s;
+#endif
+}
+#endif
+"""
+
+#: C text of the AVX-512 vector exp ``sf_exp16(x, table)`` (a building block other vector helpers
+#: may call: prepend it to their text; it defines itself once per translation unit).
+SF_EXP16 = _SIMD_DEFS + f"""#if defined(SF_AVX512_TILES) && !defined(SF_EXP16_DONE)
+#define SF_EXP16_DONE 1
+/* e^x on 16 float lanes (AVX-512): n = round(16 x / ln 2) by the 1.5 * 2^23 shift; r = x - n ln2/16
+   in two parts (|r| <= ln2/32); e^x = 2^floor(n/16) * T[n mod 16] * (1 + r + r^2/2 + r^3/6), T the
+   16 values 2^(j/16) rounded to float (one vpermps reads T[n mod 16] from the low 4 bits of the
+   shifted value), the last step T + T * (e^r - 1) as one FMA and 2^floor(n/16) by vscalefps
+   (overflow to inf, subnormal results, underflow to 0, in the hardware). x is clamped to [-104,
+   89] (NaN passes the clamps: max/min return their second operand when either is NaN). 13 vector
+   operations against sf_expf's ~28; error at most 1.5 ulp against float64 exp by the sum of the
+   table's rounding (0.5 ulp), the FMA's (0.5) and the polynomial's (~0.15); 1.06 measured over
+   every 211th float32 in [-110, 110] (tests/test_emit_softmax.py checks <= 1.5); subnormal
+   results rounded twice. ``tab``: SF_LOAD16(sf_exp2_16). */
+static const float sf_exp2_16[16] SF_ALIGN64 = {{{_EXP2_16}}};
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x, sf_v16 tab)
+{{
+    x = SF_MIN16(SF_SET1(89.0f), SF_MAX16(SF_SET1(-104.0f), x));
+    const sf_v16 t = SF_FMA16(x, SF_SET1(0x1.715476p+4f), SF_SET1(12582912.0f));
+    const sf_v16 n = t - SF_SET1(12582912.0f);
+    sf_v16 r = SF_FMA16(n, SF_SET1(-0x1.62e430p-5f), x);
+    r = SF_FMA16(n, SF_SET1(0x1.05c610p-33f), r);
+    sf_v16 q = SF_FMA16(SF_SET1(0x1.555556p-3f), r, SF_SET1(0.5f));
+    q = SF_FMA16(q, r, SF_SET1(1.0f));
+    const sf_v16 T = SF_PERM16(tab, t);
+    return SF_SCALEF16(SF_FMA16(T, q * r, T), n * SF_SET1(0.0625f));
+}}
+#endif
+"""
+
+#: ``sf_stream_fence()``: orders the non-temporal stores before it (once per translation unit).
+_FENCE = """#if !defined(SF_FENCE_DONE)
+#define SF_FENCE_DONE 1
+SF_UNUSED static inline void sf_stream_fence(void)
+{
+#if defined(SF_AVX512_TILES)
+    __builtin_ia32_sfence();
+#endif
+}
+#endif
+"""
+
+#: C text of the AVX2 vector exp ``sf_exp8(x, table)`` (hosts with AVX2 and FMA, no AVX-512).
+SF_EXP8 = """#if defined(SF_AVX2_TILES) && !defined(SF_EXP8_DONE)
+#define SF_EXP8_DONE 1
+/* e^x on 8 float lanes (AVX2 + FMA): as sf_exp16 with 8 table entries, n = round(8 x / ln 2),
+   |r| <= ln2/16, e^r - 1 to degree 4, and 2^floor(n/8) built by integer shifts in two factors
+   2^(k/2) (so subnormal results round once, at the last product; overflow to inf, underflow to 0).
+   22 vector operations against sf_expf's ~28; error at most 1.5 ulp against float64 exp (the
+   table's 0.5 plus the FMA's 0.5), 0.89 measured (tests/test_emit_softmax.py checks <= 1.5). ``tab``: _mm256_load_ps(sf_exp2_8). */
+static const float sf_exp2_8[8] __attribute__((aligned(32))) = {
+    0x1.0p+0f, 0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f, 0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f,
+    0x1.d5818ep+0f};
+__attribute__((always_inline)) SF_UNUSED static inline __m256 sf_exp8(__m256 x, __m256 tab)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+3f), _mm256_set1_ps(12582912.0f));
+    const __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.62e430p-4f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(0x1.05c610p-32f), r);
+    __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555556p-5f), r, _mm256_set1_ps(0x1.555556p-3f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    const __m256 T = _mm256_permutevar8x32_ps(tab, _mm256_castps_si256(t));
+    const __m256 y = _mm256_fmadd_ps(T, _mm256_mul_ps(q, r), T);
+    const __m256i k = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)), 3);
+    const __m256i h = _mm256_srai_epi32(k, 1), e127 = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, e127), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(k, h), e127), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+}
+__attribute__((always_inline)) SF_UNUSED static inline float sf_hsum8(__m256 v)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+#endif
+"""
+
+ROW_HELPERS = {
+    "sf_expsum": SF_EXP16 + SF_EXP8 + """/* The exponentials of a softmax row block in place, e[i] = e^(e[i] - m) for i < n, returning their
+   float sum: sf_exp16 on 16 lanes at a time with two partial sums, the remainder masked, the lanes
+   added as a tree (AVX-512; an omp simd reduction adds its lanes one by one, 11% of l1_overflow's
+   time with a call per 256 elements); with AVX2 + FMA sf_exp8 on 8 lanes, the last < 16 by sf_expf;
+   else the prelude's sf_expf in a loop GCC vectorises.
+   sf_expsum_from: e[i] = e^(x[i] - m), from the row x (no copy of x - m first). (No restrict: e
+   and x are one array in sf_expsum; each iteration reads its x before it writes its e.) */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x)
+{
+#if defined(SF_AVX512_TILES)
+    long i = 0;
+    const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
+    sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
+    for (; i + 32 <= n; i += 32) {
+        const sf_v16 a = sf_exp16(SF_LOAD16(x + i) - mv, tab), b = sf_exp16(SF_LOAD16(x + i + 16) - mv, tab);
+        SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
+        s0 += a; s1 += b;
+    }
+    for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
+        const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
+        const sf_v16 a = SF_MASKZ16(k, sf_exp16(SF_LOADM(k, x + i) - mv, tab));
+        SF_STOREM(e + i, k, a);
+        s0 += a;
+    }
+    return sf_hsum16(s0 + s1);
+#elif defined(SF_AVX2_TILES)
+    long i = 0;
+    const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m);
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), tab);
+        const __m256 b = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv), tab);
+        _mm256_storeu_ps(e + i, a); _mm256_storeu_ps(e + i + 8, b);
+        s0 = _mm256_add_ps(s0, a); s1 = _mm256_add_ps(s1, b);
+    }
+    float s = sf_hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) {
+        const float v = sf_expf(x[i] - m);
+        e[i] = v; s += v;
+    }
+    return s;
+#else
+    float s = 0;
+    #pragma omp simd reduction(+:s)
+    for (long j = 0; j < n; j++) {
+        const float v = sf_expf(x[j] - m);
+        e[j] = v; s += v;
+    }
+    return s;
+#endif
+}
+/* noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder loop (-Werror builds) */
+SF_NOCLONE SF_UNUSED static float sf_expsum(float *e, float m, long n)
+{
+    return sf_expsum_at(e, m, n, e);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_from(float *e, float m, long n, const float *x)
+{
+    return sf_expsum_at(e, m, n, x);
+}
+""",
+    "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in
+   [0, 1] or NaN: q = a r, then one FMA remainder step q + r (a - q b) (Markstein), the remainder
+   exact by the FMA. Equal to the division (0.5 ulp) wherever the quotient is >= 1e-30
+   (tests/test_emit_softmax.py: 20M quotients); below, where the remainder is subnormal, within
+   1 ulp of it. Without FMA hardware the plain division. */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_divq(float a, float b, float r)
+{
+#if defined(__FMA__)
+    const float q = a * r;
+    return fmaf(fmaf(-q, b, a), r, q);
+#else
+    (void)r;
+    return a / b;
+#endif
+}
+""",
+    "sf_drain": _SIMD_DEFS + """/* A row's softmax output left pending (emit/row_stream.py): dst[j] = src[j] * r, or (div) src[j] / s
+   as sf_divq computes it (r = 1 / s), written block by block with non-temporal stores while the
+   next row computes. The kernel calls sf_stream_fence() after its last sf_drain. */
+typedef struct { float *dst; const float *src; float s, r; int div; } sf_pend;
+SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
+{
+    if (!p->dst) return;
+    float *restrict d = p->dst + j0;
+    const float *restrict e = p->src + j0;
+    const float s = p->s, r = p->r;
+    long i = 0;
+#if defined(SF_AVX512_TILES)
+    for (; i < len && ((uintptr_t)(d + i) & 63); i++) {
+        const float q = e[i] * r;
+        d[i] = p->div ? fmaf(fmaf(-q, s, e[i]), r, q) : q;
+    }
+    const sf_v16 sv = SF_SET1(s), rv = SF_SET1(r);
+    if (p->div)
+        for (; i + 16 <= len; i += 16) {
+            const sf_v16 v = SF_LOAD16(e + i), q = v * rv;
+            SF_STREAM16(d + i, SF_FMA16(SF_FMA16(-q, sv, v), rv, q));
+        }
+    else
+        for (; i + 16 <= len; i += 16) SF_STREAM16(d + i, SF_LOAD16(e + i) * rv);
+#endif
+    if (p->div) {
+#if defined(__FMA__)
+        for (; i < len; i++) { const float q = e[i] * r; d[i] = fmaf(fmaf(-q, s, e[i]), r, q); }
+#else
+        for (; i < len; i++) d[i] = e[i] / s;
+#endif
+    } else {
+        for (; i < len; i++) d[i] = e[i] * r;
+    }
+}
+"""  + _FENCE,
+    "sf_stream": _SIMD_DEFS + """/* dst[i] = src[i], i < n, with non-temporal stores where the target has them (AVX-512): a large
+   output that the kernel does not read again goes to memory without first being read into the
+   cache (a third of a plain store's traffic). Ends unordered: the kernel calls sf_stream_fence()
+   after its last sf_stream. */
+SF_UNUSED static void sf_stream(float *restrict dst, const float *restrict src, long n)
+{
+    long i = 0;
+#if defined(SF_AVX512_TILES)
+    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];
+    for (; i + 16 <= n; i += 16) SF_STREAM16(dst + i, SF_LOAD16(src + i));
+#endif
+    for (; i < n; i++) dst[i] = src[i];
+}
+"""  + _FENCE,
+}

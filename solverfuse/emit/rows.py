@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ops import OPS
-from . import anchors, gemm_tiles, reductions
+from . import anchors, gemm_tiles, reductions, row_stream
 from .tiles import MAX_TILE
 from .cexpr import bmap
 from .kernel import Kernel
@@ -158,6 +158,8 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
     tiled = anchors_for(k, shape, deps)
     k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
     before = set(k.tiles)
+    pend: list = []   # a softmax output deferred to the next row's exponentials (row_stream)
+    anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
 
     def row(outer):
         _row_invariants(k, shape, deps, pure, outer)
@@ -168,11 +170,18 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 reductions.STATS[node.op](k, node, row=tuple(outer))
             elif node.op in MATERIALISED_OPS:
                 reductions.reduce_row(k, node, tuple(outer))
+        if anchor is None:
+            pend.extend(row_stream.defer_output(k, shape, tuple(outer), writes))
+            if pend:
+                return
+        streamed = [t for t in writes if row_stream.streamed(k, t)]
+        if streamed:
+            row_stream.stream_outputs(k, shape, tuple(outer), writes, streamed)
+            return
         with k.loops(shape[-1:]) as inner:
             idx = tuple(outer) + tuple(inner)
             for t in writes:
-                k.store(t, idx, k.value(t, idx))
-    anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
+                k.store(t, idx, row_stream.output_value(k, t, idx))
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
         (t,) = tiled
@@ -188,9 +197,14 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                            f"{arr}[{a}]", 1)
                 row(outer)
     else:
+        mark, depth = len(k.lines), k.depth
         with k.loops(shape[:-1], parallel=True) as outer:
             for t in tiled:
                 anchors.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
             row(outer)
+        if pend:
+            row_stream.finish_deferred(k, mark, depth, *pend)
     for t in set(k.tiles) - before:
         k.drop_tile(t)  # the row's tiles and row copies end with the row loop
+    if any(row_stream.streamed(k, t) for t in writes):
+        k.line("sf_stream_fence();")

@@ -1,0 +1,152 @@
+"""A row loop's large float outputs (:mod:`~solverfuse.emit.rows`): written with non-temporal
+stores (``sf_stream``), and a softmax's output deferred to the next row (``sf_drain``).
+
+A softmax row's output needs the row's normaliser, so within one row its stores cannot overlap its
+exponentials; with non-temporal stores the output pass then waits for its lines to drain to
+memory. :func:`defer_output` stores row i's output block by block while row i + 1 computes its
+exponentials (the rows' kept exponentials in two alternating buffers), so the stores drain during
+arithmetic. :func:`output_value` writes a Div by a softmax normaliser as ``sf_divq``.
+
+>>> STREAM_MIN_BYTES >= 1 << 20
+True
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import InternalError
+from ..ops import numel
+from . import reductions
+from .cexpr import bmap, linear
+from .kernel import Kernel
+
+#: Bytes from which a row loop writes a float output with non-temporal stores (``sf_stream``): a
+#: tensor larger than the last-level caches of the hosts measured (32 MiB here) is in memory by
+#: the time anything reads it, so its lines need not be read into the cache before being written
+#: (softmax_rows at 2x the LLC: 12 of plain stores' 16 bytes of traffic per element become 8). A
+#: smaller output stays cached for its reader.
+STREAM_MIN_BYTES = 32 << 20
+#: Elements of a streamed output computed into a stack block before ``sf_stream`` writes them.
+STREAM_BLOCK = 256
+#: Bytes of a row from which a softmax output is deferred to the next row (:func:`defer_output`).
+#: CPU time per element at 2x the LLC, best of 7 (loaded machine): rows of 4,912 floats (l1_overflow)
+#: 0.76 ns deferred against 0.93 streamed at the row's end (its 307 lines wait to drain); rows of
+#: 1,024 floats (softmax_rows) 0.48-0.68 against 0.43-0.49 (64 lines the store buffers absorb while
+#: the next row's max loop, loads only, runs).
+DEFER_MIN_ROW_BYTES = 8192
+
+
+def output_value(k: Kernel, t: str, idx: tuple) -> str:
+    """C value of the written tensor ``t`` at ``idx``. A Div by a softmax's normaliser
+    (:func:`~solverfuse.emit.reductions.softmax_normaliser`, a row scalar here) is ``sf_divq``: a
+    product by the reciprocal (hoisted out of the loop) and one FMA remainder step, equal to the
+    division there at about half its cost (vdivps was 30% of softmax_rows in cache)."""
+    node = k.graph.index.node.get(k.graph.index.producer.get(t))
+    if node is not None and node.op == "Div" and node.name in k.members and k.ct(t) == "float" \
+            and k.ct(node.inputs[0]) == "float" and reductions.softmax_normaliser(k, node.inputs[1], node.inputs[0]):
+        shape = k.shape(t)
+        a = k.value(node.inputs[0], bmap(idx, shape, k.shape(node.inputs[0])))
+        b = k.value(node.inputs[1], bmap(idx, shape, k.shape(node.inputs[1])))
+        k.use_helper("sf_divq")
+        return k.tmp("float", f"sf_divq({a}, {b}, 1.0f / {b})")
+    return k.value(t, idx)
+
+
+def streamed(k: Kernel, t: str) -> bool:
+    """Whether the row loop writes ``t`` with non-temporal stores: a float row tensor of at least
+    ``STREAM_MIN_BYTES``, in a serial kernel (the fence after the row loop orders one thread's
+    stores; the instrumented build counts plain stores)."""
+    shape = k.shape(t)
+    return (not k.counters and k.threads == 1 and k.ct(t) == "float" and len(shape) > 0
+            and shape[-1] >= 16 and 4 * numel(shape) >= STREAM_MIN_BYTES)
+
+
+def stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streamed: list) -> None:
+    """A row's output loop in blocks of ``STREAM_BLOCK``: the streamed tensors' values into stack
+    blocks, written by ``sf_stream`` after each block; the others stored in place."""
+    k.use_helper("sf_stream")
+    n = shape[-1]
+    blk = {t: k.fresh("O") for t in streamed}
+    for o in blk.values():
+        k.line(f"float {o}[{min(n, STREAM_BLOCK)}] SF_ALIGN64;")
+    jb, j = k.fresh("jb"), k.fresh("i")
+    hi = f"{jb} + {STREAM_BLOCK}" if n % STREAM_BLOCK == 0 else f"sf_min({jb} + {STREAM_BLOCK}, {n})"
+    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {STREAM_BLOCK})"):
+        with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
+            idx = outer + (j,)
+            for t in writes:
+                if t in blk:
+                    k.line(f"{blk[t]}[{j} - {jb}] = {output_value(k, t, idx)};")
+                else:
+                    k.store(t, idx, output_value(k, t, idx))
+        for t, o in blk.items():
+            k.line(f"sf_stream(&{k.ptr(t, 'w')}[{linear(shape, outer + (jb,))}], {o}, {hi} - {jb});")
+
+
+def _kept_output(k: Kernel, t: str):
+    """(array of kept exponentials, normaliser or "0.0f", reciprocal, 1 for sf_divq / 0 for a
+    product) when every element of the written tensor ``t`` at this row is a function of its
+    row's kept exponentials and row scalars: a Softmax's output (``E[j] * rnorm``) or a Div by an
+    exporters' normaliser (``sf_divq(R[j], s, 1 / s)``); else None."""
+    g = k.graph
+    node = g.index.node.get(g.index.producer.get(t))
+    if node is None or node.name not in k.members:
+        return None
+    if node.op == "Softmax":
+        st = k.stats.get(node.name, {})
+        return (st["exp"], "0.0f", st["b"], 0) if st.get("row") and st.get("exp") else None
+    if node.op == "Div" and k.ct(node.inputs[0]) == "float" \
+            and reductions.softmax_normaliser(k, node.inputs[1], node.inputs[0]):
+        tile = k.tiles.get(node.inputs[0])
+        if tile is None or tile[2] != 1 or k.shape(node.inputs[0]) != k.shape(t):
+            return None
+        s = k.value(node.inputs[1], (*tile[0], "0"))
+        return tile[1], s, f"1.0f / {s}", 1
+    return None
+
+
+def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list) -> list:
+    """After a row's statistics, in a serial row loop writing one streamed tensor (:func:`streamed`)
+    that is a softmax of the row (:func:`_kept_output`) in rows of at least ``DEFER_MIN_ROW_BYTES``:
+    the row's kept exponentials go to one of
+    two buffers declared before the row loop (their declaration in the row becomes a pointer), each
+    ``sf_expsum`` call of this row also streams the same block of the previous row's output
+    (``sf_drain``), and this row's output is left pending. Returns [pending, buffers, n] for
+    :func:`finish_deferred` ([] when the row is not of that form: nothing is changed)."""
+    if len(writes) != 1 or not streamed(k, writes[0]) or 4 * shape[-1] < DEFER_MIN_ROW_BYTES:
+        return []
+    kept = _kept_output(k, writes[0])
+    if kept is None:
+        return []
+    arr, s, r, div = kept
+    n = shape[-1]
+    decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float {arr}[{n}];"]
+    calls = [i for i, ln in enumerate(k.lines) if f"sf_expsum({arr} + " in ln or f"sf_expsum_from({arr} + " in ln]
+    if len(decl) != 1 or not calls:
+        return []
+    # sf_expsum(arr + jb, m, size) or sf_expsum_from(arr + jb, m, size, src + jb)
+    blocks = [re.search(r"sf_expsum(?:_from)?\(\w+ \+ (\w+), [^,]+, (.+?)(?:, [^,]+ \+ \w+)?\);$", k.lines[i])
+              for i in calls]
+    if None in blocks:
+        raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {k.lines[calls[0]].strip()}")
+    pend, buf = k.fresh("P"), k.fresh("SFB")
+    row = linear(shape[:-1], outer) if outer else "0"
+    ln = k.lines[decl[0]]
+    k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}[({row}) & 1];"
+    for i, m in reversed(list(zip(calls, blocks))):
+        ln = k.lines[i]
+        k.lines.insert(i + 1, ln[:len(ln) - len(ln.lstrip())] + f"sf_drain(&{pend}, {m.group(1)}, {m.group(2)});")
+    k.use_helper("sf_drain")
+    k.line(f"{pend} = (sf_pend){{&{k.ptr(writes[0], 'w')}[{linear(shape, outer + ('0',))}], {arr}, {s}, {r}, {div}}};")
+    return [pend, buf, n]
+
+
+def finish_deferred(k: Kernel, mark: int, depth: int, pend: str, buf: str, n: int) -> None:
+    """The deferred output's buffers and pending row declared before the row loop (which starts at
+    line ``mark``, nesting ``depth``), and the last row's output streamed after it."""
+    ind = "    " * depth
+    # the two buffers 64 bytes more than a row apart: rows of 1,024 floats 4 KiB apart made the
+    # drain's loads of one alias the exponentials' stores to the other (4K aliasing), and
+    # softmax_rows ran 25% slower deferred than not
+    k.lines[mark:mark] = [f"{ind}float {buf}[2][{n + 16}] SF_ALIGN64;", f"{ind}sf_pend {pend} = {{0}};"]
+    k.line(f"sf_drain(&{pend}, 0, {n});")

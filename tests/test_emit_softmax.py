@@ -1,0 +1,229 @@
+"""The row loop's softmax helpers (emit/chelpers.py ``sf_expsum``: the AVX-512 vector exp
+``sf_exp16``, the AVX2 ``sf_exp8``, else the prelude's ``sf_expf``; ``sf_divq``; ``sf_stream`` and
+``sf_drain``: non-temporal stores of large outputs) against references that share no code with
+them: the exponentials against NumPy's float64 exp, softmax rows against ONNX Runtime and NumPy
+float64, the division against NumPy's. Each is built for this host (-march=native), without
+AVX-512 (a cc wrapper adding -mno-avx512f: sf_exp8), without AVX-512 and AVX2 (the portable
+sf_expf loop), with the streaming stores forced on small tensors, and with the softmax output
+also deferred to the next row (row_stream); and under the sanitizers."""
+from __future__ import annotations
+
+import stat
+
+import numpy as np
+import pytest
+
+from solverfuse.emit import row_stream
+from solverfuse.emit.build import compile_plan
+from solverfuse.emit.program import render
+from solverfuse.emit.reference import reference_outputs
+from solverfuse.plans import build_plan
+
+from .emit_helpers import HW, graph
+
+#: Stated in emit/chelpers.py: sf_exp16's and sf_exp8's max error in float32 ulps of the true
+#: value (measured 1.06 and 0.89 over every 211th float32 in [-110, 110]); sf_expf's (the portable
+#: build) is 1.25.
+EXP16_ULP = 1.5
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("emit-softmax-cache")
+
+
+@pytest.fixture(scope="module")
+def no_avx512_cc(tmp_path_factory):
+    """C compilers for this host without AVX-512 (the AVX2 sf_exp8 where the host has AVX2 and FMA),
+    and without AVX-512 and AVX2 (the portable sf_expf loop): build name -> cc."""
+    out = {}
+    for name, flags in (("no-avx512", "-mno-avx512f"), ("portable", "-mno-avx512f -mno-avx2")):
+        path = tmp_path_factory.mktemp("cc") / f"cc_{name}.sh"
+        path.write_text(f'#!/bin/sh\nexec "${{SF_TEST_CC:-cc}}" "$@" {flags}\n')
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        out[name] = str(path)
+    return out
+
+
+BUILDS = ["native", "no-avx512", "portable", "streamed", "deferred"]
+
+
+def _compile(g, groups, build, cache, cc, monkeypatch, **kw):
+    if build in ("streamed", "deferred"):
+        monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    if build == "deferred":
+        monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
+    plan = build_plan(g, HW, groups, strategy="test")
+    return plan, compile_plan(plan, g, cache_dir=cache, strict=True, cc=cc.get(build), **kw)
+
+
+def _exp_graph(rows_, cols):
+    """e = Exp(x), y = e / ReduceSum(e) over rows, one row-loop group writing e: the
+    exponentials of x come out of sf_expsum unchanged."""
+    return graph({"x": [rows_, cols]}, ["x"], ["e", "y"],
+                 [("exp", "Exp", ["x"], ["e"]), ("sum", "ReduceSum", ["e"], ["s"], {"axes": [1], "keepdims": 1}),
+                  ("div", "Div", ["e", "s"], ["y"])])
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_row_exponentials_within_the_stated_bound(build, cache, no_avx512_cc, monkeypatch):
+    """Every 211th float32 in [-110, 110] (overflow above 88.72, subnormal results below -87.34, zero
+    below -103.97) and the special values through a row loop's exponentials, against float64 exp:
+    error in ulps of the float32 result, and exactly the same overflow to inf, underflow to 0 and NaN."""
+    bits = np.arange(0, 2 ** 32, 211, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    grid = bits[np.isfinite(bits) & (np.abs(bits) <= 110)]
+    special = np.array([np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 1e-30, -1e-30, 88.72283, 88.72284,
+                        89.0, 1e30, 3e38, -87.33, -103.97, -103.98, -104.0, -1e30, -3e38], np.float32)
+    cols = 256
+    x = np.concatenate([grid, special])
+    x = np.concatenate([x, np.zeros(-x.size % cols, np.float32)]).reshape(-1, cols)
+    g = _exp_graph(*x.shape)
+    plan, prog = _compile(g, [["exp", "sum", "div"]], build, cache, no_avx512_cc, monkeypatch)
+    src = render(plan, g)["model.c"]
+    assert "sf_expsum(" in src[src.index("static int k0("):]
+    got = prog.run({"x": x}, {})["e"].ravel()
+    x = x.ravel()
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+        want32 = want.astype(np.float32)
+    nan = np.isnan(x)
+    assert np.isnan(got[nan]).all() and not np.isnan(got[~nan]).any()
+    assert (np.isinf(got[~nan]) == np.isinf(want32[~nan])).all(), "overflow to inf differs"
+    assert ((got[~nan] == 0) == (want32[~nan] == 0)).all(), "underflow to 0 differs"
+    fin = ~nan & np.isfinite(want32) & (want32 != 0)
+    ulp = np.abs(got[fin].astype(np.float64) - want[fin]) / np.spacing(want32[fin]).astype(np.float64)
+    assert ulp.max() <= EXP16_ULP, f"max error {ulp.max():.3g} ulp at x = {x[fin][ulp.argmax()]}"
+
+
+def _softmax_graph(lengths, dtype="float"):
+    """For each row length n: a Softmax op on x{n} and the exporters' decomposition of it on
+    z{n} (ReduceMax, Sub, Exp, ReduceSum, Div); one group each."""
+    tensors, nodes, groups, outs = {}, [], [], []
+    for n in lengths:
+        for t in (f"x{n}", f"z{n}", f"y{n}", f"w{n}"):
+            tensors[t] = {"shape": [5, n], "dtype": dtype}
+        for t in (f"m{n}", f"s{n}"):
+            tensors[t] = {"shape": [5, 1], "dtype": dtype}
+        for t in (f"d{n}", f"e{n}"):
+            tensors[t] = {"shape": [5, n], "dtype": dtype}
+        nodes += [(f"sm{n}", "Softmax", [f"x{n}"], [f"y{n}"], {"axis": -1}),
+                  (f"max{n}", "ReduceMax", [f"z{n}"], [f"m{n}"], {"axes": [1], "keepdims": 1}),
+                  (f"sub{n}", "Sub", [f"z{n}", f"m{n}"], [f"d{n}"]),
+                  (f"exp{n}", "Exp", [f"d{n}"], [f"e{n}"]),
+                  (f"sum{n}", "ReduceSum", [f"e{n}"], [f"s{n}"], {"axes": [1], "keepdims": 1}),
+                  (f"div{n}", "Div", [f"e{n}", f"s{n}"], [f"w{n}"])]
+        groups += [[f"sm{n}"], [f"max{n}", f"sub{n}", f"exp{n}", f"sum{n}", f"div{n}"]]
+        outs += [f"y{n}", f"w{n}"]
+    return graph(tensors, [t for n in lengths for t in (f"x{n}", f"z{n}")], outs, nodes), groups
+
+
+def _rows(n, seed, dtype=np.float32):
+    """5 rows of length n: normal(0, 3); huge positive and negative values; a -inf mask over all but
+    the first element; values that overflow exp unshifted; all -inf (NaN in every engine)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 3, size=(5, n)).astype(dtype)
+    x[1, ::2] = -1e30
+    x[1, 1::3] = 1e30 if n > 1 else x[1, 1::3]
+    x[2, 1:] = -np.inf
+    x[3] = rng.uniform(80, 120, size=n).astype(dtype)
+    x[4] = -np.inf
+    return x
+
+
+LENGTHS = (1, 3, 17, 1000)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_softmax_rows_match_onnxruntime(build, cache, no_avx512_cc, monkeypatch):
+    """Softmax op and its exporters' decomposition on rows of 1, 3, 17 and 1000 floats, with
+    overflowing, underflowing, -inf-masked and all -inf rows: equal to ONNX Runtime's within
+    1e-6 relative (NaN where it gives NaN)."""
+    g, groups = _softmax_graph(LENGTHS)
+    _, prog = _compile(g, groups, build, cache, no_avx512_cc, monkeypatch)
+    ins = {f"{p}{n}": _rows(n, n + (p == "z")) for n in LENGTHS for p in "xz"}
+    got = prog.run(ins, {})
+    ref = reference_outputs(g, ins, {}, engine="onnxruntime")
+    for t in g.outputs:
+        np.testing.assert_allclose(got[t], ref[t], rtol=1e-6, atol=1e-7, err_msg=t)
+        assert not np.isnan(got[t][:4]).any(), t
+
+
+@pytest.mark.parametrize("build", ["native", "deferred"])
+def test_double_softmax_rows_match_numpy_float64(build, cache, no_avx512_cc, monkeypatch):
+    """The same graphs in float64 (row statistics and exponentials in double): NumPy float64 to 1e-13."""
+    g, groups = _softmax_graph(LENGTHS, "float64")
+    _, prog = _compile(g, groups, build, cache, no_avx512_cc, monkeypatch)
+    ins = {f"{p}{n}": _rows(n, n + (p == "z"), np.float64)[:4] for n in LENGTHS for p in "xz"}
+    ins = {k: np.concatenate([v, v[:1]]) for k, v in ins.items()}   # no all -inf row here
+    got = prog.run(ins, {})
+    for n in LENGTHS:
+        for x, y in ((f"x{n}", f"y{n}"), (f"z{n}", f"w{n}")):
+            v = ins[x]
+            e = np.exp(v - v.max(axis=-1, keepdims=True))
+            np.testing.assert_allclose(got[y], e / e.sum(axis=-1, keepdims=True), rtol=1e-13, atol=0, err_msg=y)
+
+
+def test_streamed_softmax_is_clean_under_the_sanitizers(cache, monkeypatch):
+    """The streamed row loop (forced on small rows of odd length) in the ASan/UBSan build: no
+    report, and the values of the plain build (to rounding: -O1 sums in another order)."""
+    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 4000)   # rows of 1000 floats deferred, of 17 not
+    g, groups = _softmax_graph((17, 1000))
+    # and a softmax squared: its output is not the kept exponentials, so it is streamed in place
+    g = graph({**{t: {"shape": list(v.shape), "dtype": v.dtype} for t, v in g.tensors.items()},
+               "q": [5, 1000], "y2": [5, 1000]}, [*g.inputs], [*g.outputs, "y2"],
+              [(n.name, n.op, list(n.inputs), list(n.outputs), dict(n.attributes)) for n in g.nodes]
+              + [("sm2", "Softmax", ["x1000"], ["q"], {"axis": -1}), ("sq", "Mul", ["q", "q"], ["y2"])])
+    groups = groups + [["sm2", "sq"]]
+    plan = build_plan(g, HW, groups, strategy="test")
+    ins = {f"{p}{n}": _rows(n, n + (p == "z")) for n in (17, 1000) for p in "xz"}
+    src = render(plan, g)["model.c"]
+    assert "sf_drain(" in src and "sf_stream(" in src and "sf_stream_fence();" in src
+    got = compile_plan(plan, g, cache_dir=cache, sanitize=True).run(ins, {})
+    plain = compile_plan(plan, g, cache_dir=cache).run(ins, {})
+    for t in g.outputs:
+        np.testing.assert_allclose(got[t], plain[t], rtol=1e-6, atol=1e-7, err_msg=t)
+
+
+@pytest.mark.parametrize("build", ["native", "streamed", "deferred"])
+def test_division_by_the_normaliser_is_the_division(build, cache, no_avx512_cc, monkeypatch):
+    """The exporters' softmax writing its exponentials e, normaliser s (broadcast) and w = e / s: w is computed
+    by sf_divq (reciprocal and one FMA remainder step), and equals NumPy's float32 division e / s
+    wherever the quotient is >= 1e-30, within 1 ulp of it below (subnormal remainders)."""
+    n = 1000
+    g = graph({"z": [64, n], "m": [64, 1], "d": [64, n], "e": [64, n], "s": [64, 1], "w": [64, n],
+               "zero": {"shape": [n], "constant": True}, "sb": [64, n]}, ["z"], ["e", "sb", "w"],
+              [("max", "ReduceMax", ["z"], ["m"], {"axes": [1], "keepdims": 1}), ("sub", "Sub", ["z", "m"], ["d"]),
+               ("exp", "Exp", ["d"], ["e"]), ("sum", "ReduceSum", ["e"], ["s"], {"axes": [1], "keepdims": 1}),
+               ("div", "Div", ["e", "s"], ["w"]), ("bcast", "Add", ["s", "zero"], ["sb"])])
+    groups = [["max", "sub", "exp", "sum", "div", "bcast"]]
+    plan, prog = _compile(g, groups, build, cache, no_avx512_cc, monkeypatch)
+    assert "sf_divq(" in render(plan, g)["model.c"]
+    z = np.random.default_rng(3).normal(0, 1, size=(64, n)).astype(np.float32) * np.geomspace(0.1, 40, 64,
+                                                                                           dtype=np.float32)[:, None]
+    out = prog.run({"z": z}, {"zero": np.zeros(n, np.float32)})
+    want = out["e"] / out["sb"]   # sb: the kernel's normaliser s of each row (s + 0, broadcast)
+    big = want >= 1e-30
+    assert big.mean() > 0.5
+    np.testing.assert_array_equal(out["w"][big], want[big])
+    assert (np.abs(out["w"][~big] - want[~big]) <= np.spacing(want[~big])).all()
+
+
+def test_a_row_minimum_is_no_softmax_normaliser(cache):
+    """exp(z - min(z)) over rows: the terms exceed 1 and overflow, so ReduceSum of them is no softmax
+    normaliser: the division stays a division (no sf_divq) and the values match ONNX Runtime,
+    inf / inf = NaN included."""
+    g = graph({"z": [64, 300], "m": [64, 1], "d": [64, 300], "e": [64, 300], "s": [64, 1], "w": [64, 300]},
+              ["z"], ["w"],
+              [("min", "ReduceMin", ["z"], ["m"], {"axes": [1], "keepdims": 1}), ("sub", "Sub", ["z", "m"], ["d"]),
+               ("exp", "Exp", ["d"], ["e"]), ("sum", "ReduceSum", ["e"], ["s"], {"axes": [1], "keepdims": 1}),
+               ("div", "Div", ["e", "s"], ["w"])])
+    plan = build_plan(g, HW, [["min", "sub", "exp", "sum", "div"]], strategy="test")
+    src = render(plan, g)["model.c"]
+    assert "sf_divq(" not in src and "sf_expsum" in src
+    z = np.random.default_rng(4).normal(0, 1, size=(64, 300)).astype(np.float32) * np.geomspace(1, 60, 64)[:, None]
+    z = z.astype(np.float32)
+    got = compile_plan(plan, g, cache_dir=cache, strict=True).run({"z": z}, {})["w"]
+    want = reference_outputs(g, {"z": z}, {}, engine="onnxruntime")["w"]
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
