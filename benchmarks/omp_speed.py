@@ -1,0 +1,112 @@
+"""Thread scaling of the emitted C with one parallel region per run (``render(team=True)``, the
+default: :mod:`solverfuse.emit.team`) against one region per parallel loop (``team=False``, the
+code before), side by side with ONNX Runtime at the same thread count, in one interleaved run.
+
+Every case is the optimal plan of one ONNX light model; at 1 thread both variants are the same
+C (no region), so it is timed once. Reports the fastest round of each (other jobs of a shared
+machine only add time) and the 1-thread / 2-thread time ratio of each runtime. Workers sleep
+between runs (``OMP_WAIT_POLICY=passive``, ORT not spinning): see emit_speed.py.
+
+    PYTHONPATH=. python benchmarks/omp_speed.py [--cases light:squeezenet,...] [--rounds 9]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
+sys.path.insert(0, str(HERE.parent))
+
+import run as bench  # noqa: E402  (benchmarks/run.py: ORT runner, interleaving)
+from emit_speed import HW, ort_session  # noqa: E402
+from emit_speed_cases import make_graph  # noqa: E402
+
+from solverfuse import api  # noqa: E402
+from solverfuse.emit.build import Program, build  # noqa: E402
+from solverfuse.emit.data import constants, random_inputs  # noqa: E402
+from solverfuse.emit.program import buffer_table, render  # noqa: E402
+
+CASES = ["light:squeezenet", "light:shufflenet", "light:densenet121", "light:inception_v1", "light:resnet50"]
+
+
+def regions(files: dict) -> int:
+    """``#pragma omp parallel`` lines in the rendered C (regions written, not opened per run)."""
+    return sum(t.count("#pragma omp parallel") for n, t in files.items() if n.endswith(".c"))
+
+
+def time_case(spec: str, rounds: int, cache: str) -> list[dict]:
+    """Rows (one per thread count) of fastest ms: ORT, team, regions."""
+    g = make_graph(spec)
+    x, cs = random_inputs(g, seed=0), constants(g, seed=0)
+    plan = api.plan(g, HW, strategy="optimal", time_limit=20, workers=1)
+    table = buffer_table(plan, g)
+    rows = []
+    for threads in (1, 2):
+        runners, row = {}, {"case": spec, "threads": threads, "groups": len(plan.groups)}
+        for name, team in (("team", True), ("regions", False)) if threads > 1 else (("team", True),):
+            files = render(plan, g, threads=threads, team=team)
+            row[name + "_regions"] = regions(files)
+            prog = Program(plan, g, table, build(files, threads=threads, cache_dir=cache),
+                           sanitize=False, counters=False, threads=threads)
+            runners[name] = (lambda prog=prog: prog.time(x, cs, repeats=2)[1])
+        runners["ort"] = bench.ort_runner(ort_session(g, cs, threads), x)
+        for k, v in bench.time_side_by_side(runners, rounds).items():
+            row[k + "_ms"] = 1e3 * min(v)
+        if threads == 1:
+            row["regions_ms"] = row["team_ms"]
+        rows.append(row)
+    return rows
+
+
+def tables(rows: list[dict]) -> str:
+    out = ["| case | threads | groups | regions in the C (team / per loop) | ORT ms | team ms | per-loop regions ms | team/ORT | team/per-loop |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        reg = f"{r.get('team_regions', 0)} / {r.get('regions_regions', 0)}" if r["threads"] > 1 else "0 / 0"
+        out.append(f"| {r['case']} | {r['threads']} | {r['groups']} | {reg} | {r['ort_ms']:.2f} | {r['team_ms']:.2f} "
+                   f"| {r['regions_ms']:.2f} | {r['team_ms'] / r['ort_ms']:.2f} | {r['team_ms'] / r['regions_ms']:.2f} |")
+    by = {(r["case"], r["threads"]): r for r in rows}
+    out += ["", "Thread scaling (time at 1 thread / time at 2 threads):", "",
+            "| case | ORT | ours, team | ours, per-loop regions |", "|---|---|---|---|"]
+    for (case, th), r in by.items():
+        r2 = by.get((case, 2))
+        if th == 1 and r2:
+            out.append(f"| {case} | {r['ort_ms'] / r2['ort_ms']:.2f} | {r['team_ms'] / r2['team_ms']:.2f} "
+                       f"| {r['regions_ms'] / r2['regions_ms']:.2f} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-omp-speed"))
+    ap.add_argument("--out", default=str(HERE / "results" / "omp.md"))
+    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--title", default="One parallel region per run vs one per loop, with ONNX Runtime")
+    args = ap.parse_args(argv)
+    load0, t0 = os.getloadavg(), time.time()
+    rows = []
+    for spec in args.cases.split(","):
+        rows += time_case(spec, args.rounds, args.cache)
+        print(tables(rows).splitlines()[-1], flush=True)
+    load1 = os.getloadavg()
+    text = (f"## {args.title}\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}, {args.rounds} interleaved "
+            f"rounds, fastest of each; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, ORT allow_spinning=0; "
+            f"load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end ({os.cpu_count()} CPUs).\n\n"
+            + tables(rows) + "\n")
+    print(text)
+    path = Path(args.out)
+    prev = path.read_text() if args.append and path.exists() else ""
+    path.write_text(prev + ("\n" if prev else "") + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

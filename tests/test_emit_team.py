@@ -1,0 +1,110 @@
+"""One OpenMP parallel region per run (solverfuse.emit.team): a multi-kernel plan at 2 threads
+opens exactly one region, its kernels share loops with orphaned ``omp for`` and meet at the
+team's barrier; results against ONNX Runtime, errors raised by any thread (a parameter check, an
+out-of-range gather index) leave the run with the right message and the next run is right again,
+serial code inside a parallel kernel runs on thread 0, a kernel the team cannot run runs between
+two regions, and the same C built without OpenMP (the sanitizer build) gives the same outputs."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from solverfuse.emit.kernel import PARALLEL_MIN_WORK, Kernel
+from solverfuse.emit.program import render
+from solverfuse.errors import EmitError
+from solverfuse.emit.team import team_body
+from solverfuse.plans import build_plan
+
+from .emit_helpers import HW, check, graph, run_plan
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("emit-team-cache")
+
+
+def _net(gather: bool = True):
+    """conv 3x3 + ReLU (a padded input copy, then tiles), a view (Reshape, parameter-checked),
+    Exp of it and a small Add (both under the serial threshold), a large Gather (index-checked)."""
+    t = {"x": [1, 16, 28, 28], "w": {"shape": [32, 16, 3, 3], "constant": True},
+         "sh": {"shape": [2], "dtype": "int64", "constant": True, "value": [32, 784]},
+         "a": [4, 8], "b": [4, 8], "e": [512, 1024], "i": {"shape": [300], "dtype": "int64"}}
+    nodes = [("c", "Conv", ["x", "w"], ["h"], {"pads": [1, 1, 1, 1]}),
+             ("r", "Relu", ["h"], ["hr"]),
+             ("rs", "Reshape", ["hr", "sh"], ["v"]),
+             ("ex", "Exp", ["v"], ["y"]),
+             ("ad", "Add", ["a", "b"], ["s"])]
+    if not gather:
+        return graph({k: v for k, v in t.items() if k not in "ei"}, ["x", "a", "b"], ["y", "s"], nodes)
+    # the Gather between the conv and the rest: a kernel in the middle of the run
+    return graph(t, ["x", "a", "b", "e", "i"], ["y", "s", "z"],
+                 nodes[:2] + [("ga", "Gather", ["e", "i"], ["z"], {"axis": 0})] + nodes[2:])
+
+
+GROUPS = [["c", "r"], ["rs"], ["ex"], ["ad"], ["ga"]]
+
+
+def test_a_multi_kernel_plan_opens_one_region_per_run(cache):
+    g = _net()
+    src = render(build_plan(g, HW, GROUPS, strategy="t"), g, threads=2)["model.c"]
+    assert src.count("#pragma omp parallel") == 1, re.findall(r"#pragma omp parallel.*", src)
+    assert "#pragma omp parallel num_threads(2)" in src
+    # the kernels' loops are shared among the team: the conv's input copy and its tiles, the Gather
+    assert src.count("#pragma omp for") == 3
+    assert src.count("me ? 0 : k") == 2  # Exp and the small Add: under the serial threshold, on thread 0
+    check(g, GROUPS, cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)
+
+
+def test_errors_from_any_thread_end_the_run_and_the_next_run_is_right(cache):
+    g = _net()
+    plan, prog, out, ins, cs = run_plan(g, GROUPS, cache, threads=2)
+    assert PARALLEL_MIN_WORK <= 300 * 1024  # the Gather is shared among the threads
+    with pytest.raises(EmitError, match="parameter tensor differs"):
+        prog.run(ins, dict(cs, sh=np.array([784, 32])))
+    for bad in (0, 299):  # an index out of range in the first thread's rows, then in the last's
+        idx = np.array(ins["i"])
+        idx[bad] = 512
+        with pytest.raises(EmitError, match="out-of-range index"):
+            prog.run(dict(ins, i=idx), cs)
+    again = prog.run(ins, cs)
+    for t in g.outputs:
+        np.testing.assert_array_equal(again[t], out[t])
+    np.testing.assert_array_equal(out["z"], ins["e"][ins["i"]])
+
+
+def test_serial_statistics_run_on_thread_0_inside_the_team(cache):
+    # a Softmax over one long row: its statistics are a serial accumulation at the kernel's top
+    # level (locals of thread 0), between two parallel loops over the row
+    t = {"x": [1, 1 << 18], "w": {"shape": [16, 16, 3, 3], "constant": True}, "p": [1, 16, 28, 28]}
+    g = graph(t, ["x", "p"], ["y", "q"], [("sm", "Softmax", ["x"], ["y"], {"axis": -1}),
+                                        ("c", "Conv", ["p", "w"], ["hq"], {"pads": [1, 1, 1, 1]}),
+                                        ("r", "Relu", ["hq"], ["q"])])
+    groups = [["c", "r"], ["sm"]]
+    src = render(build_plan(g, HW, groups, strategy="t"), g, threads=2)["model.c"]
+    assert src.count("#pragma omp parallel") == 1 and "if (SF_TID() == 0) {" in src
+    check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-6)
+
+
+def test_a_kernel_the_team_cannot_run_runs_between_two_regions(cache, monkeypatch):
+    body = ["    float acc = 0;", "    #pragma omp parallel for schedule(static) num_threads(2)",
+            "    for (long i = 0; i < 8; i++) {", "        b1[i] = acc;", "    }"]
+    assert team_body(body) is None  # acc would exist on thread 0 only
+    # the program then runs such a kernel (here: the Gather's, between the conv and the rest)
+    # outside the team, as before
+    team_text = Kernel.team_text
+    monkeypatch.setattr(Kernel, "team_text", lambda k: None if "ga" in k.members else team_text(k))
+    g = _net()
+    src = render(build_plan(g, HW, GROUPS, strategy="t"), g, threads=2)["model.c"]
+    assert src.count("#pragma omp parallel num_threads(2)") == 2 and src.count("#pragma omp parallel for") == 1
+    check(g, GROUPS, cache / "alone", threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)
+
+
+def test_the_team_code_without_openmp_matches_under_the_sanitizers(cache):
+    # (no Gather: its index check is an ``omp atomic`` write, which a build without OpenMP rejects)
+    g = _net(gather=False)
+    _, _, plain, _, _ = run_plan(g, GROUPS[:-1], cache, threads=2)
+    _, _, san, _, _ = run_plan(g, GROUPS[:-1], cache, threads=2, sanitize=True)
+    for t in g.outputs:
+        np.testing.assert_allclose(san[t], plain[t], rtol=1e-5, atol=1e-6)
