@@ -108,3 +108,21 @@ def test_the_team_code_without_openmp_matches_under_the_sanitizers(cache):
     _, _, san, _, _ = run_plan(g, GROUPS[:-1], cache, threads=2, sanitize=True)
     for t in g.outputs:
         np.testing.assert_allclose(san[t], plain[t], rtol=1e-5, atol=1e-6)
+
+
+def test_kernels_in_other_translation_units_join_the_same_team(cache):
+    # 16 conv groups: compile_plan spreads the kernels over kernels<j>.c units (one barrier
+    # instance each; the driver's is model.c's)
+    ch = [16, 24, 32] * 6  # three distinct kernels (repeated ones share a function)
+    t = {"x0": [1, 16, 28, 28]}
+    nodes = []
+    for j in range(16):
+        t[f"w{j}"] = {"shape": [ch[j + 1], ch[j], 3, 3], "constant": True}
+        nodes += [(f"c{j}", "Conv", [f"x{j}", f"w{j}"], [f"h{j}"], {"pads": [1, 1, 1, 1]}),
+                  (f"r{j}", "Relu", [f"h{j}"], [f"x{j + 1}"])]
+    g = graph(t, ["x0"], ["x16"], nodes)
+    groups = [[f"c{j}", f"r{j}"] for j in range(16)]
+    files = render(build_plan(g, HW, groups, strategy="t"), g, threads=2, units=2)
+    assert "kernels1.c" in files and "#pragma omp for" in files["kernels0.c"] + files["kernels1.c"]
+    assert files["model.c"].count("#pragma omp parallel") == 1
+    check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-3, atol=1e-4)
