@@ -59,17 +59,20 @@ SYNC = r"""
 #define SF_PAUSE() ((void)0)
 #endif
 /* At most this many spins (~25 ns a pause on the benchmark host: ~50 us) before a waiting thread
-   sleeps. The bound adapts: halved after every wait that ended in sleep, raised after every wait a
-   spin ended -- on a loaded machine (the other thread descheduled) spinning only takes the core
-   from the thread waited for, and the barrier soon sleeps at once, like OMP_WAIT_POLICY=passive. */
+   sleeps. The bound adapts: halved after every wait that ended in sleep (down to 1/32 of it,
+   ~1.6 us), raised by a quarter after every wait a spin ended -- on a loaded machine (the other
+   thread descheduled) spinning only takes the core from the thread waited for, and the barrier
+   soon sleeps almost at once, like OMP_WAIT_POLICY=passive. */
 #define SF_SPINS 2048
 #if defined(__linux__)
-#include <linux/futex.h>
 #include <sys/syscall.h>
-/* declared here: the prelude's _POSIX_C_SOURCE hides it in <unistd.h> */
+#endif
+#if defined(__linux__) && defined(SYS_futex)
+/* declared here: the prelude's _POSIX_C_SOURCE hides it in <unistd.h>. 128, 129: the kernel's
+   FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE (its ABI; <linux/futex.h> is not always installed) */
 extern long syscall(long number, ...);
-static void sf_sleep(int *p, int v) { syscall(SYS_futex, p, FUTEX_WAIT_PRIVATE, v, (void *)0, (void *)0, 0); }
-static void sf_wake(int *p) { syscall(SYS_futex, p, FUTEX_WAKE_PRIVATE, 0x7fffffff, (void *)0, (void *)0, 0); }
+static void sf_sleep(int *p, int v) { syscall(SYS_futex, p, 128, v, (void *)0, (void *)0, 0); }
+static void sf_wake(int *p) { syscall(SYS_futex, p, 129, 0x7fffffff, (void *)0, (void *)0, 0); }
 #else
 static void sf_sleep(int *p, int v) { (void)p; (void)v; sched_yield(); }
 static void sf_wake(int *p) { (void)p; }
@@ -89,16 +92,13 @@ static SF_UNUSED int sf_sync(int flag)
         if (__atomic_load_n(&sf_team.sleepers, __ATOMIC_SEQ_CST)) sf_wake(&sf_team.gen);
     } else {
         const int limit = __atomic_load_n(&sf_team.spins, __ATOMIC_RELAXED);
-        int spin = 0;
-        while (spin < limit && __atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) == gen) {
+        for (int spin = 0; spin < limit && __atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) == gen; spin++)
             SF_PAUSE();
-            spin++;
-        }
-        if (spin < limit) {
-            if (limit < SF_SPINS) __atomic_store_n(&sf_team.spins, limit + 1 + limit / 4, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) != gen) {
+            if (limit < SF_SPINS) __atomic_store_n(&sf_team.spins, limit + limit / 4, __ATOMIC_RELAXED);
         } else {
             /* a long wait (the other thread descheduled, or running a serial kernel): sleep */
-            __atomic_store_n(&sf_team.spins, limit / 2, __ATOMIC_RELAXED);
+            if (limit > SF_SPINS / 32) __atomic_store_n(&sf_team.spins, limit / 2, __ATOMIC_RELAXED);
             __atomic_add_fetch(&sf_team.sleepers, 1, __ATOMIC_SEQ_CST);
             while (__atomic_load_n(&sf_team.gen, __ATOMIC_SEQ_CST) == gen) sf_sleep(&sf_team.gen, gen);
             __atomic_sub_fetch(&sf_team.sleepers, 1, __ATOMIC_RELAXED);
