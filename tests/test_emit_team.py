@@ -6,7 +6,9 @@ serial code inside a parallel kernel runs on thread 0, a kernel the team cannot 
 two regions, and the same C built without OpenMP (the sanitizer build) gives the same outputs."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -126,3 +128,45 @@ def test_kernels_in_other_translation_units_join_the_same_team(cache):
     assert "kernels1.c" in files and "#pragma omp for" in files["kernels0.c"] + files["kernels1.c"]
     assert files["model.c"].count("#pragma omp parallel") == 1
     check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-3, atol=1e-4)
+
+
+BARRIER_PROGRAM = r"""
+#include <stdio.h>
+static int counter;
+int main(void)
+{
+    int bad = 0;
+    #pragma omp parallel num_threads(2) reduction(+:bad)
+    {
+        unsigned seed = 1234u + (unsigned)SF_TID();
+        for (int p = 0; p < 20000; p++) {
+            seed = seed * 1103515245u + 12345u;
+            /* mostly short waits (spun), now and then a long one (slept) */
+            unsigned d = (seed >> 16) % 64 == 0 ? (seed >> 8) % 100000 : (seed >> 8) % 200;
+            volatile unsigned x = 0;
+            for (unsigned i = 0; i < d; i++) x += i;
+            __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+            const int flag = sf_sync(p % 100 == 99 && SF_TID() == 1);
+            if (__atomic_load_n(&counter, __ATOMIC_RELAXED) != 2 * (p + 1)) bad += 1;
+            if (flag != (p % 100 == 99)) bad += 1000;
+            (void)sf_sync(0);
+        }
+    }
+    printf("%d\n", bad);
+    return 0;
+}
+"""
+
+
+def test_the_barrier_holds_every_thread_and_agrees_on_the_flag(tmp_path):
+    # every thread's increments of a phase are seen after its barrier, none of the next phase's
+    # before it; a flag one thread passes is returned to both
+    from solverfuse.emit.ctext import PRELUDE
+    from solverfuse.emit.team import SYNC
+    src = PRELUDE.replace('#include "model.h"', "") + SYNC + BARRIER_PROGRAM
+    (tmp_path / "b.c").write_text(src)
+    subprocess.run(["cc", "-O2", "-std=c11", "-fopenmp", "-Wall", "-Wextra", "-Werror", "b.c", "-o", "b"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    r = subprocess.run([str(tmp_path / "b")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_WAIT_POLICY": "passive"})
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stdout + r.stderr
