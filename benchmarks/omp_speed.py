@@ -44,6 +44,49 @@ from solverfuse.plans import save_plan  # noqa: E402
 CASES = ["light:squeezenet", "light:shufflenet", "light:densenet121", "light:inception_v1", "light:resnet50"]
 
 
+MICRO = r"""
+#include <stdio.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+static float sink[64];
+int main(void)
+{
+    const int n = 2000;
+    for (int rep = 0; rep < 7; rep++) {
+        double t0 = now();
+        for (int i = 0; i < n; i++) {
+            #pragma omp parallel for schedule(static) num_threads(2)
+            for (int j = 0; j < 2; j++) sink[j * 16] += 1;
+        }
+        double t1 = now();
+        #pragma omp parallel num_threads(2)
+        for (int i = 0; i < n; i++) {
+            #pragma omp for schedule(static) nowait
+            for (int j = 0; j < 2; j++) sink[j * 16] += 1;
+            (void)sf_sync(0);
+        }
+        printf("%.3f %.3f\n", 1e6 * (t1 - t0) / n, 1e6 * (now() - t1) / n);
+    }
+    return 0;
+}
+"""
+
+
+def sync_cost(workdir: str) -> str:
+    """Microseconds per 2-thread loop of 2 iterations: a ``#pragma omp parallel for`` region of
+    its own (the code before) vs an ``omp for`` + ``sf_sync`` in one region (emit.team); the
+    median of 7 repeats of 2000."""
+    from solverfuse.emit.ctext import PRELUDE
+    from solverfuse.emit.team import SYNC
+    Path(workdir, "micro.c").write_text(PRELUDE.replace('#include "model.h"', "") + SYNC + MICRO)
+    subprocess.run(["cc", "-O2", "-std=c11", "-fopenmp", "micro.c", "-o", "micro"], cwd=workdir, check=True)
+    out = subprocess.run([str(Path(workdir, "micro"))], capture_output=True, text=True, check=True).stdout
+    pairs = sorted(tuple(map(float, ln.split())) for ln in out.split("\n") if ln.strip())
+    region = sorted(p[0] for p in pairs)[len(pairs) // 2]
+    team = sorted(p[1] for p in pairs)[len(pairs) // 2]
+    return (f"Per parallel loop (2 threads, 2 iterations, median of 7 x 2000): a region of its own "
+            f"{region:.1f} us, an `omp for` + team barrier in one region {team:.1f} us.")
+
+
 def regions(files: dict) -> int:
     """``#pragma omp parallel`` lines in the rendered C (regions written, not opened per run)."""
     return sum(t.count("#pragma omp parallel") for n, t in files.items() if n.endswith(".c"))
@@ -135,6 +178,9 @@ def main(argv=None) -> int:
     ap.add_argument("--title", default="One parallel region per run vs one per loop, with ONNX Runtime")
     args = ap.parse_args(argv)
     load0, t0 = os.getloadavg(), time.time()
+    with tempfile.TemporaryDirectory() as d:
+        micro = sync_cost(d)
+    print(micro, flush=True)
     rows = []
     for spec in args.cases.split(","):
         rows += time_case(spec, args.rounds, args.cache, args.before)
@@ -143,7 +189,7 @@ def main(argv=None) -> int:
     text = (f"## {args.title}\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}, {args.rounds} interleaved "
             f"rounds, fastest of each (1 thread: CPU time of the calling thread; 2 threads: wall time); OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, ORT allow_spinning=0; "
             f"load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end ({os.cpu_count()} CPUs).\n\n"
-            + tables(rows) + "\n")
+            + micro + "\n\n" + tables(rows) + "\n")
     print(text)
     path = Path(args.out)
     prev = path.read_text() if args.append and path.exists() else ""
