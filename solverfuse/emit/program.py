@@ -30,6 +30,11 @@ Any other kernel takes one of three shapes:
   and an anchor/window output needed by several passes (or at another shape) is materialised in
   kernel-local scratch rather than recomputed (said in a comment in the C).
 
+With threads, ``sf_run`` opens one OpenMP parallel region for the kernels
+(:mod:`~.team`): a kernel's parallel loops are shared among that team and the threads meet at a
+spinning barrier after each kernel, instead of a region per loop; a kernel whose body does not fit
+runs between two regions, with its own.
+
 No user string reaches the C text: buffers, kernels and temporaries are numbered; the tensor
 names are listed in ``buffers.json`` next to the source.
 

@@ -160,8 +160,9 @@ def team_body(lines: list[str]) -> Optional[list[str]]:
         ln = lines[i]
         m = _PARALLEL_FOR.match(ln)
         if m:
-            if i + 1 >= len(lines) or not _OPENS.match(lines[i + 1]):
-                return None
+            if i + 1 >= len(lines) or not _OPENS.match(lines[i + 1]) or "private" in m.group(1) \
+                    or "reduction" in m.group(1):
+                return None  # (a data-sharing clause would mean another thing on an orphaned loop)
             end = _block_end(lines, i + 1)
             if any("#pragma omp parallel" in x for x in lines[i + 1:end]):
                 return None
