@@ -6,6 +6,7 @@ serial code inside a parallel kernel runs on thread 0, a kernel the team cannot 
 two regions, and the same C built without OpenMP (the sanitizer build) gives the same outputs."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from solverfuse.emit.kernel import PARALLEL_MIN_WORK, Kernel
 from solverfuse.emit.program import render
+from solverfuse.emit.reference import reference_outputs
 from solverfuse.errors import EmitError
 from solverfuse.emit.team import team_body
 from solverfuse.plans import build_plan
@@ -170,3 +172,28 @@ def test_the_barrier_holds_every_thread_and_agrees_on_the_flag(tmp_path):
     r = subprocess.run([str(tmp_path / "b")], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "OMP_WAIT_POLICY": "passive"})
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stdout + r.stderr
+
+
+def test_squeezenet_at_two_threads_matches_onnxruntime_in_every_intermediate(cache):
+    # a real model: every kernel shape the zoo CNNs have (strided stem conv with a shared input
+    # copy, 1x1 and 3x3 convs with Concat, pools, the final conv + pool + Softmax whose row
+    # statistics run on thread 0); every ReLU/pool/Concat output is also a graph output, as the
+    # final softmax of random weights is flat
+    from solverfuse.graph import load_graph
+    from solverfuse.onnx_import import import_onnx
+
+    from .conftest import light_model_path
+    from .emit_helpers import fuse_greedily
+    d = json.loads(import_onnx(str(light_model_path("squeezenet"))).to_json())
+    extra = [n["outputs"][0] for n in d["nodes"] if n["op"] in ("Relu", "MaxPool", "Concat")]
+    d["outputs"] = list(dict.fromkeys(d["outputs"] + extra))
+    g = load_graph(d)
+    groups = fuse_greedily(g)
+    src = render(build_plan(g, HW, groups, strategy="t"), g, threads=2)["model.c"]
+    assert src.count("#pragma omp parallel") == 1
+    plan, prog, out, ins, cs = run_plan(g, groups, cache, threads=2)
+    ref = reference_outputs(g, ins, cs, engine="onnxruntime")
+    for _ in range(3):  # the same results run after run
+        for t in g.outputs:
+            np.testing.assert_allclose(out[t], ref[t], rtol=1e-3, atol=1e-4 * float(np.abs(ref[t]).max()), err_msg=t)
+        out = prog.run(ins, cs)
