@@ -50,12 +50,22 @@ def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
     """Wrap each kernel call of ``sf_run`` in a timer (``clock``) adding to ``sf_group_secs[group]``."""
     out, shared = [], None
     for ln in model_c.splitlines():
-        c = re.match(r"    /\* group (\d+): the same code as k\d+ \*/$", ln)
+        c = re.match(r"\s*/\* group (\d+): the same code as k\d+ \*/$", ln)
         m = re.match(r"    if \(\(rc = ((k(\d+))\(.*\))\)\) return rc;$", ln)
+        # a kernel of the run's team (emit.team): thread 0 times it from the barrier before it (the
+        # region's start) to the barrier after it: its own call may start late (descheduled)
+        t = re.match(r"(\s*)if \((sf_sync\(\(r = (?:me \? 0 : )?(k(\d+))\(.*\)\) \|\| SF_ERROR\(\)\))\) break;$", ln)
         if m:
             gi = shared if shared is not None else m.group(3)
             ln = (f"    {{ double t0 = sf_now(); rc = {m.group(1)}; sf_group_secs[{gi}] += sf_now() - t0; "
                   "if (rc) return rc; }")
+        elif t:
+            gi = shared if shared is not None else t.group(4)
+            ln = (f"{t.group(1)}{{ const int stop = {t.group(2)}; "
+                  f"if (me == 0) {{ const double t1 = sf_now(); sf_group_secs[{gi}] += t1 - sf_t0; sf_t0 = t1; }} "
+                  "if (stop) break; }")
+        elif ln == "        int r = 0;":
+            ln += " double sf_t0 = sf_now();"
         shared = c.group(1) if c else None
         out.append(ln)
     text = "\n".join(out)

@@ -258,23 +258,25 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     slack = max(0, last + 1 - blk.cplane)
     what = "column-shifted" if blk.cols else "stride-phase-split"
     arr = k.alloc("float", size + slack, f"zero-padded, {what} copy of a Conv input")
-    if slack:
-        k.line(f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;")
-    _copy_call(k, arr, k.ptr(node.inputs[0], "r"), x, blk, pb, dil)
+    fill = f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;" if slack else ""
+    _copy_call(k, arr, k.ptr(node.inputs[0], "r"), x, blk, pb, dil, fill)
     return arr
 
 
-def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil) -> None:
-    """``sf_conv_copy`` (or ``sf_conv_copy_cols``) of all N*C planes; with threads, each thread
-    copies a contiguous run of planes (a serial copy took 10-20% of a 3x3 conv's time at 2
-    threads on 13x13 planes)."""
+def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil, fill: str = "") -> None:
+    """``sf_conv_copy`` (or ``sf_conv_copy_cols``) of all N*C planes, and the C statement ``fill``
+    (zeroing the slack after them); with threads, each thread copies a contiguous run of planes
+    (a serial copy took 10-20% of a 3x3 conv's time at 2 threads on 13x13 planes) and the first
+    run's thread also fills: one parallel loop, one barrier after it in the run's team."""
     nc = x[0] * x[1]
     fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
     geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
     if blk.cols:
         geom += f", {blk.cols}, {dil[1]}"
     k.use_helper(fn)
-    if k.threads == 1 or nc < 2 * k.threads:
+    if k.threads == 1 or nc < k.threads:
+        if fill:
+            k.line(fill)
         k.line(f"{fn}({dst}, {src}, {nc}, {geom});")
         return
     step = -(-nc // k.threads)
@@ -282,6 +284,8 @@ def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil) -> None:
     k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
     with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
         k.line(f"{fn}({dst} + {c}*{blk.cplane}, {src} + {c}*{x[2] * x[3]}, sf_min({step}, {nc} - {c}), {geom});")
+        if fill:
+            k.line(f"if ({c} == 0) {fill}")
 
 
 def _copy_sub_call(k, dst: str, src: str, x, out, st) -> None:

@@ -30,6 +30,7 @@ from ..graph import Graph
 from ..ops import numel
 from ..rules import gather_data_reader
 from .cexpr import ctype, is_simple, linear, lit
+from .team import team_body
 
 #: Below this much work (flops + elements read and written) a kernel runs on one thread: waking
 
@@ -449,6 +450,18 @@ class Kernel:
     # ---- the function
     def assemble(self) -> str:
         """The C function ``k<gid>``: buffer pointers, parameter checks, arena slots, the body."""
+        return self._function(self.lines)
+
+    def team_text(self) -> Optional[str]:
+        """The C function ``k<gid>`` for every thread of the run's team to call
+        (:func:`solverfuse.emit.team.team_body`), or None when this kernel runs serial or its
+        body does not fit (it then runs outside the team, as :meth:`assemble` has it)."""
+        if self.threads < 2:
+            return None
+        body = team_body(self.lines)
+        return None if body is None else self._function(body)
+
+    def _function(self, body: list[str]) -> str:
         g = self.graph
         head = [f"SF_NOINLINE static int k{self.gid}(void *const *B)", "{", "    (void)B;"]
         for b, mode in sorted(self.used.items()):
@@ -471,4 +484,4 @@ class Kernel:
         for j, (kind, ct, name, n) in enumerate(self.slot_decls):
             const = "const " if kind == "packed" else ""
             head.append(f"    {const}{ct} *restrict {name} = ({const}{ct} *)B[{self.first_slot + j}]; (void){name};")
-        return "\n".join(head + self.lines + ["    return 0;", "}"])
+        return "\n".join(head + body + ["    return 0;", "}"])

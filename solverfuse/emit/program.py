@@ -30,6 +30,11 @@ Any other kernel takes one of three shapes:
   and an anchor/window output needed by several passes (or at another shape) is materialised in
   kernel-local scratch rather than recomputed (said in a comment in the C).
 
+With threads, ``sf_run`` opens one OpenMP parallel region for the kernels
+(:mod:`~.team`): a kernel's parallel loops are shared among that team and the threads meet at a
+spinning barrier after each kernel, instead of a region per loop; a kernel whose body does not fit
+runs between two regions, with its own.
+
 No user string reaches the C text: buffers, kernels and temporaries are numbered; the tensor
 names are listed in ``buffers.json`` next to the source.
 
@@ -64,6 +69,34 @@ from .kernel import Kernel, param_check
 from .lowering import code_for_op
 from .looped import render_looped, streams_in_one_loop
 from .schedule import render_kernel
+from .team import SYNC
+
+#: The team's return code and its reading of ``sf_error`` (written by any thread of the team).
+TEAM_RC = "static int sf_team_rc;\n#define SF_ERROR() __atomic_load_n(&sf_error, __ATOMIC_RELAXED)"
+
+
+def _driver(entries: list[tuple[str, str]], threads: int) -> str:
+    """``sf_run``'s body after its entry: the kernel calls in order, each run of kernels the team
+    can run ("all" its threads, or "one": thread 0 while the others wait) in one parallel region
+    (:mod:`~solverfuse.emit.team`); a kernel "alone" runs between regions, opening its own."""
+    out: list[str] = []
+    n = 0
+    while n < len(entries):
+        if entries[n][0] == "alone":
+            out.append(entries[n][1])
+            n += 1
+            continue
+        end = n
+        while end < len(entries) and entries[end][0] != "alone":
+            end += 1
+        body = "\n".join(entries[j][1] for j in range(n, end)).replace("\n    ", "\n            ")
+        out.append(f"    sf_team_rc = 0;\n    #pragma omp parallel num_threads({threads})\n    {{\n"
+                   "        const int me = SF_TID();\n        int r = 0;\n        (void)me;\n        do {\n"
+                   f"        {body}\n        }} while (0);\n"
+                   "        if (r) __atomic_store_n(&sf_team_rc, r, __ATOMIC_RELAXED);\n    }\n"
+                   "    if ((rc = sf_team_rc)) return rc;\n    if (sf_error) return sf_error;")
+        n = end
+    return "\n".join(out)
 
 
 @dataclass(frozen=True)
@@ -167,9 +200,10 @@ def _shared_kernel(text: str, gi: int, seen: dict, funcs: list, about: str) -> t
     return seen[canon], [g for g, _ in sorted(local.items(), key=lambda kv: kv[1])]
 
 
-def _view_group(graph: Graph, nodes, gi: int, buffers: dict) -> str:
+def _view_group(graph: Graph, nodes, gi: int, buffers: dict, team: bool = False) -> str:
     """The driver's lines for a view group: no kernel; only the run-time check of its shape
-    parameters (not counted: the group moves no data)."""
+    parameters (not counted: the group moves no data). ``team``: the lines run on every thread
+    of the run's team (each reads the same values) and leave it together on a mismatch."""
     ops = sorted({graph.index.node[v].op for v in nodes})
     lines = [f"    /* group {gi}: {len(nodes)} view op(s) ({', '.join(ops)}): no kernel, its output "
              "shares its input's buffer */"]
@@ -182,6 +216,8 @@ def _view_group(graph: Graph, nodes, gi: int, buffers: dict) -> str:
         b = buffers[t]
         ct = ctype(graph, t)
         body = param_check(graph, t, b, f"((const {ct} *)B[{b}])[q]")
+        if team:
+            body = [ln.replace("return 1;", "r = 1;") for ln in body] + ["if (r) break;"]
         lines.append("    {\n" + "\n".join("        " + ln for ln in body) + "\n    }")
     return "\n".join(lines)
 
@@ -203,7 +239,7 @@ def _lifetimes(plan, graph: Graph, alias: dict) -> dict[str, tuple[int, int]]:
 
 
 def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False,
-           units: int = 1) -> dict[str, str]:
+           units: int = 1, team: bool = True) -> dict[str, str]:
     """Render a plan as C: ``model.c``, ``model.h`` and ``buffers.json`` (file name -> text).
 
     The plan is validated first; raises EmitError naming the node (or tensor) for an op (or
@@ -211,6 +247,8 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     ``counters`` renders the instrumented variant (serial). ``units > 1`` spreads the kernels
     over that many more translation units ``kernels<j>.c`` (compiled in parallel; not with
     ``counters``); ``model.c`` then keeps the driver, the arena and the weight packing.
+    ``team`` (with threads): the kernels run in one parallel region per run
+    (:mod:`~solverfuse.emit.team`); False gives every parallel loop a region of its own.
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.plans import build_plan
@@ -225,13 +263,15 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
         raise EmitError("plan has no embedded graph and none was given")
     validate(plan, graph)  # the emitter relies on convex groups in an executable order
     threads = 1 if counters else max(1, int(threads))
+    team = team and threads > 1
     table = buffer_table(plan, graph)
     buffers = {b.tensor: i for i, b in enumerate(table)}
     alias = view_aliases(plan, graph)
     buffers.update({t: buffers[src] for t, src in alias.items() if src in buffers})
     for b in table:
         ctype(graph, b.tensor)
-    funcs, driver = [], []
+    funcs = []
+    driver: list[tuple[str, str]] = []  # (how it runs: "all"/"one" thread(s) of the team or "alone", C lines)
     func_helpers: list[frozenset] = []
     helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
@@ -250,7 +290,8 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     nslots = nb
     for gi, grp in enumerate(plan.groups):
         if any(t in alias for t in grp.writes):
-            driver.append(_view_group(graph, grp.nodes, gi, buffers))
+            driver.append(("all", _view_group(graph, grp.nodes, gi, buffers, team=True)) if team
+                          else ("alone", _view_group(graph, grp.nodes, gi, buffers)))
             continue
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
                    first_slot=nslots, padded=padded, writes=grp.writes)
@@ -275,14 +316,19 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
             call = (f"sf_counted({gi}, k{gi}, X, {arr(rd)}, {len(rd)}, {arr(wr)}, {len(wr)}, {arr(gd)}, "
                     f"(const long long[]){{{', '.join(map(str, gn)) or '0'}}}, {len(gd)})")
         else:
+            shared = k.team_text() if team else None
+            how = "all" if shared is not None else "one" if team and k.threads == 1 else "alone"
             before = len(funcs)
-            name, args = _shared_kernel(text, gi, seen, funcs, about)
+            name, args = _shared_kernel(shared or text, gi, seen, funcs, about)
             if len(funcs) > before:
                 func_helpers.append(frozenset(k.helpers))
             call = f"{name}((void *const[]){{{', '.join(f'X[{a}]' for a in args)}}})" if args else f"{name}(X)"
             if name != f"k{gi}":
-                driver.append(f"    /* group {gi}: the same code as {name} */")
-        driver.append(f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;")
+                driver.append((how, f"    /* group {gi}: the same code as {name} */"))
+        if counters:
+            how = "alone"
+        driver.append((how, f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;" if how == "alone"
+                       else f"    if (sf_sync((r = {'me ? 0 : ' if how == 'one' else ''}{call}) || SF_ERROR())) break;"))
     arena_bytes, offsets = layout(slots)
     offset, size = [-1] * nslots, [0] * nslots
     for i, off, sl in zip(slot_index, offsets, slots):
@@ -297,12 +343,13 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
                          sources=", ".join(map(str, sorted(pack_sources) + [-1])), npack=len(pack_sources),
                          prepare="\n".join(prepare) or "    (void)X;")
     run = ("int sf_run(void *const *B)\n{\n    int rc = 0;\n    void *X[SF_NUM_SLOTS + 1];\n"
-           "    if ((rc = sf_enter(B, X))) return rc;\n    sf_error = 0;\n" + "\n".join(driver) + "\n    return rc;\n}\n")
+           "    if ((rc = sf_enter(B, X))) return rc;\n    sf_error = 0;\n" + _driver(driver, threads) + "\n    return rc;\n}\n")
+    sync = [SYNC, TEAM_RC] if team else []
     no_counters = "" if counters else "int sf_counters(long long *out)\n{\n    (void)out;\n    return -1;\n}\n"
     files: dict[str, str] = {}
     units = 1 if counters else max(1, min(int(units), len(funcs)))
     if units == 1:
-        files["model.c"] = "\n".join([PRELUDE, "static int sf_error;"] + consts + ([COUNTER_PRELUDE] if counters else [])
+        files["model.c"] = "\n".join([PRELUDE, "static int sf_error;"] + sync + consts + ([COUNTER_PRELUDE] if counters else [])
                                      + [helper_text(h) for h in sorted(helpers)] + [arena] + funcs
                                      + [run, TIMING, no_counters])
     else:
@@ -318,9 +365,9 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
             texts = [re.sub(r"SF_NOINLINE static int (k\d+)\(", r"SF_KERNEL int \1(", funcs[i], count=1) for i in members]
             protos += [re.search(r"SF_KERNEL int (k\d+)\(", t).group(1) for t in texts]
             used = sorted(set().union(*(func_helpers[i] for i in members)))
-            files[f"kernels{j}.c"] = "\n".join([PRELUDE, "extern int sf_error;"] + [helper_text(h) for h in used] + texts)
+            files[f"kernels{j}.c"] = "\n".join([PRELUDE, "extern int sf_error;"] + sync[:1] + [helper_text(h) for h in used] + texts)
         main_helpers = sorted(h for h in helpers if h in ("sf_conv_pack", "sf_pack_b"))  # the packing
-        files["model.c"] = "\n".join([PRELUDE, "SF_HIDDEN int sf_error;"] + consts + [helper_text(h) for h in main_helpers]
+        files["model.c"] = "\n".join([PRELUDE, "SF_HIDDEN int sf_error;"] + sync + consts + [helper_text(h) for h in main_helpers]
                                      + [arena] + [f"SF_KERNEL int {f}(void *const *B);" for f in sorted(protos)]
                                      + [run, TIMING, no_counters])
     names = [{"index": i, "tensor": b.tensor, "role": b.role, "dtype": b.dtype, "shape": list(b.shape)}
