@@ -265,43 +265,46 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
 
 def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil, fill: str = "") -> None:
     """``sf_conv_copy`` (or ``sf_conv_copy_cols``) of all N*C planes, and the C statement ``fill``
-    (zeroing the slack after them); with threads, each thread copies a contiguous run of planes
-    (a serial copy took 10-20% of a 3x3 conv's time at 2 threads on 13x13 planes) and the first
-    run's thread also fills: one parallel loop, one barrier after it in the run's team."""
-    nc = x[0] * x[1]
+    (zeroing the slack after them), over the threads as :func:`_plane_runs`."""
     fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
     geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
     if blk.cols:
         geom += f", {blk.cols}, {dil[1]}"
     k.use_helper(fn)
-    if k.threads == 1 or nc < k.threads:
-        if fill:
-            k.line(fill)
-        k.line(f"{fn}({dst}, {src}, {nc}, {geom});")
-        return
-    step = -(-nc // k.threads)
-    c = k.fresh("c")
-    k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
-    with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
-        k.line(f"{fn}({dst} + {c}*{blk.cplane}, {src} + {c}*{x[2] * x[3]}, sf_min({step}, {nc} - {c}), {geom});")
-        if fill:
-            k.line(f"if ({c} == 0) {fill}")
+    _plane_runs(k, x[0] * x[1], lambda c, n: f"{fn}({_at(dst, c, blk.cplane)}, {_at(src, c, x[2] * x[3])}, {n}, {geom});",
+                fill)
 
 
 def _copy_sub_call(k, dst: str, src: str, x, out, st) -> None:
-    """``sf_conv_copy_sub`` of all N*C planes; with threads, a contiguous run of planes each
-    (as :func:`_copy_call`)."""
-    nc, plane = x[0] * x[1], out[2] * out[3]
+    """``sf_conv_copy_sub`` of all N*C planes, over the threads as :func:`_plane_runs`."""
     geom = f"{x[2]}, {x[3]}, {st[0]}, {st[1]}, {out[2]}, {out[3]}"
     k.use_helper("sf_conv_copy_sub")
-    if k.threads == 1 or nc < 2 * k.threads:
-        k.line(f"sf_conv_copy_sub({dst}, {src}, {nc}, {geom});")
+    plane = out[2] * out[3]
+    _plane_runs(k, x[0] * x[1],
+                lambda c, n: f"sf_conv_copy_sub({_at(dst, c, plane)}, {_at(src, c, x[2] * x[3])}, {n}, {geom});")
+
+
+def _at(ptr: str, c: str, stride: int) -> str:
+    return ptr if c == "0" else f"{ptr} + {c}*{stride}"
+
+
+def _plane_runs(k, nc: int, call, fill: str = "") -> None:
+    """The C call ``call(first plane, count)`` over all ``nc`` planes, then the statement ``fill``:
+    with threads, each thread copies a contiguous run of planes (a serial copy took 10-20% of a
+    3x3 conv's time at 2 threads on 13x13 planes) and the first run's thread also fills: one
+    parallel loop, one barrier after it in the run's team."""
+    if k.threads == 1 or nc < k.threads:
+        if fill:
+            k.line(fill)
+        k.line(call("0", str(nc)))
         return
     step = -(-nc // k.threads)
     c = k.fresh("c")
     k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
     with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
-        k.line(f"sf_conv_copy_sub({dst} + {c}*{plane}, {src} + {c}*{x[2] * x[3]}, sf_min({step}, {nc} - {c}), {geom});")
+        k.line(call(c, f"sf_min({step}, {nc} - {c})"))
+        if fill:
+            k.line(f"if ({c} == 0) {fill}")
 
 
 def conv_weight_view(k, node, blk: ConvBlocking) -> str:
