@@ -137,6 +137,18 @@ def _bit_select(k: Kernel, node, shape: tuple, idx: tuple, dst: str) -> None:
     k.line(f"{ux} = ({ux} & {km}) | ({uy} & ~{km}); memcpy(&{dst}, &{ux}, sizeof {ux});")
 
 
+def _prefetching(k: Kernel, writes: list) -> bool:
+    """Whether a row loop's output loop prefetches the next row: a LayerNormalization row (its
+    output loop is the long one: normalise, affine, and often an erf GELU), not instrumented."""
+    return not k.counters and any(k.graph.index.node[v].op == "LayerNormalization" for v in k.nodes)
+
+
+def _row_outputs(k: Kernel, writes: list, idx: tuple) -> None:
+    """Inside a row loop's output loop: compute and store every written tensor at ``idx``."""
+    for t in writes:
+        k.store(t, idx, k.value(t, idx))
+
+
 def emit_rows(k: Kernel, shape: tuple) -> None:
     """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
     inner loop over the row), then one inner loop storing every written tensor. A MatMul anchor
@@ -160,6 +172,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
     before = set(k.tiles)
 
     def row(outer):
+        mark, streams = len(k.lines), reductions.row_streams(k, writes)
         _row_invariants(k, shape, deps, pure, outer)
         _narrow_rows(k, shape, deps, pure, outer)
         for v in k.nodes:
@@ -168,10 +181,18 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 reductions.STATS[node.op](k, node, row=tuple(outer))
             elif node.op in MATERIALISED_OPS:
                 reductions.reduce_row(k, node, tuple(outer))
-        with k.loops(shape[-1:]) as inner:
-            idx = tuple(outer) + tuple(inner)
-            for t in writes:
-                k.store(t, idx, k.value(t, idx))
+        if any("__builtin_prefetch" in ln for ln in k.lines[mark:]) or not _prefetching(k, writes):
+            with k.loops(shape[-1:]) as inner:
+                _row_outputs(k, writes, tuple(outer) + tuple(inner))
+            return
+        # no statistics loop of the row prefetched the next row: the output loop does, a block at a time
+        n, jb, j = shape[-1], k.fresh("jb"), k.fresh("i")
+        with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {reductions.SUM_BLOCK})"):
+            reductions.output_prefetch(k, streams, tuple(outer), jb)
+            hi = f"{jb} + {reductions.SUM_BLOCK}" if n % reductions.SUM_BLOCK == 0 \
+                else f"sf_min({jb} + {reductions.SUM_BLOCK}, {n})"
+            with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
+                _row_outputs(k, writes, tuple(outer) + (j,))
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
