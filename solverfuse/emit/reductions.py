@@ -205,30 +205,35 @@ def _ln_row(k, x, idx, axis, shape, eps, row_copy=None):
 
 
 def _ln_float_row(k, x, idx, n, eps, row_copy=None):
-    """Mean and 1/stddev of a float row of ``n`` in one pass: sum and sum of squares of ``v - c``
-    (``c`` the row's first element: without the shift, E[v^2] - E[v]^2 cancels when the mean is
-    large against the spread) in float partial sums of ``SUM_BLOCK`` values, each added to a
-    double. Per 16 lanes 4 vector ops where the double sums took ~8 (converts and two double
-    halves): 0.04 ns of the residual_layernorm_gelu motif's 0.68 ns per element in cache.
-    ``row_copy`` (an array) also receives each value, for the row's output loop."""
-    s, q, mu, c = k.fresh("s"), k.fresh("q"), k.fresh("mu"), k.fresh("c")
+    """Mean and 1/stddev of a float row of ``n``: the sum, then the sum of squares about the
+    mean (two passes: no cancellation however large the mean is against the spread), each in
+    float partial sums of ``SUM_BLOCK`` values added to a double. Per 16 lanes 4 vector ops in
+    all where the one-pass double sums took ~8 (converts and two double halves), the second
+    pass over the row in L1. ``row_copy`` (an array) receives each value in the first pass;
+    the second pass and the row's output loop read it there."""
+    s, q, mu, mf = k.fresh("s"), k.fresh("q"), k.fresh("mu"), k.fresh("mf")
     k.line(f"double {s} = 0, {q} = 0;")
-    k.line(f"const float {c} = {k.value(x, tuple(idx[:-1]) + ('0',))};")
-    jb, sp, qp, j = k.fresh("jb"), k.fresh("sp"), k.fresh("qp"), k.fresh("i")
-    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
-        k.line(f"float {sp} = 0, {qp} = 0;")
-        k.line(f"#pragma omp simd reduction(+:{sp},{qp})")
-        hi = f"{jb} + {SUM_BLOCK}" if n % SUM_BLOCK == 0 else f"sf_min({jb} + {SUM_BLOCK}, {n})"
-        with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
-            v = k.value(x, tuple(idx[:-1]) + (j,))
-            if row_copy is not None:
-                k.line(f"{row_copy}[{j}] = {v};")
-            d = k.fresh("d")
-            k.line(f"const float {d} = {v} - {c};")
-            k.line(f"{sp} += {d}; {qp} += {d} * {d};")
-        k.line(f"{s} += {sp}; {q} += {qp};")
-    k.line(f"const double {mu} = {s} / {n};")
-    return f"(float)({c} + {mu})", f"(float)(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}))"
+    for second in (False, True):
+        jb, part, j = k.fresh("jb"), k.fresh("sp"), k.fresh("i")
+        with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
+            k.line(f"float {part} = 0;")
+            k.line(f"#pragma omp simd reduction(+:{part})")
+            hi = f"{jb} + {SUM_BLOCK}" if n % SUM_BLOCK == 0 else f"sf_min({jb} + {SUM_BLOCK}, {n})"
+            with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
+                if second:
+                    v = f"{row_copy}[{j}]" if row_copy is not None else k.value(x, tuple(idx[:-1]) + (j,))
+                    d = k.tmp("float", f"{v} - {mf}", "d")
+                    k.line(f"{part} += {d} * {d};")
+                else:
+                    v = k.value(x, tuple(idx[:-1]) + (j,))
+                    if row_copy is not None:
+                        k.line(f"{row_copy}[{j}] = {v};")
+                    k.line(f"{part} += {v};")
+            k.line(f"{q if second else s} += {part};")
+        if not second:
+            k.line(f"const double {mu} = {s} / {n};")
+            k.line(f"const float {mf} = (float){mu};")
+    return mf, f"(float)(1.0 / sqrt({q} / {n} + {eps!r}))"
 
 
 def layernorm_stats(k, node, row=None):
