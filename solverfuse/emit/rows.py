@@ -185,13 +185,13 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             with k.loops(shape[-1:]) as inner:
                 _row_outputs(k, writes, tuple(outer) + tuple(inner))
             return
-        # no statistics loop of the row prefetched the next row: the output loop does, a block at a time
-        n, jb, j = shape[-1], k.fresh("jb"), k.fresh("i")
-        with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {reductions.SUM_BLOCK})"):
-            reductions.output_prefetch(k, streams, tuple(outer), jb)
-            hi = f"{jb} + {reductions.SUM_BLOCK}" if n % reductions.SUM_BLOCK == 0 \
-                else f"sf_min({jb} + {reductions.SUM_BLOCK}, {n})"
-            with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
+        # no statistics loop of the row prefetched the next row: the output loop does, one cache
+        # line of each input stream per 16 outputs (see reductions.output_prefetch)
+        n, j0, j = shape[-1], k.fresh("j"), k.fresh("i")
+        with k.block(f"for (long {j0} = 0; {j0} < {n}; {j0} += 16)"):
+            reductions.output_prefetch(k, streams, tuple(outer), j0)
+            hi = f"{j0} + 16" if n % 16 == 0 else f"sf_min({j0} + 16, {n})"
+            with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
                 _row_outputs(k, writes, tuple(outer) + (j,))
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
