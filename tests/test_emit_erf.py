@@ -139,3 +139,90 @@ def test_layernorm_row_statistics_hold_a_large_mean(threads, tmp_path):
         got = prog.run({"x": x, "r": r}, {"s": s, "b": b})["y"]
         want = _layernorm64(x + r, s, b)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=3e-4)
+
+
+def _gelu64(x: np.ndarray) -> np.ndarray:
+    """Exact GELU in float64: x * 0.5 * (1 + erf(x / sqrt 2)), with math.erf."""
+    x = x.astype(np.float64)
+    return x * 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
+
+
+@pytest.mark.parametrize("target,edit", TARGETS)
+def test_gelu_over_a_dense_sweep(target, edit, tmp_path):
+    """The Gelu op (exact: ``sf_geluf``) every 5e-5 of [-10, 10] against float64: within
+    0.5 |x| times sf_erff's bound plus 2 float32 spacings of the result; NaN -> NaN, +inf ->
+    +inf, +-0 -> +-0."""
+    x = np.concatenate([np.linspace(-10, 10, 400_001, dtype=np.float32),
+                        np.array([np.nan, np.inf, 0.0, -0.0, 1e-40, -1e-40], np.float32)])
+    cc, log = _cc(tmp_path, edit)
+    g = graph({"x": [x.size]}, ["x"], ["y"], [("g", "Gelu", ["x"], ["y"], {"approximate": "none"})])
+    prog = compile_plan(build_plan(g, HW, [["g"]], strategy="t"), g, cache_dir=tmp_path / "cache",
+                        strict=True, cc=cc)
+    _built(log, target)
+    got = prog.run({"x": x}, {})["y"]
+    fin = np.isfinite(x)
+    want = _gelu64(x[fin])
+    bound = 0.5 * np.abs(x[fin]).astype(np.float64) * ERF_ABS \
+        + 2 * np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    err = np.abs(got[fin].astype(np.float64) - want)
+    assert (err <= bound).all(), f"error {err.max():.3g} at x = {x[fin][np.argmax(err - bound)]}"
+    assert np.isnan(got[np.isnan(x)]).all() and got[x == np.inf][0] == np.inf
+    zero = np.flatnonzero(x == 0)
+    assert (got[zero] == 0).all()
+
+
+_SCALARS = {"half": 0.5, "one": 1.0, "rt2": math.sqrt(2), "irt2": 1 / math.sqrt(2), "six": 0.6}
+
+
+def _written_gelu(nodes, outputs=("y",)):
+    ts = {"x": [48, 300], "r": [48, 300]}
+    ts.update({n: {"shape": [], "constant": True, "value": v} for n, v in _SCALARS.items()})
+    return graph(ts, ["x", "r"], list(outputs), [("a", "Add", ["x", "r"], ["h"])] + nodes)
+
+
+#: exact GELUs of h as exporters write them (torch.onnx: Div, Erf, Add, Mul by h, Mul by 0.5;
+#: Hugging Face: h * 0.5 * (1 + erf(h / sqrt 2)); the zoo motif: Mul by 1/sqrt 2), and near
+#: misses that must stay as ops: a 0.6 for the 0.5, the erf also written out
+GELUS = {
+    "torch_onnx": ([("d", "Div", ["h", "rt2"], ["s"]), ("e", "Erf", ["s"], ["f"]), ("p", "Add", ["f", "one"], ["u"]),
+                    ("m", "Mul", ["h", "u"], ["w"]), ("y", "Mul", ["w", "half"], ["y"])], ("y",), True),
+    "hugging_face": ([("m", "Mul", ["h", "half"], ["w"]), ("d", "Div", ["h", "rt2"], ["s"]), ("e", "Erf", ["s"], ["f"]),
+                      ("p", "Add", ["one", "f"], ["u"]), ("y", "Mul", ["w", "u"], ["y"])], ("y",), True),
+    "inv_sqrt2": ([("d", "Mul", ["irt2", "h"], ["s"]), ("e", "Erf", ["s"], ["f"]), ("p", "Add", ["f", "one"], ["u"]),
+                   ("m", "Mul", ["u", "h"], ["w"]), ("y", "Mul", ["half", "w"], ["y"])], ("y",), True),
+    "not_half": ([("d", "Div", ["h", "rt2"], ["s"]), ("e", "Erf", ["s"], ["f"]), ("p", "Add", ["f", "one"], ["u"]),
+                  ("m", "Mul", ["h", "u"], ["w"]), ("y", "Mul", ["w", "six"], ["y"])], ("y",), False),
+    "erf_written": ([("d", "Div", ["h", "rt2"], ["s"]), ("e", "Erf", ["s"], ["f"]), ("p", "Add", ["f", "one"], ["u"]),
+                     ("m", "Mul", ["h", "u"], ["w"]), ("y", "Mul", ["w", "half"], ["y"])], ("y", "f"), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GELUS))
+def test_written_out_gelu_folds_into_sf_geluf(name, tmp_path):
+    """An exact GELU written out as ops, fused in one group, is one ``sf_geluf`` per element
+    (no ``sf_erff``) when it is exactly one; the near misses keep the ops. Each matches ONNX
+    Runtime; the instrumented build keeps the ops (its counters see the constants)."""
+    from solverfuse.emit.program import render
+    nodes, outputs, folds = GELUS[name]
+    g = _written_gelu(nodes, outputs)
+    groups = [[n[0] for n in [("a",)] + nodes]]
+    src = render(build_plan(g, HW, groups, strategy="t"), g)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert ("sf_geluf(" in body) == folds and ("sf_erff(" in body) != folds
+    check(g, groups, tmp_path, rtol=1e-5, atol=1e-5, engine="onnxruntime")
+    counted = render(build_plan(g, HW, groups, strategy="t"), g, counters=True)["model.c"]
+    assert "sf_geluf(" not in counted[counted.index("static int k0("):]
+
+
+def test_folded_gelu_checks_its_constants_at_run_time(tmp_path):
+    """The program folded 0.5, 1 and sqrt 2: run with another 0.5 it refuses (as with a Pow's
+    exponent) instead of computing a GELU the constants no longer describe."""
+    from solverfuse.errors import EmitError
+    nodes, outputs, _ = GELUS["torch_onnx"]
+    g = _written_gelu(nodes, outputs)
+    prog = compile_plan(build_plan(g, HW, [["a"] + [n[0] for n in nodes]], strategy="t"), g, cache_dir=tmp_path,
+                        strict=True)
+    x, cs = random_inputs(g, seed=2), constants(g, seed=2)
+    assert np.isfinite(prog.run(x, cs)["y"]).all()
+    with pytest.raises(EmitError, match="differs from the value the program was built for"):
+        prog.run(x, {**cs, "half": np.array(0.25, np.float32)})
