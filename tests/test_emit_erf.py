@@ -226,3 +226,11 @@ def test_folded_gelu_checks_its_constants_at_run_time(tmp_path):
     assert np.isfinite(prog.run(x, cs)["y"]).all()
     with pytest.raises(EmitError, match="differs from the value the program was built for"):
         prog.run(x, {**cs, "half": np.array(0.25, np.float32)})
+
+
+def test_layernorm_gelu_row_kernel_is_sanitizer_clean(tmp_path):
+    """The LN + GELU row kernel (row copy, two-pass statistics, prefetching output loop, folded
+    GELU) under AddressSanitizer and UBSan, rows of 1000 (a partial last block of 16), vs ONNX
+    Runtime."""
+    g = zoo.residual_layernorm_gelu(9, 1000)
+    check(g, fuse_greedily(g), tmp_path, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
