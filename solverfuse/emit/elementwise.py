@@ -61,7 +61,17 @@ def erf_gelu(k, node):
     Div by sqrt 2 or Mul by 1/sqrt 2, Erf, Add 1, Mul by x, Mul by 0.5) on float x of the output's
     shape, whose inner tensors nothing else reads: then the element is ``sf_geluf(x)`` (the
     program checks at run time that the constants are the values folded, as Pow's exponent).
-    None otherwise, and in the instrumented build (its counters see the constants' loads)."""
+    None otherwise, and in the instrumented build (its counters see the constants' loads).
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = zoo.residual_layernorm_gelu(2, 8)
+    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
+    ...            counters=False, threads=1, lower=code_for_op)
+    >>> erf_gelu(k, g.index.node["y"]), erf_gelu(k, g.index.node["gelu_mul"])
+    (('layernorm', ['half', 'one', 'inv_sqrt2']), None)
+    """
     if k.counters or node.op != "Mul" or k.ct(node.outputs[0]) != "float":
         return None
     leaves, todo = [], list(node.inputs)

@@ -268,7 +268,19 @@ def layernorm_stats(k, node, row=None):
 
 def row_streams(k, tensors) -> list:
     """The global tensors the row loop's ``tensors`` stream from (see :func:`output_prefetch`);
-    taken before the row's statistics keep any row in an array."""
+    taken before the row's statistics keep any row in an array.
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = zoo.residual_layernorm_gelu(2, 8)
+    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
+    ...            counters=False, threads=1, lower=code_for_op)
+    >>> row_streams(k, ["y"])
+    ['residual', 'x']
+    >>> output_prefetch(k, ["x"], ("i",), "j"); k.lines
+    ['    if (i + 1 < 2) __builtin_prefetch(&b0[((i + 1))*8 + j]);']
+    """
     return sorted(set().union(*(_row_inputs(k, x) for x in tensors)))
 
 
@@ -281,7 +293,7 @@ def output_prefetch(k, streams, row, at: str) -> None:
     line per 16 outputs spreads the next row's misses over the whole output loop; the 16 lines
     of a 256-value block at once (as :func:`_prefetch_next_row`) or the whole row at the row's
     start were slower here (the loads queued behind them: 72% and 54% of the triad, this 84%,
-    best of 40 rounds). Not in instrumented builds."""
+    best of 40 rounds). Not in instrumented builds. Example: :func:`row_streams`."""
     live = [n for n, i in enumerate(row) if i != "0"]
     if k.counters or not live:
         return
