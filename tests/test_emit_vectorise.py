@@ -38,12 +38,13 @@ def _vectorised_lines(files, tmp_path, threads):
 
 
 def _inner_loops(src: str, trip: int):
-    """(first, last) lines (1-based) of the loops of the kernels that run ``trip`` times with no
-    loop inside."""
+    """(first, last) lines (1-based) of the loops of the kernels that run ``trip`` times (or a
+    block of a row of ``trip``: ``i < jb + 256``, ``i < j + 16``) with no loop inside."""
     lines = src.splitlines()
     out = []
     for n, ln in enumerate(lines):
-        m = re.match(r"\s*for \(long (\w+) = [^;]+; \1 < (\w+); \1\+\+\) \{$", ln)
+        m = re.match(r"\s*for \(long (\w+) = [^;]+; \1 < (\w+|jb?\d+ \+ \d+|sf_min\(jb?\d+ \+ \d+, \d+\)); "
+                     r"\1\+\+\) \{$", ln)
         if not m:
             continue
         body = []
@@ -53,7 +54,8 @@ def _inner_loops(src: str, trip: int):
             if depth <= 0:
                 break
             body.append(nxt)
-        if not any(b.strip().startswith("for ") for b in body) and (m.group(2) == str(trip) or trip == 0):
+        blocked = m.group(2).startswith(("j", "sf_min(j")) and (trip == 0 or m.group(2).endswith((f", {trip})", " + 256", " + 16")))
+        if not any(b.strip().startswith("for ") for b in body) and (m.group(2) == str(trip) or trip == 0 or blocked):
             out.append((n + 1, n + 1 + len(body)))
     return out
 

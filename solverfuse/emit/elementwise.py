@@ -30,7 +30,80 @@ def _gelu(at, a, ct):
     if attr_str(at.get("approximate"), "none") == "tanh":
         c = lit(math.sqrt(2 / math.pi), ct)
         return f"({half} * {a} * ({one} + tanh({c} * ({a} + {lit(0.044715, ct)} * {a} * {a} * {a}))))"
+    if ct == "float":
+        return f"sf_geluf({a})"
     return f"({half} * {a} * ({one} + {_erf(ct)}({a} * {lit(1 / math.sqrt(2), ct)})))"
+
+
+def _scalar(k, t):
+    """The value of ``t`` when it is a one-element constant read from outside the group, else None."""
+    if not t or k.graph.index.producer.get(t) in k.members:
+        return None
+    v = k.graph.constant_value(t)
+    return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
+
+
+def _inner(k, t, op: str):
+    """The producer of ``t`` when it is an ``op`` of the group whose output only the one op reading
+    ``t`` reads (no other reader, not written out, not kept in scratch or a tile), else None."""
+    g = k.graph
+    p = g.index.producer.get(t)
+    if p not in k.members or t in k.writes or t in k.scratch or k.has_tile(t) \
+            or len(set(g.index.consumers.get(t, []))) != 1:
+        return None
+    node = g.index.node[p]
+    return node if node.op == op else None
+
+
+def erf_gelu(k, node):
+    """(x, the one-element constants it folds) when the Mul ``node`` ends an exact GELU written
+    out as ops, ``x * 0.5 * (1 + erf(x / sqrt 2))`` in any order of its multiplies (exporters:
+    Div by sqrt 2 or Mul by 1/sqrt 2, Erf, Add 1, Mul by x, Mul by 0.5) on float x of the output's
+    shape, whose inner tensors nothing else reads: then the element is ``sf_geluf(x)`` (the
+    program checks at run time that the constants are the values folded, as Pow's exponent).
+    None otherwise, and in the instrumented build (its counters see the constants' loads).
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = zoo.residual_layernorm_gelu(2, 8)
+    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
+    ...            counters=False, threads=1, lower=code_for_op)
+    >>> erf_gelu(k, g.index.node["y"]), erf_gelu(k, g.index.node["gelu_mul"])
+    (('layernorm', ['half', 'one', 'inv_sqrt2']), None)
+    """
+    if k.counters or node.op != "Mul" or k.ct(node.outputs[0]) != "float":
+        return None
+    leaves, todo = [], list(node.inputs)
+    while todo:
+        t = todo.pop()
+        inner = _inner(k, t, "Mul")
+        if inner is None:
+            leaves.append(t)
+        else:
+            todo.extend(inner.inputs)
+    halves = [t for t in leaves if _scalar(k, t) == 0.5]
+    adds = [a for a in (_inner(k, t, "Add") for t in leaves) if a is not None]
+    if len(leaves) != 3 or len(halves) != 1 or len(adds) != 1:
+        return None
+    add = adds[0]
+    ones = [t for t in add.inputs if _scalar(k, t) == 1.0]
+    erfs = [e for e in (_inner(k, t, "Erf") for t in add.inputs) if e is not None]
+    if len(ones) != 1 or len(erfs) != 1:
+        return None
+    scale = _inner(k, erfs[0].inputs[0], "Mul") or _inner(k, erfs[0].inputs[0], "Div")
+    if scale is None:
+        return None
+    want = math.sqrt(2) if scale.op == "Div" else 1 / math.sqrt(2)
+    x, c = scale.inputs
+    if scale.op == "Mul" and _scalar(k, x) is not None:
+        x, c = c, x
+    cv = _scalar(k, c)
+    rest = [t for t in leaves if t != halves[0] and t != add.outputs[0]]
+    if cv is None or abs(cv - want) > 1e-6 * want or rest != [x] or k.ct(x) != "float" \
+            or k.shape(x) != k.shape(node.outputs[0]):
+        return None
+    return x, [halves[0], ones[0], c]
 
 
 def _erf(ct: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..errors import EmitError
 from .anchors import SPECIAL_ANCHORS
 from .cexpr import bmap
-from .elementwise import INDEX_MAPS, NARY, STRUCTURED, UNARY
+from .elementwise import INDEX_MAPS, NARY, STRUCTURED, UNARY, erf_gelu
 from .indexing import INDEXING, NARY_MORE, UNARY_MORE
 from .reductions import REDUCE_OPS, STATS, STATS_EXPR
 
@@ -47,6 +47,23 @@ def _nary(template):
 ELEMENT: dict = {**STATS_EXPR, **SPECIAL_ANCHORS, **INDEX_MAPS, **STRUCTURED, **INDEXING}
 ELEMENT.update({op: _nary(f) for op, f in {**NARY, **NARY_MORE}.items()})
 ELEMENT.update({op: _unary(f) for op, f in {**UNARY, **UNARY_MORE}.items()})
+
+
+def _mul_or_gelu(lower_mul):
+    """Mul, or, where it ends an exact GELU written out as ops, ``sf_geluf`` of its input
+    (:func:`~solverfuse.emit.elementwise.erf_gelu`)."""
+    def lower(k, node, pos, idx):
+        found = erf_gelu(k, node)
+        if found is None:
+            return lower_mul(k, node, pos, idx)
+        x, folded = found
+        for c in folded:
+            k.param_values(c)
+        return f"sf_geluf({k.value(x, idx)})"
+    return lower
+
+
+ELEMENT["Mul"] = _mul_or_gelu(ELEMENT["Mul"])
 
 #: Every op the C emitter can render.
 SUPPORTED = frozenset(ELEMENT) | frozenset(STATS) | REDUCE_OPS

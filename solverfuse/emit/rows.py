@@ -137,6 +137,18 @@ def _bit_select(k: Kernel, node, shape: tuple, idx: tuple, dst: str) -> None:
     k.line(f"{ux} = ({ux} & {km}) | ({uy} & ~{km}); memcpy(&{dst}, &{ux}, sizeof {ux});")
 
 
+def _prefetching(k: Kernel, writes: list) -> bool:
+    """Whether a row loop's output loop prefetches the next row: a LayerNormalization row (its
+    output loop is the long one: normalise, affine, and often an erf GELU), not instrumented."""
+    return not k.counters and any(k.graph.index.node[v].op == "LayerNormalization" for v in k.nodes)
+
+
+def _row_outputs(k: Kernel, writes: list, idx: tuple) -> None:
+    """Inside a row loop's output loop: compute and store every written tensor at ``idx``."""
+    for t in writes:
+        k.store(t, idx, row_stream.output_value(k, t, idx))
+
+
 def emit_rows(k: Kernel, shape: tuple) -> None:
     """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
     inner loop over the row), then one inner loop storing every written tensor. A MatMul anchor
@@ -162,6 +174,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
 
     def row(outer):
+        mark, streams = len(k.lines), reductions.row_streams(k, writes)
         _row_invariants(k, shape, deps, pure, outer)
         _narrow_rows(k, shape, deps, pure, outer)
         for v in k.nodes:
@@ -178,10 +191,18 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
         if streamed:
             row_stream.stream_outputs(k, shape, tuple(outer), writes, streamed)
             return
-        with k.loops(shape[-1:]) as inner:
-            idx = tuple(outer) + tuple(inner)
-            for t in writes:
-                k.store(t, idx, row_stream.output_value(k, t, idx))
+        if any("__builtin_prefetch" in ln for ln in k.lines[mark:]) or not _prefetching(k, writes):
+            with k.loops(shape[-1:]) as inner:
+                _row_outputs(k, writes, tuple(outer) + tuple(inner))
+            return
+        # no statistics loop of the row prefetched the next row: the output loop does, one cache
+        # line of each input stream per 16 outputs (see reductions.output_prefetch)
+        n, j0, j = shape[-1], k.fresh("j"), k.fresh("i")
+        with k.block(f"for (long {j0} = 0; {j0} < {n}; {j0} += 16)"):
+            reductions.output_prefetch(k, streams, tuple(outer), j0)
+            hi = f"{j0} + 16" if n % 16 == 0 else f"sf_min({j0} + 16, {n})"
+            with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
+                _row_outputs(k, writes, tuple(outer) + (j,))
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
         (t,) = tiled
