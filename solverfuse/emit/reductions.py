@@ -66,17 +66,24 @@ def _prefetch_next_row(k, x, row, start: str) -> None:
     all of a row's prefetches at once were slower). Not in instrumented builds."""
     if k.counters or row is None:
         return
-    live = [n for n, i in enumerate(row) if i != "0"]
-    if not live:
-        return
-    pos = live[-1]
     for t in _row_inputs(k, x):
-        if k.ct(t) != "float":
-            continue
-        shape, per_line, q = k.shape(t), 16, k.fresh("q")
-        nxt = tuple(f"({i} + 1)" if n == pos else i for n, i in enumerate(row)) + (f"{start} + {q}",)
-        with k.block(f"if ({row[pos]} + 1 < {shape[pos]}) for (long {q} = 0; {q} < {SUM_BLOCK}; {q} += {per_line})"):
-            k.line(f"__builtin_prefetch(&{k.ptr(t, 'r')}[{linear(shape, nxt)}]);")
+        q = k.fresh("q")
+        nxt = _next_row(k, t, row, f"{start} + {q}")
+        if nxt is not None:
+            with k.block(f"if ({nxt[0]}) for (long {q} = 0; {q} < {SUM_BLOCK}; {q} += 16)"):
+                k.line(f"__builtin_prefetch({nxt[1]});")
+
+
+def _next_row(k, t, row, at: str):
+    """(condition, address) of element ``at`` of the row after ``row`` of the float tensor ``t``
+    (the row index that moves is the last one not fixed at 0); None when there is no such row
+    index or ``t`` is not float (one prefetch per 64-byte line is 16 floats)."""
+    live = [n for n, i in enumerate(row) if i != "0"]
+    if not live or k.ct(t) != "float":
+        return None
+    pos, shape = live[-1], k.shape(t)
+    nxt = tuple(f"({i} + 1)" if n == pos else i for n, i in enumerate(row)) + (at,)
+    return f"{row[pos]} + 1 < {shape[pos]}", f"&{k.ptr(t, 'r')}[{linear(shape, nxt)}]"
 
 
 @contextlib.contextmanager
@@ -305,16 +312,12 @@ def output_prefetch(k, streams, row, at: str) -> None:
     of a 256-value block at once (as :func:`_prefetch_next_row`) or the whole row at the row's
     start were slower here (the loads queued behind them: 72% and 54% of the triad, this 84%,
     best of 40 rounds). Not in instrumented builds. Example: :func:`row_streams`."""
-    live = [n for n, i in enumerate(row) if i != "0"]
-    if k.counters or not live:
+    if k.counters:
         return
-    pos = live[-1]
     for t in streams:
-        if k.ct(t) != "float":
-            continue
-        shape = k.shape(t)
-        nxt = tuple(f"({i} + 1)" if n == pos else i for n, i in enumerate(row)) + (at,)
-        k.line(f"if ({row[pos]} + 1 < {shape[pos]}) __builtin_prefetch(&{k.ptr(t, 'r')}[{linear(shape, nxt)}]);")
+        nxt = _next_row(k, t, row, at)
+        if nxt is not None:
+            k.line(f"if ({nxt[0]}) __builtin_prefetch({nxt[1]});")
 
 
 def _varmean_setup(k, node):
