@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 
 from . import anchors, conv_tiles, gemm_tiles, reductions
-from .tiles import MAX_TILE, tile_rank
+from .chelpers import CHUNK
+from .tiles import MAX_TILE, round_up, tile_rank
 from .channels import flat_band, flat_plane, prime_channel_reads, reads_per_channel
 from .kernel import Kernel
 
@@ -170,6 +171,10 @@ def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body, s
     """A pass over a MatMul output with the register-blocked tile: loops over (batch..., block
     of mb rows), the tile, then per row of the block the epilogue's loop over the row."""
     bsrc = gemm_tiles.matmul_b_view(k, node, mb)
+    n = gemm_tiles.mm_columns(k, node)
+    share = 0 if split or any(d != 1 for d in shape[:-2]) else gemm_tiles.column_share(k.threads, n, shape[-2] // mb)
+    if share:
+        return _matmul_column_shares(k, t, node, shape, mb, body, bsrc, share)
     with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=DYNAMIC_TILES) as outer:
         batch, mi = tuple(outer[:-1]), outer[-1]
         i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
@@ -179,5 +184,29 @@ def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body, s
             prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))
             k.set_tile(t, prefix, f"{arr}[{a}]", 1)
             with last_dim(k, shape[-1], split) as j:
+                body(batch + (i, j))
+            k.drop_tile(t)
+
+
+def _matmul_column_shares(k: Kernel, t: str, node, shape: tuple, mb: int, body, bsrc: str, share: int) -> None:
+    """:func:`_emit_matmul_blocked` with the threads sharing the columns of each block of rows
+    (:func:`~solverfuse.emit.gemm_tiles.column_share`): one loop over (block, share of ``share``
+    columns); each iteration computes its columns of the tile and runs the epilogue over them."""
+    n = shape[-1]
+    shares = -(-n // share)
+    batch = tuple("0" for _ in shape[:-2])
+    with k.loops(((shape[-2] // mb) * shares,), parallel=True, dynamic=DYNAMIC_TILES) as (it,):
+        mi, s = (k.index(f"{it} / {shares}"), k.index(f"{it} % {shares}")) if it != "0" else ("0", "0")
+        i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
+        q0 = k.index(f"{s}*{share}") if s != "0" else "0"
+        q1 = k.index(f"sf_min({q0} + {share}, {round_up(n, CHUNK)})")
+        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb, (q0, q1))
+        hi = k.index(f"sf_min({q1}, {n})")
+        with k.loops((mb,)) as (a,):
+            i = a if i0 == "0" else k.index(f"{i0} + {a}")
+            prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))
+            k.set_tile(t, prefix, f"{arr}[{a}]", 1)
+            j = k.fresh("j")
+            with k.block(f"for (long {j} = {q0}; {j} < {hi}; {j}++)"):
                 body(batch + (i, j))
             k.drop_tile(t)
