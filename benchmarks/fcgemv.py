@@ -6,7 +6,10 @@ the load of a shared machine hits all three alike. Wall time; per case and threa
 median and the fastest of ``--rounds`` rounds; ratios are medians over medians.
 
     PYTHONPATH=. python benchmarks/fcgemv.py --before /work/main --after . \\
-        --threads 1,2 gemm:1x25088x4096 light:vgg19 [--md benchmarks/results/fcgemv.md]
+        --threads 1,2 gemm:1x25088x4096 light:vgg19 [--cold light:densenet121] [--md benchmarks/results/fcgemv.md]
+
+``--cold SPEC``: also the cold build of SPEC (``emit_speed.cold_builds``: empty cache, one unit and
+the units ``compile_plan`` picks; wall and compiler CPU seconds), before and after alternately.
 """
 from __future__ import annotations
 
@@ -46,6 +49,14 @@ def worker(spec: str, threads: int, strategy: str, cache: str) -> dict:
     return {"lib": str(lib), "groups": len(plan.groups),
             "table": [{"role": b.role, "tensor": b.tensor, "shape": list(b.shape), "dtype": b.dtype}
                       for b in buffer_table(plan, g)]}
+
+
+def _cold(tree: str, spec: str) -> list[str]:
+    """The cold-build table rows of ``spec`` built by ``tree``'s emitter."""
+    env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import emit_speed; print(emit_speed.cold_builds({spec!r}))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if ln.startswith(f"| {spec}")]
 
 
 def _built(tree: str, spec: str, threads: int, strategy: str, cache: str) -> dict:
@@ -124,22 +135,42 @@ def main(argv=None) -> int:
     ap.add_argument("--strategy", default="optimal")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-fcgemv"))
     ap.add_argument("--json", help="append the rows here (one JSON object a line)")
+    ap.add_argument("--cold", action="append", default=[], help="also the cold build of this case")
+    ap.add_argument("--md", help="write the tables here (markdown)")
+    ap.add_argument("--title", default="Before/after vs ONNX Runtime")
     args = ap.parse_args(argv)
     if args.worker:
         spec, threads, strategy, cache = args.worker
         print(json.dumps(worker(spec, int(threads), strategy, cache)))
         return 0
-    print("| case | threads | load | ORT ms | before ms | after ms | before/ORT | after/ORT | after/before |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    out = [f"# {args.title}", "",
+           f"Written by `benchmarks/fcgemv.py` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+           f"{os.cpu_count()} cores shared with other jobs; load average {os.getloadavg()[0]:.1f} at the start): "
+           f"before = `{args.before}`, after = `{args.after}`, each plan ({args.strategy}) rendered and built by "
+           f"its own tree, timed interleaved with ONNX Runtime in one process, {args.rounds} rounds, wall time, "
+           "median ms; `load` is the 1-minute load average when the row finished.", "",
+           "| case | threads | load | ORT ms | before ms | after ms | before/ORT | after/ORT | after/before |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(out[-2:]), flush=True)
     for spec in args.specs:
         for t in [int(v) for v in args.threads.split(",")]:
             r = measure(spec, t, args.before, args.after, args.rounds, args.strategy, args.cache)
-            print(f"| {spec} | {t} | {r['load']:.1f} | {1e3 * r['ort_med']:.2f} | {1e3 * r['before_med']:.2f} "
-                  f"| {1e3 * r['after_med']:.2f} | {r['before_med'] / r['ort_med']:.2f} "
-                  f"| {r['after_med'] / r['ort_med']:.2f} | {r['after_med'] / r['before_med']:.2f} |", flush=True)
+            out.append(f"| {spec} | {t} | {r['load']:.1f} | {1e3 * r['ort_med']:.2f} | {1e3 * r['before_med']:.2f} "
+                       f"| {1e3 * r['after_med']:.2f} | {r['before_med'] / r['ort_med']:.2f} "
+                       f"| {r['after_med'] / r['ort_med']:.2f} | {r['after_med'] / r['before_med']:.2f} |")
+            print(out[-1], flush=True)
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps(r) + "\n")
+    for spec in args.cold:
+        out += ["", f"Cold build of {spec} (load average {os.getloadavg()[0]:.1f}), before and after alternately, twice:", "",
+                "| tree | case | groups | translation units | wall s | compiler CPU s |", "|---|---|---|---|---|---|"]
+        for _ in range(2):
+            for name, tree in (("before", args.before), ("after", args.after)):
+                out += [f"| {name} {ln}" for ln in _cold(tree, spec)]
+                print(out[-1], flush=True)
+    if args.md:
+        Path(args.md).write_text("\n".join(out) + "\n")
     return 0
 
 
