@@ -26,7 +26,7 @@ def _const(shape):
 def _shared_columns(src: str) -> bool:
     """The kernel's parallel loop hands out shares of a row's columns (the tile's column range)."""
     shares = re.search(r"sf_mm_tile1\(&\w+\[0\]\[0\], t\d+, t\d+,", src) \
-        or re.search(r"sf_mm_tile\d\(&\w+\[0\]\[0\], .*, t\d+, t\d+\);", src)
+        or re.search(r"sf_mm_tile\d\(&\w+\[0\]\[0\], .*, t\d+, t\d+, \w+\);", src)
     return bool(shares) and "schedule(dynamic) num_threads(2)" in src
 
 
@@ -36,7 +36,7 @@ def _shared_columns(src: str) -> bool:
     (1, 520, 601, {}, (1, 601)),                                # transB 0, odd N, full C
     (1, 333, 1000, {"transB": 1, "alpha": 0.5, "beta": 2.0}, (1,)),  # alpha/beta, scalar-like C
     (2, 300, 999, {"transB": 1}, (999,)),                       # M = 2: one block of 2 rows
-    (3, 256, 700, {}, (700,)),                                  # M = 3: three 1-row blocks
+    (3, 256, 700, {}, (700,)),                                  # M = 3: a full and a partial block
 ])
 def test_fc_gemv_vs_onnxruntime(threads, m, k, n, attrs, cshape, cache):
     bshape = (n, k) if attrs.get("transB") else (k, n)
@@ -44,7 +44,7 @@ def test_fc_gemv_vs_onnxruntime(threads, m, k, n, attrs, cshape, cache):
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
     src = render(plan, g, threads=threads)["model.c"]
-    assert f"sf_mm_tile{1 if m != 2 else 2}(" in src
+    assert f"sf_mm_tile{min(m, 2)}(" in src  # M = 3: blocks of 2 rows, the last one stops at row 3
     assert _shared_columns(src) == (threads == 2)
 
 
@@ -64,3 +64,26 @@ def test_matmul_batch1_two_threads(cache):
     g = graph(t, ["a", "res"], ["y"], [("mm", "MatMul", ["a", "w"], ["h"]), ("add", "Add", ["h", "res"], ["y"])])
     plan, _, _ = check(g, [["mm", "add"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=2)
     assert _shared_columns(render(plan, g, threads=2)["model.c"])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_partial_row_blocks_vit_tokens(threads, cache):
+    """M = 197 (ViT's tokens, not a multiple of 8): blocks of 8 rows, the last one stopping at row
+    197 (it was 197 one-row tiles, each streaming all of B), with a residual epilogue."""
+    t = {"a": [1, 197, 96], "w": _const((96, 136)), "res": [1, 197, 136]}
+    g = graph(t, ["a", "res"], ["y"], [("mm", "MatMul", ["a", "w"], ["h"]), ("add", "Add", ["h", "res"], ["y"])])
+    plan, _, _ = check(g, [["mm", "add"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    assert re.search(r"sf_mm_tile8\(.*, sf_min\(8, 197 - \w+\)\);|sf_mm_tile8\(.*, t\d+\);", src)
+    assert "break;" in src
+
+
+@pytest.mark.parametrize("m,mb", [(11, 8), (7, 4), (3, 2)])
+def test_partial_row_blocks_gemm_full_c_sanitized(m, mb, cache):
+    """A Gemm with a full [M, N] C and alpha/beta, M not a multiple of the block: neither A nor C
+    is read past row M (AddressSanitizer) and the values match ONNX Runtime."""
+    t = {"a": [m, 40], "b": _const((50, 40)), "c": _const((m, 50))}
+    g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], {"transB": 1, "alpha": 0.5, "beta": 1.5}),
+                                ("r", "Relu", ["h"], ["y"])])
+    plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
+    assert f"sf_mm_tile{mb}(" in render(plan, g)["model.c"]

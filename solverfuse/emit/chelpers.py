@@ -380,17 +380,18 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
                 }}
 """
         return f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * B[r][j], i < {mb},
-   q0 <= j < q1 (multiples of {CHUNK}: the threads may share the columns of one block of rows),
+   q0 <= j < q1 (multiples of {CHUNK}: the threads may share the columns of one block of rows);
+   A's rows from mr on are past the output's last row (M not a multiple of {mb}): read as 0,
    B packed in panels of {CHUNK} columns (B[r][q + e] at b[q*K + r*{CHUNK} + e]: one contiguous
    stream per chunk); the A block is transposed 256 columns at a time (its rows may share an L1 set). */
 SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict a, long lda, long K,
-    const float *restrict b, long q0, long q1)
+    const float *restrict b, long q0, long q1, long mr)
 {{
     float ap[256][{mb}];
     for (int i = 0; i < {mb}; i++) for (long j = q0; j < q1; j++) T[i*n2 + j] = 0;
     for (long k0 = 0; k0 < K; k0 += 256) {{
         const long kn = K - k0 < 256 ? K - k0 : 256;
-        for (long r = 0; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = a[i*lda + k0 + r];
+        for (long r = 0; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = i < mr ? a[i*lda + k0 + r] : 0.0f;
 {_register_blocks(mb, mm_body, mm_avx2)}    }}
 }}
 """

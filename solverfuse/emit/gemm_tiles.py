@@ -128,12 +128,14 @@ def tile_gemm(k, t, outer, d=1):
     tile_done(k, t, outer, arr)
 
 
-def matmul_blocking(k, node):
+def matmul_blocking(k, node, partial: bool = False):
     """``mb`` rows of a MatMul/Gemm output per register-blocked tile, or None (the plain row tile).
     For float A [..., M, K] x B [..., K, N] (weights or a batched operand: attention's QK^T) and
     Gemm with A not transposed (B may be: linear layers), N >= 8, not instrumented: like
     :func:`~solverfuse.emit.conv_tiles.conv_blocking`, ``mb`` output rows x CHUNK columns of accumulators stay in registers
-    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M whose tile fits 256 KiB."""
+    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M whose tile fits 256 KiB --
+    with ``partial`` (the caller stops the last block at row M), the largest below M: M = 197
+    (ViT's tokens) in blocks of 8, not 197 one-row tiles that each stream all of B."""
     a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
     if k.counters or len(a) < 2 or len(b) < 2 or k.ct(node.outputs[0]) != "float" \
             or k.ct(node.inputs[0]) != "float" or k.ct(node.inputs[1]) != "float":
@@ -144,7 +146,8 @@ def matmul_blocking(k, node):
     if n < 8:
         return None
     # the tile T[mb][N rounded up] lives on the stack (of an OpenMP worker too): at most 256 KiB
-    return next((m for m in (8, 4, 2, 1) if a[-2] % m == 0 and m * round_up(n, CHUNK) <= 4 * MAX_TILE), None)
+    return next((m for m in (8, 4, 2, 1) if (a[-2] % m == 0 or (partial and a[-2] > m))
+                 and m * round_up(n, CHUNK) <= 4 * MAX_TILE), None)
 
 
 def _mm_kn(k, node) -> tuple:
@@ -200,10 +203,12 @@ def mm_columns(k, node) -> int:
     return _mm_kn(k, node)[1]
 
 
-def tile_matmul_blocked(k, node, batch, i0, bsrc, mb, cols=None) -> str:
+def tile_matmul_blocked(k, node, batch, i0, bsrc, mb, cols=None, rows=None) -> str:
     """Rows i0..i0+mb-1 of MatMul/Gemm output at ``batch`` into ``T[mb][N rounded up]``, with a
     Gemm's alpha and beta*C applied (the tile is hot); its name. ``cols``: (first, end) C
-    expressions, multiples of CHUNK: only those columns of T are computed (default all)."""
+    expressions, multiples of CHUNK: only those columns of T are computed (default all);
+    ``rows``: a C expression, the rows of the block inside the output (default mb; A is read
+    only there, the rows past it are zero)."""
     at = node.inputs[0]
     a, b = k.shape(at), k.shape(node.inputs[1])
     kk, n = _mm_kn(k, node)
@@ -223,14 +228,15 @@ def tile_matmul_blocked(k, node, batch, i0, bsrc, mb, cols=None) -> str:
     if mb == 1:
         k.line(f"sf_mm_tile1(&{arr}[0][0], {q0}, {q1}, {k.ptr(at, 'r')} + {base}, {kk}, {bptr});")
     else:
-        k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bptr}, {q0}, {q1});")
+        k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bptr}, {q0}, {q1}, "
+               f"{rows if rows is not None else mb});")
     if node.op == "Gemm":
         at_ = node.attributes
         alpha, beta = at_.get("alpha", 1.0), at_.get("beta", 1.0)
         has_c = len(node.inputs) > 2 and node.inputs[2] and beta != 0
         if alpha != 1.0 or has_c:
             r, j = k.fresh("r"), k.fresh("j")
-            with k.block(f"for (int {r} = 0; {r} < {mb}; {r}++)"):
+            with k.block(f"for (int {r} = 0; {r} < {rows if rows is not None else mb}; {r}++)"):
                 with k.block(f"for (long {j} = {q0}; {j} < sf_min({q1}, {n}); {j}++)"):
                     i = f"({i0} + {r})" if i0 != "0" else r
                     k.line(f"{arr}[{r}][{j}] = {_gemm_epilogue(k, node, f'{arr}[{r}][{j}]', i, j)};")
