@@ -87,8 +87,12 @@ class _Lib:
             raise RuntimeError("sf_run failed")
 
 
-def measure(spec: str, threads: int, before: str, after: str, rounds: int, strategy: str, cache: str) -> dict:
-    """Interleaved wall times (seconds per run) of before, after and ONNX Runtime."""
+def measure(spec: str, threads: int, before: str, after: str, rounds: int, strategy: str, cache: str,
+            clock: str = "wall") -> dict:
+    """Interleaved times (seconds per run) of before, after and ONNX Runtime: wall time, or with
+    ``clock`` "cpu" at 1 thread the calling thread's CPU time (all three compute on it; it leaves
+    out the time other jobs of a loaded machine held the core)."""
+    now = time.thread_time if clock == "cpu" and threads == 1 else time.perf_counter
     import onnxruntime as ort
 
     from emit_speed_cases import make_graph
@@ -116,9 +120,9 @@ def measure(spec: str, threads: int, before: str, after: str, rounds: int, strat
     times = {k: [] for k in runs}
     for _ in range(rounds):
         for k, f in runs.items():
-            t0 = time.perf_counter()
+            t0 = now()
             f()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(now() - t0)
     return {"spec": spec, "threads": threads, "load": os.getloadavg()[0],
             **{f"{k}_med": statistics.median(v) for k, v in times.items()},
             **{f"{k}_min": min(v) for k, v in times.items()}}
@@ -137,6 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="append the rows here (one JSON object a line)")
     ap.add_argument("--cold", action="append", default=[], help="also the cold build of this case")
     ap.add_argument("--md", help="write the tables here (markdown)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the calling thread's CPU time at 1 thread (wall at 2)")
     ap.add_argument("--title", default="Before/after vs ONNX Runtime")
     args = ap.parse_args(argv)
     if args.worker:
@@ -147,14 +153,15 @@ def main(argv=None) -> int:
            f"Written by `benchmarks/fcgemv.py` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{os.cpu_count()} cores shared with other jobs; load average {os.getloadavg()[0]:.1f} at the start): "
            f"before = `{args.before}`, after = `{args.after}`, each plan ({args.strategy}) rendered and built by "
-           f"its own tree, timed interleaved with ONNX Runtime in one process, {args.rounds} rounds, wall time, "
+           f"its own tree, timed interleaved with ONNX Runtime in one process, {args.rounds} rounds, "
+           f"{'thread CPU time at 1 thread, wall at 2' if args.clock == 'cpu' else 'wall time'}, "
            "median ms; `load` is the 1-minute load average when the row finished.", "",
            "| case | threads | load | ORT ms | before ms | after ms | before/ORT | after/ORT | after/before |",
            "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(out[-2:]), flush=True)
     for spec in args.specs:
         for t in [int(v) for v in args.threads.split(",")]:
-            r = measure(spec, t, args.before, args.after, args.rounds, args.strategy, args.cache)
+            r = measure(spec, t, args.before, args.after, args.rounds, args.strategy, args.cache, args.clock)
             out.append(f"| {spec} | {t} | {r['load']:.1f} | {1e3 * r['ort_med']:.2f} | {1e3 * r['before_med']:.2f} "
                        f"| {1e3 * r['after_med']:.2f} | {r['before_med'] / r['ort_med']:.2f} "
                        f"| {r['after_med'] / r['ort_med']:.2f} | {r['after_med'] / r['before_med']:.2f} |")
