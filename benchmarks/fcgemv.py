@@ -144,6 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: the calling thread's CPU time at 1 thread (wall at 2)")
     ap.add_argument("--title", default="Before/after vs ONNX Runtime")
+    ap.add_argument("--note", action="append", default=[], help="a paragraph after the tables")
     args = ap.parse_args(argv)
     if args.worker:
         spec, threads, strategy, cache = args.worker
@@ -176,6 +177,8 @@ def main(argv=None) -> int:
             for name, tree in (("before", args.before), ("after", args.after)):
                 out += [f"| {name} {ln}" for ln in _cold(tree, spec)]
                 print(out[-1], flush=True)
+    for note in args.note:
+        out += ["", note]
     if args.md:
         Path(args.md).write_text("\n".join(out) + "\n")
     return 0

@@ -55,3 +55,9 @@ def test_concat_counters_match_the_cost_model(cache):
         plan, prog, _, _, _ = run_plan(g, groups, cache, counters=True)
         assert [(c["read_bytes"], c["written_bytes"]) for c in prog.counters] == model_counts(g, plan)
         assert sum(c["read_bytes"] + c["written_bytes"] for c in prog.counters) == plan.traffic_bytes
+
+
+def test_concat_slices_sanitized(cache):
+    """The per-input passes write inside the Concat output only (AddressSanitizer build)."""
+    g = _fire(c=8, m=16, h=9, w=11)
+    check(g, [["c3", "a3"], ["c1", "a1", "cat"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
