@@ -3,7 +3,8 @@
 (:func:`matmul_blocking`): ``mb`` rows x 32 columns of accumulators in vector registers through
 the whole reduction, in the shared helper ``sf_mm_tile<mb>``, B packed once at load in 32-column
 panels (transposed linear-layer weights too; a computed B, attention's, per run). One-row tiles
-(GEMV) are GNU-vector loops.
+(GEMV: ``sf_mm_tile1``) stream the same panels with the sums in registers; where there are too
+few blocks of rows for the threads they share a block's columns (:func:`column_share`).
 
 Apart from :mod:`~solverfuse.emit.conv_tiles` and :mod:`~solverfuse.emit.pool_tiles`: one op
 family per module; the tables of all anchors are in :mod:`~solverfuse.emit.anchors`.
@@ -127,12 +128,14 @@ def tile_gemm(k, t, outer, d=1):
     tile_done(k, t, outer, arr)
 
 
-def matmul_blocking(k, node):
+def matmul_blocking(k, node, partial: bool = False):
     """``mb`` rows of a MatMul/Gemm output per register-blocked tile, or None (the plain row tile).
     For float A [..., M, K] x B [..., K, N] (weights or a batched operand: attention's QK^T) and
     Gemm with A not transposed (B may be: linear layers), N >= 8, not instrumented: like
     :func:`~solverfuse.emit.conv_tiles.conv_blocking`, ``mb`` output rows x CHUNK columns of accumulators stay in registers
-    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M whose tile fits 256 KiB."""
+    through the K loop; ``mb`` is the largest of 8, 4, 2, 1 dividing M whose tile fits 256 KiB --
+    with ``partial`` (the caller stops the last block at row M), the largest below M: M = 197
+    (ViT's tokens) in blocks of 8, not 197 one-row tiles that each stream all of B."""
     a, b = k.shape(node.inputs[0]), k.shape(node.inputs[1])
     if k.counters or len(a) < 2 or len(b) < 2 or k.ct(node.outputs[0]) != "float" \
             or k.ct(node.inputs[0]) != "float" or k.ct(node.inputs[1]) != "float":
@@ -143,7 +146,8 @@ def matmul_blocking(k, node):
     if n < 8:
         return None
     # the tile T[mb][N rounded up] lives on the stack (of an OpenMP worker too): at most 256 KiB
-    return next((m for m in (8, 4, 2, 1) if a[-2] % m == 0 and m * round_up(n, CHUNK) <= 4 * MAX_TILE), None)
+    return next((m for m in (8, 4, 2, 1) if (a[-2] % m == 0 or (partial and a[-2] > m))
+                 and m * round_up(n, CHUNK) <= 4 * MAX_TILE), None)
 
 
 def _mm_kn(k, node) -> tuple:
@@ -158,15 +162,16 @@ def matmul_b_view(k, node, mb: int) -> str:
     """B packed as ``[batch][N rounded up / CHUNK][K][CHUNK]``: panels of CHUNK columns, zero
     columns after N, a transposed Gemm B transposed here. A tile's chunk of columns then reads
     one contiguous panel through the K loop (row-major B put its rows N floats apart: one cache
-    line per page at N=1024). One-row tiles (``mb`` 1: matrix-vector products) stream B row by
-    row instead and get it row-major (one panel of all the columns). Packed once per set of constants when B is a constant (weights),
-    else into kernel-local scratch at every run."""
+    line per page at N=1024); so does a one-row tile (``mb`` 1: a matrix-vector product), its
+    CHUNK sums in registers, and threads that share a row's columns read disjoint panels. Packed
+    once per set of constants when B is a constant (weights), else into kernel-local scratch at
+    every run."""
     bt = node.inputs[1]
     kk, n = _mm_kn(k, node)
     nb = numel(k.shape(bt)[:-2])
     n2 = round_up(n, CHUNK)
     trans = int(node.op == "Gemm" and bool(node.attributes.get("transB", 0)))
-    call = f"sf_pack_b({{dst}}, {{b}}, {nb}, {kk}, {n}, {n2}, {trans}, {n2 if mb == 1 else CHUNK});"
+    call = f"sf_pack_b({{dst}}, {{b}}, {nb}, {kk}, {n}, {n2}, {trans}, {CHUNK});"
     k.use_helper("sf_pack_b")
     what = "MatMul/Gemm B packed in panels of columns"
     if k.is_constant(bt):
@@ -176,9 +181,34 @@ def matmul_b_view(k, node, mb: int) -> str:
     return arr
 
 
-def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
+def column_share(threads: int, n: int, blocks: int) -> int:
+    """Columns per share of a MatMul/Gemm output row block when the threads split its ``n``
+    columns, or 0 (each thread takes whole blocks of rows): with fewer than 2 of the ``blocks``
+    per thread (a linear layer at batch 1: one row), the row's CHUNK-column panels of packed B in
+    about 8 shares per thread, which the threads take one at a time -- each share a contiguous
+    stream of B, and the row's read of B split among the threads.
+
+    >>> column_share(2, 4096, 1), column_share(2, 1000, 1), column_share(1, 4096, 1), column_share(2, 4096, 8)
+    (256, 64, 0, 0)
+    """
+    if threads < 2 or blocks >= 2 * threads:
+        return 0
+    panels = round_up(n, CHUNK) // CHUNK
+    shares = min(panels, -(-8 * threads // blocks))
+    return 0 if shares < 2 else -(-panels // shares) * CHUNK
+
+
+def mm_columns(k, node) -> int:
+    """N of a MatMul/Gemm output (the columns of its B as the tile reads it)."""
+    return _mm_kn(k, node)[1]
+
+
+def tile_matmul_blocked(k, node, batch, i0, bsrc, mb, cols=None, rows=None) -> str:
     """Rows i0..i0+mb-1 of MatMul/Gemm output at ``batch`` into ``T[mb][N rounded up]``, with a
-    Gemm's alpha and beta*C applied (the tile is hot); its name."""
+    Gemm's alpha and beta*C applied (the tile is hot); its name. ``cols``: (first, end) C
+    expressions, multiples of CHUNK: only those columns of T are computed (default all);
+    ``rows``: a C expression, the rows of the block inside the output (default mb; A is read
+    only there, the rows past it are zero)."""
     at = node.inputs[0]
     a, b = k.shape(at), k.shape(node.inputs[1])
     kk, n = _mm_kn(k, node)
@@ -193,16 +223,21 @@ def tile_matmul_blocked(k, node, batch, i0, bsrc, mb) -> str:
     bb = bmap(batch, out[:-2], b[:-2]) if node.op == "MatMul" else ()
     boff = _linear(b[:-2], bb) if bb else "0"
     bptr = bsrc if boff == "0" else f"{bsrc} + ({boff})*{kk * n2}"
+    q0, q1 = cols if cols else ("0", str(n2))
     k.use_helper(f"sf_mm_tile{mb}")
-    k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bptr});")
+    if mb == 1:
+        k.line(f"sf_mm_tile1(&{arr}[0][0], {q0}, {q1}, {k.ptr(at, 'r')} + {base}, {kk}, {bptr});")
+    else:
+        k.line(f"sf_mm_tile{mb}(&{arr}[0][0], {n2}, {k.ptr(at, 'r')} + {base}, {kk}, {kk}, {bptr}, {q0}, {q1}, "
+               f"{rows if rows is not None else mb});")
     if node.op == "Gemm":
         at_ = node.attributes
         alpha, beta = at_.get("alpha", 1.0), at_.get("beta", 1.0)
         has_c = len(node.inputs) > 2 and node.inputs[2] and beta != 0
         if alpha != 1.0 or has_c:
             r, j = k.fresh("r"), k.fresh("j")
-            with k.block(f"for (int {r} = 0; {r} < {mb}; {r}++)"):
-                with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            with k.block(f"for (int {r} = 0; {r} < {rows if rows is not None else mb}; {r}++)"):
+                with k.block(f"for (long {j} = {q0}; {j} < sf_min({q1}, {n}); {j}++)"):
                     i = f"({i0} + {r})" if i0 != "0" else r
                     k.line(f"{arr}[{r}][{j}] = {_gemm_epilogue(k, node, f'{arr}[{r}][{j}]', i, j)};")
     return arr

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 
 from . import anchors, conv_tiles, gemm_tiles, reductions
-from .tiles import MAX_TILE, tile_rank
+from .chelpers import CHUNK
+from .tiles import MAX_TILE, round_up, tile_rank
 from .channels import flat_band, flat_plane, prime_channel_reads, reads_per_channel
 from .kernel import Kernel
 
@@ -94,7 +95,7 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) ->
     blocking = conv_tiles.conv_blocking(k, node) if node.op == "Conv" else None
     if blocking is not None:
         return _emit_conv_blocked(k, t, node, shape, blocking, body, deps)
-    mb = gemm_tiles.matmul_blocking(k, node) if node.op in ("MatMul", "Gemm") else None
+    mb = gemm_tiles.matmul_blocking(k, node, partial=True) if node.op in ("MatMul", "Gemm") else None
     if mb is not None:
         return _emit_matmul_blocked(k, t, node, shape, mb, body, split)
     d = tile_rank(k, node)
@@ -168,16 +169,60 @@ def _conv_rows(k: Kernel, t: str, shape: tuple, blk, body, arr: str, at: tuple) 
 
 def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body, split: int = 0) -> None:
     """A pass over a MatMul output with the register-blocked tile: loops over (batch..., block
-    of mb rows), the tile, then per row of the block the epilogue's loop over the row."""
+    of mb rows), the tile, then per row of the block the epilogue's loop over the row. With M
+    not a multiple of mb (:func:`~solverfuse.emit.gemm_tiles.matmul_blocking`'s ``partial``: 197
+    tokens in blocks of 8) the last block's tile and epilogue stop at row M."""
     bsrc = gemm_tiles.matmul_b_view(k, node, mb)
-    with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=DYNAMIC_TILES) as outer:
+    n = gemm_tiles.mm_columns(k, node)
+    m = shape[-2]
+    blocks = -(-m // mb)
+    share = 0 if split or any(d != 1 for d in shape[:-2]) else gemm_tiles.column_share(k.threads, n, blocks)
+    if share:
+        return _matmul_column_shares(k, t, node, shape, mb, body, bsrc, share)
+    with k.loops(tuple(shape[:-2]) + (blocks,), parallel=True, dynamic=DYNAMIC_TILES) as outer:
         batch, mi = tuple(outer[:-1]), outer[-1]
         i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
-        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb)
-        with k.loops((mb,)) as (a,):
-            i = a if i0 == "0" else k.index(f"{i0} + {a}")
-            prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))
-            k.set_tile(t, prefix, f"{arr}[{a}]", 1)
-            with last_dim(k, shape[-1], split) as j:
+        rows = k.index(f"sf_min({mb}, {m} - {i0})") if m % mb else None
+        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb, rows=rows)
+        _matmul_rows(k, t, shape, mb, rows, batch, i0, arr, lambda i: _last_dim_body(k, shape, split, body, batch, i))
+
+
+def _last_dim_body(k: Kernel, shape: tuple, split: int, body, batch: tuple, i: str) -> None:
+    with last_dim(k, shape[-1], split) as j:
+        body(batch + (i, j))
+
+
+def _matmul_rows(k: Kernel, t: str, shape: tuple, mb: int, rows, batch: tuple, i0: str, arr: str, row) -> None:
+    """Per row of a blocked MatMul tile (``rows``: the C expression of how many rows are in the
+    output, None: all mb): the tile's row bound to ``t``, then ``row(i)``."""
+    with k.loops((mb,)) as (a,):
+        if rows is not None:
+            k.line(f"if ({a} >= {rows}) break;")
+        i = a if i0 == "0" else k.index(f"{i0} + {a}")
+        prefix = tuple("0" if d == 1 else k.index(x) for x, d in zip(batch + (i,), shape[:-1]))
+        k.set_tile(t, prefix, f"{arr}[{a}]", 1)
+        row(i)
+        k.drop_tile(t)
+
+
+def _matmul_column_shares(k: Kernel, t: str, node, shape: tuple, mb: int, body, bsrc: str, share: int) -> None:
+    """:func:`_emit_matmul_blocked` with the threads sharing the columns of each block of rows
+    (:func:`~solverfuse.emit.gemm_tiles.column_share`): one loop over (block, share of ``share``
+    columns); each iteration computes its columns of the tile and runs the epilogue over them."""
+    n, m = shape[-1], shape[-2]
+    shares = -(-n // share)
+    batch = tuple("0" for _ in shape[:-2])
+    with k.loops((-(-m // mb) * shares,), parallel=True, dynamic=DYNAMIC_TILES) as (it,):
+        mi, s = (k.index(f"{it} / {shares}"), k.index(f"{it} % {shares}")) if it != "0" else ("0", "0")
+        i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
+        rows = k.index(f"sf_min({mb}, {m} - {i0})") if m % mb else None
+        q0 = k.index(f"{s}*{share}") if s != "0" else "0"
+        q1 = k.index(f"sf_min({q0} + {share}, {round_up(n, CHUNK)})")
+        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb, (q0, q1), rows)
+        hi = k.index(f"sf_min({q1}, {n})")
+
+        def row(i):
+            j = k.fresh("j")
+            with k.block(f"for (long {j} = {q0}; {j} < {hi}; {j}++)"):
                 body(batch + (i, j))
-            k.drop_tile(t)
+        _matmul_rows(k, t, shape, mb, rows, batch, i0, arr, row)

@@ -55,6 +55,11 @@ def _plan_passes(k: Kernel) -> list:
             p = g.index.producer[t]
             if p in k.materialised and not any(c in k.members for c in g.index.consumers.get(t, [])):
                 continue  # its own pass writes it straight to global memory
+            parts = concat_parts(k, t)
+            if parts is not None:
+                for n, (u, _, _) in enumerate(parts):
+                    passes.append((("cat", t, n), k.shape(u), inline_deps(k, u, memo)))
+                continue
             by_shape.setdefault(k.shape(t), []).append(t)
         for shape, ts in by_shape.items():
             deps = frozenset().union(*(inline_deps(k, t, memo) for t in ts))
@@ -242,11 +247,67 @@ def _render_body(k: Kernel, forced: set) -> None:
                 reductions.reduce_pass(k, node)
         elif p[0] == "fwd":
             emit_forward(k, p[1], p[2], inline_deps(k, p[1], memo))
+        elif p[0] == "cat":
+            _emit_concat_part(k, p[1], concat_parts(k, p[1])[p[2]], memo)
         else:
             _, shape, ts = p
             deps = frozenset().union(*(inline_deps(k, t, memo) for t in ts))
             k.line(f"/* pass: {len(ts)} written tensor(s) of shape {list(shape)} */")
             emit_loop(k, shape, deps, lambda idx, ts=ts: [k.store(t, idx, k.value(t, idx)) for t in ts])
+
+
+def concat_parts(k: Kernel, t: str) -> Optional[list]:
+    """(input, axis, offset) per non-empty input when written tensor ``t`` is the output of an
+    in-group Concat along axis 0 or 1 (not materialised) that no other op of the group reads, else None. Its pass is then one pass per input over the
+    input's own shape, each storing straight into its slice of ``t``: an in-group anchor feeding
+    the Concat keeps its tile and stores there (at the Concat's shape it was materialised into
+    scratch and copied: SqueezeNet's fire modules), an input from outside is one contiguous copy.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [1, 2, 4]}, "y": {"shape": [1, 3, 4]}, "z": {"shape": [1, 5, 4]}},
+    ...     "inputs": ["x", "y"], "outputs": ["z"],
+    ...     "nodes": [{"name": "c", "op": "Concat", "inputs": ["x", "y"], "outputs": ["z"], "attributes": {"axis": 1}}]})
+    >>> concat_parts(Kernel(g, ["c"], 0, {"x": 0, "y": 1, "z": 2}, counters=False, threads=1, lower=None), "z")
+    [('x', 1, 0), ('y', 1, 2)]
+    """
+    g = k.graph
+    v = g.index.producer.get(t)
+    if v not in k.members or v in k.materialised:
+        return None
+    node = g.index.node[v]
+    if node.op != "Concat" or len(k.shape(t)) == 0 or any(c in k.members for c in g.index.consumers.get(t, [])):
+        return None  # read in the group too: one pass writes it and computes its readers
+    axis = node.attributes.get("axis", 0) % len(k.shape(t))
+    if axis > 1:
+        return None  # the passes may run the dims after the channel as one flat index (flat_band)
+    parts, off = [], 0
+    for u in node.inputs:
+        size = k.shape(u)[axis]
+        if size:
+            parts.append((u, axis, off))
+        off += size
+    return parts
+
+
+def _emit_concat_part(k: Kernel, t: str, part: tuple, memo: dict) -> None:
+    """One input of a Concat stored into its slice of the output ``t`` (:func:`concat_parts`)."""
+    u, axis, off = part
+    k.line(f"/* pass: Concat input {u!r} into its slice of {t!r} (at {off} along axis {axis}) */")
+    deps = inline_deps(k, u, memo)
+    shape = k.shape(u)
+    if k.graph.index.producer.get(u) not in k.members and not k.counters and numel(shape[:axis]) == 1 \
+            and k.ct(u) == k.ct(t):
+        # an input from outside whose slice is one contiguous run of t: one flat copy loop
+        dst, src = k.ptr(t, "w"), k.ptr(u, "r")
+        base = off * numel(shape[axis + 1:])
+        with k.loops((numel(shape),), parallel=True) as (q,):
+            k.line(f"{dst}[{base} + {q}] = {src}[{q}];")
+        return
+
+    def body(idx):
+        at = tuple(idx[:axis]) + (k.index(f"{idx[axis]} + {off}") if off else idx[axis],) + tuple(idx[axis + 1:])
+        k.store(t, at, k.value(u, idx))
+    emit_loop(k, shape, deps, body)
 
 
 def _materialise_inline(k: Kernel, node, deps) -> None:
