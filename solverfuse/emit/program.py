@@ -72,7 +72,7 @@ from .schedule import render_kernel
 from .team import SYNC
 
 #: The team's return code and its reading of ``sf_error`` (written by any thread of the team).
-TEAM_RC = "static int sf_team_rc;\n#define SF_ERROR() __atomic_load_n(&sf_error, __ATOMIC_RELAXED)"
+TEAM_RC = "static SF_UNUSED int sf_team_rc;\n#define SF_ERROR() __atomic_load_n(&sf_error, __ATOMIC_RELAXED)"
 
 
 def _driver(entries: list[tuple[str, str]], threads: int) -> str:
