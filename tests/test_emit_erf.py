@@ -234,3 +234,19 @@ def test_layernorm_gelu_row_kernel_is_sanitizer_clean(tmp_path):
     Runtime."""
     g = zoo.residual_layernorm_gelu(9, 1000)
     check(g, fuse_greedily(g), tmp_path, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
+
+
+def test_large_layernorm_rows_keep_the_prefetching_output_loop():
+    """A LayerNorm + GELU row loop whose output is past the non-temporal-store threshold (the
+    motif at 2x LLC) keeps its output loop that prefetches the next row; it had been replaced by
+    the streamed output loop when the two branches met (residual_layernorm_gelu 56% -> 38% of the
+    triad). A softmax of the same size still streams, and a fence follows only a streamed loop."""
+    from solverfuse.emit.program import render
+    big = zoo.residual_layernorm_gelu(11000, 768)  # 33.8 MB output per tensor, above 32 MiB
+    src = render(build_plan(big, HW, fuse_greedily(big), strategy="t"), big, threads=1)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert "__builtin_prefetch" in body and "sf_stream(" not in body and "sf_stream_fence();" not in body
+    soft = zoo.softmax_rows(11000, 768)
+    src = render(build_plan(soft, HW, fuse_greedily(soft), strategy="t"), soft, threads=1)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert "sf_stream" in body and "sf_stream_fence();" in body

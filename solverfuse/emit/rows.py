@@ -171,6 +171,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
     k.line(f"/* one row loop over {list(shape[:-1])}: row tiles, row statistics, outputs */")
     before = set(k.tiles)
     pend: list = []   # a softmax output deferred to the next row's exponentials (row_stream)
+    fence: list = []  # the row's outputs streamed (row_stream)
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
 
     def row(outer):
@@ -187,11 +188,13 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             pend.extend(row_stream.defer_output(k, shape, tuple(outer), writes))
             if pend:
                 return
-        streamed = [t for t in writes if row_stream.streamed(k, t)]
+        prefetched = any("__builtin_prefetch" in ln for ln in k.lines[mark:]) or not _prefetching(k, writes)
+        streamed = [t for t in writes if row_stream.streamed(k, t)] if prefetched else []
         if streamed:
             row_stream.stream_outputs(k, shape, tuple(outer), writes, streamed)
+            fence.append(True)
             return
-        if any("__builtin_prefetch" in ln for ln in k.lines[mark:]) or not _prefetching(k, writes):
+        if prefetched:
             with k.loops(shape[-1:]) as inner:
                 _row_outputs(k, writes, tuple(outer) + tuple(inner))
             return
@@ -227,5 +230,5 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             row_stream.finish_deferred(k, mark, depth, *pend)
     for t in set(k.tiles) - before:
         k.drop_tile(t)  # the row's tiles and row copies end with the row loop
-    if any(row_stream.streamed(k, t) for t in writes):
+    if pend or fence:  # the row loop wrote with non-temporal stores
         k.line("sf_stream_fence();")
