@@ -75,23 +75,27 @@ from .team import SYNC
 TEAM_RC = "static SF_UNUSED int sf_team_rc;\n#define SF_ERROR() __atomic_load_n(&sf_error, __ATOMIC_RELAXED)"
 
 
-def _driver(entries: list[tuple[str, str]], threads: int) -> str:
-    """``sf_run``'s body after its entry: the kernel calls in order, each run of kernels the team
-    can run ("all" its threads, or "one": thread 0 while the others wait) in one parallel region
-    (:mod:`~solverfuse.emit.team`); a kernel "alone" runs between regions, opening its own."""
+def _driver(entries: list[tuple[str, str, str]], threads: int) -> str:
+    """``sf_run``'s body after its entry: the kernel calls in order. Each run of consecutive
+    kernels whose parallel loops the team can share ("all"; view groups' checks, "view", go with
+    them) runs in one parallel region (:mod:`~solverfuse.emit.team`); a serial kernel or one the
+    team cannot run ("alone") runs between regions -- a serial kernel on the calling thread with
+    no barrier (small models of tiny serial kernels paid a barrier, often a futex wake, for
+    each: BERT at 2 threads went from 7 to 96 us). A run of view groups alone opens no region.
+    Entries: (how, its lines in the team, its lines alone)."""
     out: list[str] = []
     n = 0
     while n < len(entries):
-        if entries[n][0] == "alone":
-            out.append(entries[n][1])
-            n += 1
-            continue
         end = n
         while end < len(entries) and entries[end][0] != "alone":
             end += 1
-        body = "\n".join(entries[j][1] for j in range(n, end)).replace("\n    ", "\n            ")
+        if not any(e[0] == "all" for e in entries[n:end]):
+            out += [e[2] for e in entries[n:max(end, n + 1)]]
+            n = max(end, n + 1)
+            continue
+        body = "\n".join(e[1] for e in entries[n:end]).replace("\n    ", "\n            ")
         out.append(f"    sf_team_rc = 0;\n    #pragma omp parallel num_threads({threads})\n    {{\n"
-                   "        const int me = SF_TID();\n        int r = 0;\n        (void)me;\n        do {\n"
+                   "        int r = 0;\n        do {\n"
                    f"        {body}\n        }} while (0);\n"
                    "        if (r) __atomic_store_n(&sf_team_rc, r, __ATOMIC_RELAXED);\n    }\n"
                    "    if ((rc = sf_team_rc)) return rc;\n    if (sf_error) return sf_error;")
@@ -271,7 +275,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     for b in table:
         ctype(graph, b.tensor)
     funcs = []
-    driver: list[tuple[str, str]] = []  # (how it runs: "all"/"one" thread(s) of the team or "alone", C lines)
+    driver: list[tuple[str, str, str]] = []  # (how it runs: "all"/"view" in the team or "alone", C lines in the team, alone)
     func_helpers: list[frozenset] = []
     helpers: set[str] = set()
     seen: dict[str, str] = {}  # kernel text with buffers renumbered locally -> function name
@@ -290,8 +294,8 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     nslots = nb
     for gi, grp in enumerate(plan.groups):
         if any(t in alias for t in grp.writes):
-            driver.append(("all", _view_group(graph, grp.nodes, gi, buffers, team=True)) if team
-                          else ("alone", _view_group(graph, grp.nodes, gi, buffers)))
+            driver.append(("view" if team else "alone", _view_group(graph, grp.nodes, gi, buffers, team=True),
+                           _view_group(graph, grp.nodes, gi, buffers)))
             continue
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
                    first_slot=nslots, padded=padded, writes=grp.writes)
@@ -317,18 +321,19 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
                     f"(const long long[]){{{', '.join(map(str, gn)) or '0'}}}, {len(gd)})")
         else:
             shared = k.team_text() if team else None
-            how = "all" if shared is not None else "one" if team and k.threads == 1 else "alone"
+            how = "all" if shared is not None and k.threads > 1 else "alone"
             before = len(funcs)
             name, args = _shared_kernel(shared or text, gi, seen, funcs, about)
             if len(funcs) > before:
                 func_helpers.append(frozenset(k.helpers))
             call = f"{name}((void *const[]){{{', '.join(f'X[{a}]' for a in args)}}})" if args else f"{name}(X)"
             if name != f"k{gi}":
-                driver.append((how, f"    /* group {gi}: the same code as {name} */"))
+                same = f"    /* group {gi}: the same code as {name} */"
+                driver.append(("view" if how == "all" else "alone", same, same))
         if counters:
             how = "alone"
-        driver.append((how, f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;" if how == "alone"
-                       else f"    if (sf_sync((r = {'me ? 0 : ' if how == 'one' else ''}{call}) || SF_ERROR())) break;"))
+        driver.append((how, f"    if (sf_sync((r = {call}) || SF_ERROR())) break;",
+                       f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;"))
     arena_bytes, offsets = layout(slots)
     offset, size = [-1] * nslots, [0] * nslots
     for i, off, sl in zip(slot_index, offsets, slots):
