@@ -26,3 +26,13 @@ def examples_dir() -> Path:
 def h100():
     from solverfuse.hardware import load_hardware
     return load_hardware("nvidia-h100")
+
+
+@pytest.fixture
+def small_kernels_parallel(monkeypatch):
+    """Kernels of 2^18 work (flops + elements) and more run on the threads, as before
+    ``kernel.PARALLEL_MIN_WORK`` rose to 2^20: the 2-thread tests that use it check the threaded
+    code paths (shared loops, the team's barriers, column shares) on kernels small enough to
+    build and run fast; the threshold itself is a speed choice, measured in benchmarks/."""
+    from solverfuse.emit import kernel
+    monkeypatch.setattr(kernel, "PARALLEL_MIN_WORK", 1 << 18)

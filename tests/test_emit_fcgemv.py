@@ -13,6 +13,9 @@ from solverfuse.emit.program import render
 
 from .emit_helpers import check, graph
 
+#: the 2-thread kernels here are sized for a 2^18 work threshold (see the fixture)
+pytestmark = pytest.mark.usefixtures("small_kernels_parallel")
+
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):

@@ -14,7 +14,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from solverfuse.emit.kernel import PARALLEL_MIN_WORK, Kernel
+from solverfuse.emit import kernel as kernel_module
+from solverfuse.emit.kernel import Kernel
 from solverfuse.emit.program import render
 from solverfuse.emit.reference import reference_outputs
 from solverfuse.errors import EmitError
@@ -22,6 +23,9 @@ from solverfuse.emit.team import team_body
 from solverfuse.plans import build_plan
 
 from .emit_helpers import HW, check, graph, run_plan
+
+#: the 2-thread kernels here are sized for a 2^18 work threshold (see the fixture)
+pytestmark = pytest.mark.usefixtures("small_kernels_parallel")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +71,7 @@ def test_a_multi_kernel_plan_opens_one_region_per_run(cache):
 def test_errors_from_any_thread_end_the_run_and_the_next_run_is_right(cache):
     g = _net()
     plan, prog, out, ins, cs = run_plan(g, GROUPS, cache, threads=2)
-    assert PARALLEL_MIN_WORK <= 300 * 1024  # the Gather is shared among the threads
+    assert kernel_module.PARALLEL_MIN_WORK <= 300 * 1024  # the Gather is shared among the threads
     with pytest.raises(EmitError, match="parameter tensor differs"):
         prog.run(ins, dict(cs, sh=np.array([784, 32])))
     for bad in (0, 299):  # an index out of range in the first thread's rows, then in the last's

@@ -34,10 +34,10 @@ from .team import team_body
 
 #: Below this much work (flops + elements read and written) a kernel runs on one thread: waking
 #: a sleeping worker costs 16-22 us on the benchmark host (passive waits, a KVM guest), so a kernel
-#: of a few microseconds gains little from a second thread. (At 2^20 EfficientNet's optimal plan ran
-#: 1.07x its unfused plan at 2 threads instead of 1.96x, but the tests' 2-thread fixtures are sized
-#: for 2^18.)
-PARALLEL_MIN_WORK = 1 << 18
+#: of a few microseconds gains little from a second thread. At 2^18, fused kernels of small models
+#: crossed it where their unfused parts did not: EfficientNet's optimal plan ran 1.96x its unfused
+#: plan at 2 threads, 1.07x at 2^20 (same run conditions); the light models did not slow down.
+PARALLEL_MIN_WORK = 1 << 20
 
 
 def kernel_work(graph: Graph, nodes: Sequence[str]) -> int:
