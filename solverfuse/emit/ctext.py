@@ -137,21 +137,18 @@ static inline float sf_expf(float x)
     return y.f;
 }
 
-/* erf of a float: x * P(x^2) / Q(x^2) with |x| clamped to 3.6, a rational least-squares fit of
-   degree 5/5 in x^2 (it stays <= 1 there; erf(3.6) = 1 - 3.6e-7), ~13 FMAs and a division per
-   lane; max abs and rel error 3.6e-7 in float32 (tests/test_emit_math.py checks it against
-   math.erf); NaN in, NaN out. The clamp is an integer min on |x|'s bit pattern, the sign put
-   back after (as sf_expf's): GCC 12 made the float selects 10 mask instructions per vector at
-   AVX-512 and left the loop scalar below it, so AVX2 called glibc's vector erff (a call, 0.60
-   ns per GELU element in L1 here, this 0.40; AVX-512: 0.38 -> 0.34 ns). */
-static inline float sf_erff(float x)
+/* erf of a float: x * P(x^2) / Q(x^2) with |x| clamped to 3.6 (sf_erf_fit, from |x|'s bit
+   pattern and the sign; sf_geluf shares it), a rational least-squares fit of degree 5/5 in x^2
+   (it stays <= 1 there; erf(3.6) = 1 - 3.6e-7), ~13 FMAs and a division per lane; max abs and
+   rel error 3.6e-7 in float32 (tests/test_emit_math.py checks it against math.erf); NaN in, NaN
+   out. The clamp is an integer min on |x|'s bit pattern, the sign put back after (as sf_expf's):
+   GCC 12 made the float selects 10 mask instructions per vector at AVX-512 and left the loop
+   scalar below it, so AVX2 called glibc's vector erff (a call, 0.60 ns per GELU element in L1
+   here, this 0.40; AVX-512: 0.38 -> 0.34 ns). */
+static inline float sf_erf_fit(uint32_t mag, uint32_t sign)
 {
-    union { float f; uint32_t u; } a, y;
-    a.f = x;
-    const uint32_t sign = a.u & 0x80000000u;
-    a.u &= 0x7FFFFFFFu;
-    const uint32_t nan = a.u > 0x7F800000u ? 0x7FC00000u : 0u;
-    a.u = a.u < 0x40666666u ? a.u : 0x40666666u;      /* |x| <= 3.6f (inf, NaN: 3.6f) */
+    union { float f; uint32_t u; } a;
+    a.u = mag < 0x40666666u ? mag : 0x40666666u;      /* |x| <= 3.6f (inf, NaN: 3.6f) */
     const float z = a.f * a.f;
     float p = 1.9749196857e-06f, q = 3.7481442686e-05f;
     p = SF_FMA(p, z, 2.8803467792e-04f); q = SF_FMA(q, z, 1.2162721794e-03f);
@@ -160,8 +157,16 @@ static inline float sf_erff(float x)
     p = SF_FMA(p, z, 1.9623998469e-01f); q = SF_FMA(q, z, 5.0724431928e-01f);
     p = SF_FMA(p, z, 1.1283789766e+00f); q = SF_FMA(q, z, 1.0f);
     a.u |= sign;
-    y.f = a.f * p / q;
-    y.u |= nan;                                         /* NaN stays NaN */
+    return a.f * p / q;
+}
+
+static inline float sf_erff(float x)
+{
+    union { float f; uint32_t u; } a, y;
+    a.f = x;
+    const uint32_t mag = a.u & 0x7FFFFFFFu;
+    y.f = sf_erf_fit(mag, a.u & 0x80000000u);
+    y.u |= mag > 0x7F800000u ? 0x7FC00000u : 0u;       /* NaN stays NaN */
     return y.f;
 }
 
@@ -172,19 +177,9 @@ static inline float sf_erff(float x)
    sum is exact where it cancels (erf in [-1, -1/2]). */
 static inline float sf_geluf(float x)
 {
-    union { float f; uint32_t u; } a, s;
+    union { float f; uint32_t u; } s;
     s.f = x * 0.707106781f;
-    a.u = s.u & 0x7FFFFFFFu;
-    a.u = a.u < 0x40666666u ? a.u : 0x40666666u;      /* |x| / sqrt 2 <= 3.6f */
-    const float z = a.f * a.f;
-    float p = 1.9749196857e-06f, q = 3.7481442686e-05f;
-    p = SF_FMA(p, z, 2.8803467792e-04f); q = SF_FMA(q, z, 1.2162721794e-03f);
-    p = SF_FMA(p, z, 4.0032704067e-03f); q = SF_FMA(q, z, 1.5443666720e-02f);
-    p = SF_FMA(p, z, 5.3466319685e-02f); q = SF_FMA(q, z, 1.1647273700e-01f);
-    p = SF_FMA(p, z, 1.9623998469e-01f); q = SF_FMA(q, z, 5.0724431928e-01f);
-    p = SF_FMA(p, z, 1.1283789766e+00f); q = SF_FMA(q, z, 1.0f);
-    a.u |= s.u & 0x80000000u;                           /* erf's sign: x's */
-    const float h = 0.5f * x, e = a.f * p / q;
+    const float h = 0.5f * x, e = sf_erf_fit(s.u & 0x7FFFFFFFu, s.u & 0x80000000u);
 #if defined(__FMA__)
     return fmaf(h, e, h);
 #else
