@@ -99,3 +99,18 @@ def model_counts(g, plan):
                 rb += g.nbytes(t)
         out.append((rb, sum(g.nbytes(t) for t in writes)))
     return out
+
+
+def exp_errors(x: np.ndarray, got: np.ndarray):
+    """A float32 exp ``got`` of ``x`` against float64 exp (NumPy), asserting exactly the same NaNs,
+    overflows to inf and underflows to 0; returns (the float64 exp, the mask of finite nonzero
+    float32 results, their errors in ulps of the float32 result)."""
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+        want32 = want.astype(np.float32)
+    nan = np.isnan(x)
+    assert np.isnan(got[nan]).all() and not np.isnan(got[~nan]).any()
+    assert (np.isinf(got[~nan]) == np.isinf(want32[~nan])).all(), "overflow to inf differs"
+    assert ((got[~nan] == 0) == (want32[~nan] == 0)).all(), "underflow to 0 differs"
+    fin = ~nan & np.isfinite(want32) & (want32 != 0)
+    return want, fin, np.abs(got[fin].astype(np.float64) - want[fin]) / np.spacing(want32[fin]).astype(np.float64)
