@@ -53,6 +53,7 @@ def _conv_bn_relu(shape, kernel, attrs):
                                    ("r", "Relu", ["n"], ["y"])])
 
 
+@pytest.mark.usefixtures("small_kernels_parallel")  # small convs: their own small regions
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape,kernel,attrs,marker", CASES)
 def test_small_plane_and_strided_depthwise_convs_match_onnxruntime(shape, kernel, attrs, marker, threads, cache):
@@ -66,6 +67,7 @@ def test_small_plane_and_strided_depthwise_convs_match_onnxruntime(shape, kernel
         assert re.search(r"#pragma omp (?:parallel )?for[^\n]*\n\s*for \(long (c\d+) = 0;[^\n]*\n\s*sf_conv_copy\w*\(\w+ \+ \1\*", src)
 
 
+@pytest.mark.usefixtures("small_kernels_parallel")  # a 26x26 conv: one small region
 def test_bands_split_so_the_threads_share_tiles_evenly(cache):
     """3 blocks of 8 channels on a 26-row plane: one band per block would give 2 threads 2 and 1
     tiles; the rows are split into bands so that the count divides evenly (or is large)."""

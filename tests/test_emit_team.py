@@ -205,3 +205,19 @@ def test_squeezenet_at_two_threads_matches_onnxruntime_in_every_intermediate(cac
         for t in g.outputs:
             np.testing.assert_allclose(out[t], ref[t], rtol=1e-3, atol=1e-4 * float(np.abs(ref[t]).max()), err_msg=t)
         out = prog.run(ins, cs)
+
+
+def test_a_region_with_too_little_work_in_all_runs_serial(cache, monkeypatch):
+    """A run of parallel kernels whose work is small in all opens no region (one worker wake-up
+    would cost more than the second thread saves; the sum over a run: parallel_groups' doctest).
+    The conv here is over the per-kernel threshold; under a region threshold of twice its work it
+    runs serial, under half its work in a region. Outputs against ONNX Runtime both ways."""
+    g = _net(gather=False)
+    work = 2 * 32 * 16 * 9 * 28 * 28  # the conv's flops, counted here from its shape
+    groups = [["c", "r"], ["rs"], ["ex"], ["ad"]]
+    monkeypatch.setattr(kernel_module, "PARALLEL_MIN_WORK", 1 << 10)
+    for region, pragmas in ((2 * work, 0), (work // 2, 1)):
+        monkeypatch.setattr(kernel_module, "REGION_MIN_WORK", region)
+        src = render(build_plan(g, HW, groups, strategy="t"), g, threads=2)["model.c"]
+        assert src.count("#pragma omp parallel") == pragmas and ("#pragma omp" in src) == bool(pragmas)
+        check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)

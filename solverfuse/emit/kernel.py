@@ -39,6 +39,39 @@ from .team import team_body
 #: plan at 2 threads, 1.07x at 2^20 (same run conditions); the light models did not slow down.
 PARALLEL_MIN_WORK = 1 << 20
 
+#: Below this much work in all, a run of consecutive parallel kernels (one parallel region of
+#: :mod:`~.team`, one worker wake-up) runs serial too: a region pays the 16-22 us wake once, and
+#: saves half its kernels' time. A tiny model with one kernel just over PARALLEL_MIN_WORK (ResNet
+#: from a transformers config: one 1.2e6-work stem conv) ran 44 us at 1 thread, 71-124 us at 2.
+REGION_MIN_WORK = 1 << 22
+
+
+def parallel_groups(works: Sequence[int], views: Sequence[bool], threads: int) -> list[bool]:
+    """Which groups of a plan run on the threads, from each group's :func:`kernel_work` and
+    whether it is a view group (no kernel; it does not end a region): those of at least
+    ``PARALLEL_MIN_WORK`` whose run of consecutive parallel groups does at least
+    ``REGION_MIN_WORK`` in all.
+
+    >>> parallel_groups([1 << 21, 5, 1 << 21, 1 << 21], [False, True, False, False], 2)
+    [True, False, True, True]
+    >>> parallel_groups([1 << 21, 5, 1 << 21], [False, False, False], 2)
+    [False, False, False]
+    """
+    big = [threads > 1 and not v and w >= PARALLEL_MIN_WORK for w, v in zip(works, views)]
+    out = [False] * len(big)
+    i = 0
+    while i < len(big):
+        if not big[i]:
+            i += 1
+            continue
+        end = i
+        while end < len(big) and (big[end] or views[end]):
+            end += 1
+        if sum(w for w, b in zip(works[i:end], big[i:end]) if b) >= REGION_MIN_WORK:
+            out[i:end] = big[i:end]
+        i = end
+    return out
+
 
 def kernel_work(graph: Graph, nodes: Sequence[str]) -> int:
     """Flops plus elements read and written of a group: what decides whether threads pay off.

@@ -65,7 +65,7 @@ from .arena import Slot, layout, slot_bytes
 from .cexpr import CSIZES, ctype
 from .chelpers import helper_text
 from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header
-from .kernel import Kernel, param_check
+from .kernel import Kernel, kernel_work, parallel_groups, param_check
 from .lowering import code_for_op
 from .looped import render_looped, streams_in_one_loop
 from .schedule import render_kernel
@@ -292,12 +292,15 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     prepare: list[str] = []
     pack_sources: set[int] = set()
     nslots = nb
+    views = [any(t in alias for t in grp.writes) for grp in plan.groups]
+    shared_threads = parallel_groups([kernel_work(graph, grp.nodes) for grp in plan.groups], views, threads)
     for gi, grp in enumerate(plan.groups):
-        if any(t in alias for t in grp.writes):
+        if views[gi]:
             driver.append(("view" if team else "alone", _view_group(graph, grp.nodes, gi, buffers, team=True),
                            _view_group(graph, grp.nodes, gi, buffers)))
             continue
-        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads, lower=code_for_op,
+        k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads if shared_threads[gi] else 1,
+                   lower=code_for_op,
                    first_slot=nslots, padded=padded, writes=grp.writes)
         text = render_looped(k, grp.passes) if grp.passes > 1 or streams_in_one_loop(k) else render_kernel(k)
         helpers |= k.helpers
