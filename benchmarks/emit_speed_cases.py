@@ -75,4 +75,9 @@ def make_graph(spec: str):
 
         from solverfuse.onnx_import import import_onnx
         return import_onnx(str(Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"))
+    if kind == "model":  # an exported transformers model of tests/data/models (its stem)
+        from pathlib import Path
+
+        from solverfuse.onnx_import import import_onnx
+        return import_onnx(str(Path(__file__).resolve().parent.parent / "tests" / "data" / "models" / f"{name}.onnx"))
     raise ValueError(f"unknown case {spec!r}")

@@ -6,7 +6,8 @@ The plan's C is rendered as usual, then every kernel call of ``sf_run`` is wrapp
 ``compile_plan`` builds), run ``--rounds`` times, and the fastest time of each kernel kept. The
 table lists the kernels by time, with their ops, output shape and GFLOP/s (2 x multiply-adds).
 
-    PYTHONPATH=. python benchmarks/zoo_profile.py light:squeezenet --threads 2 [--top 25]
+    PYTHONPATH=. python benchmarks/zoo_profile.py light:squeezenet --threads 2 [--top 25] [--ort]
+    PYTHONPATH=. python benchmarks/zoo_profile.py model:mobilenet_v2_dynamo --rounds 50  (tests/data/models)
 """
 from __future__ import annotations
 

@@ -114,12 +114,20 @@ def test_a_kernel_the_team_cannot_run_runs_between_two_regions(cache, monkeypatc
 
 
 def test_the_team_code_without_openmp_matches_under_the_sanitizers(cache):
-    # (no Gather: its index check is an ``omp atomic`` write, which a build without OpenMP rejects)
-    g = _net(gather=False)
-    _, _, plain, _, _ = run_plan(g, GROUPS[:-1], cache, threads=2)
-    _, _, san, _, _ = run_plan(g, GROUPS[:-1], cache, threads=2, sanitize=True)
+    # with the Gather: its shared index check stores the error atomically with a builtin (an
+    # ``omp atomic`` pragma failed the strict build without OpenMP)
+    g = _net()
+    plan, _, plain, ins, cs = run_plan(g, GROUPS, cache, threads=2)
+    _, san_prog, san, _, _ = run_plan(g, GROUPS, cache, threads=2, sanitize=True)
+    assert "#pragma omp for" in render(plan, g, threads=2)["model.c"]  # the Gather's loop is shared
+    ref = reference_outputs(g, ins, cs, engine="onnxruntime")
     for t in g.outputs:
         np.testing.assert_allclose(san[t], plain[t], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(san[t], ref[t], rtol=1e-4, atol=1e-4)
+    idx = np.array(ins["i"])
+    idx[7] = 512
+    with pytest.raises(EmitError, match="out-of-range index"):
+        san_prog.run(dict(ins, i=idx), cs)
 
 
 def test_kernels_in_other_translation_units_join_the_same_team(cache):

@@ -26,6 +26,7 @@ Where: :mod:`~solverfuse.emit.tiles` (shared tile helpers, window geometry),
 """
 from __future__ import annotations
 
+from .cexpr import SET_INDEX_ERROR
 from .conv_tiles import conv_element, tile_conv
 from .gemm_tiles import gemm_element, matmul_element, tile_gemm, tile_matmul
 from .pool_tiles import avgpool_element, lrn_element, maxpool_element, tile_pool
@@ -52,9 +53,7 @@ def gather_index(k, node, at: tuple) -> str:
     k.line(f"long {ix} = (long){iv};")
     k.line(f"if ({ix} < 0) {ix} += {dim};")
     with k.block(f"if ({ix} < 0 || {ix} >= {dim})"):
-        if k.threads > 1:
-            k.pragma("#pragma omp atomic write")
-        k.line("sf_error = 3;")
+        k.line(SET_INDEX_ERROR if k.threads > 1 else "sf_error = 3;")
         k.line(f"{ix} = 0;")
     k.cache[key] = ix
     return ix

@@ -21,6 +21,11 @@ CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": 
 CSIZES = {"float": 4, "double": 8, "int64_t": 8, "int32_t": 4, "int16_t": 2, "int8_t": 1, "uint8_t": 1,
           "uint16_t": 2, "uint32_t": 4, "uint64_t": 8}
 
+#: A gather index out of range, seen by one of several threads: an atomic store (a GCC builtin,
+#: not ``#pragma omp atomic``, which a build without OpenMP -- the sanitizer's -- rejects under
+#: -Werror as an unknown pragma).
+SET_INDEX_ERROR = "__atomic_store_n(&sf_error, 3, __ATOMIC_RELAXED);"
+
 
 def ctype(graph: Graph, tensor: str) -> str:
     """C type of a tensor; EmitError for a dtype the emitter does not support.

@@ -14,7 +14,7 @@ Gather does.
 from __future__ import annotations
 
 from ..errors import EmitError
-from .cexpr import attr_str, lit
+from .cexpr import SET_INDEX_ERROR, attr_str, lit
 
 _SELU_ALPHA, _SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
 
@@ -147,9 +147,7 @@ def _checked_index(k, iv, size):
     k.line(f"long {ix} = (long){iv};")
     k.line(f"if ({ix} < 0) {ix} += {size};")
     with k.block(f"if ({ix} < 0 || {ix} >= {size})"):
-        if k.threads > 1:
-            k.pragma("#pragma omp atomic write")
-        k.line("sf_error = 3;")
+        k.line(SET_INDEX_ERROR if k.threads > 1 else "sf_error = 3;")
         k.line(f"{ix} = 0;")
     return ix
 
