@@ -5,6 +5,10 @@ The plan's C is rendered as usual, then every kernel call of ``sf_run`` is wrapp
 ``clock_gettime`` (the thread's CPU time at 1 thread, else wall time; a benchmark-only edit of the rendered text: the library is otherwise the one
 ``compile_plan`` builds), run ``--rounds`` times, and the fastest time of each kernel kept. The
 table lists the kernels by time, with their ops, output shape and GFLOP/s (2 x multiply-adds).
+With threads, the last column is each thread's fastest arrival at the barrier after a kernel of
+the team, from its leaving the barrier before: two equal arrivals, a work share split evenly; one
+near zero, a thread that got none of the kernel's tiles (on a loaded machine, usually a thread
+still waking from the barrier before while the other took every tile of a dynamic schedule).
 
     PYTHONPATH=. python benchmarks/zoo_profile.py light:squeezenet --threads 2 [--top 25] [--ort]
     PYTHONPATH=. python benchmarks/zoo_profile.py model:mobilenet_v2_dynamo --rounds 50  (tests/data/models)
@@ -38,6 +42,7 @@ from solverfuse.greedy import greedy_plan  # noqa: E402
 
 PROBE = r"""
 double sf_group_secs[SF_NUM_GROUPS + 1];
+double sf_arrive_secs[SF_NUM_GROUPS + 1][8];  /* per thread of a team: kernel start -> its return */
 static double sf_now(void)
 {
     struct timespec t;
@@ -62,11 +67,15 @@ def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
                   "if (rc) return rc; }")
         elif t:
             gi = shared if shared is not None else t.group(4)
-            ln = (f"{t.group(1)}{{ const int stop = {t.group(2)}; "
+            # each thread's arrival at the barrier after the kernel (from its return of the
+            # barrier before): how evenly the kernel's work is shared
+            call = t.group(2)[len("sf_sync((r = "):-len(") || SF_ERROR())")]
+            ln = (f"{t.group(1)}{{ r = {call}; sf_arrive_secs[{gi}][SF_TID() & 7] += sf_now() - sf_ts; "
+                  "const int stop = sf_sync(r || SF_ERROR()); sf_ts = sf_now(); "
                   f"if (SF_TID() == 0) {{ const double t1 = sf_now(); sf_group_secs[{gi}] += t1 - sf_t0; sf_t0 = t1; }} "
                   "if (stop) break; }")
         elif ln == "        int r = 0;":
-            ln += " double sf_t0 = sf_now();"
+            ln += " double sf_t0 = sf_now(); double sf_ts = sf_t0;"
         shared = c.group(1) if c else None
         out.append(ln)
     text = "\n".join(out)
@@ -98,21 +107,27 @@ def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> 
     lib.sf_init()
     n = len(plan.groups)
     secs = (ctypes.c_double * (n + 1)).in_dll(lib, "sf_group_secs")
+    arrive = ((ctypes.c_double * 8) * (n + 1)).in_dll(lib, "sf_arrive_secs")
     best = [float("inf")] * n
+    first = [[float("inf")] * threads for _ in range(n)]  # per thread: fastest arrival
     lib.sf_run(ptrs)  # packs the weights
     for _ in range(rounds):
         for i in range(n):
             secs[i] = 0.0
+            for j in range(8):
+                arrive[i][j] = 0.0
         if lib.sf_run(ptrs):
             raise RuntimeError("run failed")
         best = [min(b, secs[i]) for i, b in enumerate(best)]
+        first = [[min(f[j], arrive[i][j]) for j in range(threads)] for i, f in enumerate(first)]
     rows = []
     for i, grp in enumerate(plan.groups):
         ops = [g.index.node[v].op for v in grp.nodes]
         outs = [t for t in grp.writes]
         shape = g.tensors[outs[0]].shape if outs else ()
         rows.append({"group": i, "secs": best[i], "ops": "+".join(dict.fromkeys(ops)), "nodes": len(grp.nodes),
-                     "shape": list(shape), "flops": cost.group_flops(g, grp.nodes), "name": grp.nodes[0]})
+                     "shape": list(shape), "flops": cost.group_flops(g, grp.nodes), "name": grp.nodes[0],
+                     "arrive": first[i] if threads > 1 and any(first[i]) else None})
     return rows
 
 
@@ -161,12 +176,13 @@ def main(argv=None) -> int:
     total = sum(r["secs"] for r in rows)
     print(f"{args.spec} {args.threads} thread(s): {len(rows)} kernels, sum of fastest {1e3 * total:.2f} ms "
           f"(load {os.getloadavg()[0]:.1f})")
-    print("| group | ms | % | GFLOP/s | ops | out shape | first node |")
-    print("|---|---|---|---|---|---|---|")
+    print("| group | ms | % | GFLOP/s | ops | out shape | first node | threads' arrival ms |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: -r["secs"])[:args.top]:
         gf = f"{r['flops'] / r['secs'] / 1e9:.1f}" if r["flops"] and r["secs"] else "-"
+        arr = " / ".join(f"{1e3 * a:.3f}" for a in r["arrive"]) if r["arrive"] else "serial"
         print(f"| {r['group']} | {1e3 * r['secs']:.3f} | {100 * r['secs'] / total:.1f} | {gf} | {r['ops']} "
-              f"| {r['shape']} | {r['name']} |")
+              f"| {r['shape']} | {r['name']} | {arr} |")
     if args.ort:
         ort_rows = ort_profile(args.spec, args.threads, args.rounds)
         tot = sum(r["secs"] for r in ort_rows)
