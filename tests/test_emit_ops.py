@@ -3,10 +3,12 @@ broadcasting. Ops are batched into a few graphs (one kernel per op: the unfused 
 suite compiles little."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from .emit_helpers import check, graph, unfused
+from .emit_helpers import check, graph, run_plan, unfused
 
 RNG = np.random.default_rng(20240607)
 
@@ -136,6 +138,45 @@ def test_lrn_against_onnxruntime(cache):
              ("lrn5", "LRN", ["img"], ["o_lrn5"], {"size": 5})]
     g = graph(t, ["img"], ["o_lrn", "o_lrn5"], nodes)
     check(g, unfused(g), cache, engine="onnxruntime")
+
+
+def _lrn_spec(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """LRN as the ONNX operator spec words it, in float64 (ONNX Runtime has no even window or
+    double LRN; onnx.reference's loops over the batch axis, see above)."""
+    c = x.shape[1]
+    sq = np.zeros(x.shape, dtype=np.float64)
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + -(-(size - 1) // 2))
+        sq[:, ch] = (x[:, lo:hi + 1].astype(np.float64) ** 2).sum(axis=1)
+    return x / (bias + alpha / size * sq) ** beta
+
+
+@pytest.mark.parametrize("shape,attrs,dtype,threads", [
+    ((1, 7, 9, 33), {"size": 5, "beta": 0.75, "alpha": 0.02}, "float32", 1),   # square roots; rows of 33
+    ((2, 5, 4, 6), {"size": 4, "beta": 0.5, "bias": 1.5, "alpha": 0.1}, "float32", 1),  # even window
+    ((1, 6, 3, 17), {"size": 3, "beta": 1.0, "alpha": 0.3}, "float64", 1),     # a division, double
+    ((1, 9, 5, 8), {"size": 3, "beta": 0.6, "alpha": 0.05}, "float32", 2),     # powf, 2 threads
+    ((1, 6, 5, 1), {"size": 3, "beta": 0.75, "alpha": 0.05}, "float32", 1),    # rows of 1: per element
+])
+def test_lrn_rows_with_an_epilogue_match_the_spec(shape, attrs, dtype, threads, cache):
+    """LRN computed a row at a time (the squares of the window's channels summed into the row,
+    then scaled) with a fused Relu after it; the betas that take square roots or a division and
+    one that takes powf; inputs large enough that the window sum matters. Against the spec's
+    formula in float64, and ONNX Runtime where it has the case (odd window, float32)."""
+    from solverfuse.emit.program import render
+    t = {"x": {"shape": list(shape), "dtype": dtype}}
+    g = graph(t, ["x"], ["y"], [("n", "LRN", ["x"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
+    plan, prog, _, ins, _ = run_plan(g, [["n", "r"]], cache, threads=threads)
+    x = ins["x"] * 4
+    out = prog.run({"x": x}, {})
+    want = np.maximum(_lrn_spec(x, **attrs), 0)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-6)
+    if attrs["size"] % 2 and dtype == "float32":
+        check(g, [["n", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=threads)
+    src = render(plan, g)["model.c"].split("static int k0")[1]
+    assert ("pow" not in src) == (attrs["beta"] != 0.6)
+    ct = "float" if dtype == "float32" else "double"
+    assert bool(re.search(rf"{ct} T\d+\[{shape[-1]}\];", src)) == (shape[-1] > 1)  # the row form ran
 
 
 @pytest.mark.parametrize("shape,kernel,attrs", [

@@ -22,14 +22,14 @@ Where: :mod:`~solverfuse.emit.tiles` (shared tile helpers, window geometry),
 ``TILES`` (op -> tile) and ``SPECIAL_ANCHORS`` (op -> per-element form).
 
 >>> sorted(TILES), "Gather" in SPECIAL_ANCHORS
-(['AveragePool', 'Conv', 'Gemm', 'MatMul', 'MaxPool'], True)
+(['AveragePool', 'Conv', 'Gemm', 'LRN', 'MatMul', 'MaxPool'], True)
 """
 from __future__ import annotations
 
 from .cexpr import SET_INDEX_ERROR
 from .conv_tiles import conv_element, tile_conv
 from .gemm_tiles import gemm_element, matmul_element, tile_gemm, tile_matmul
-from .pool_tiles import avgpool_element, lrn_element, maxpool_element, tile_pool
+from .pool_tiles import avgpool_element, lrn_element, maxpool_element, tile_lrn, tile_pool
 
 def _gather(k, node, pos, idx):
     data, ind = node.inputs[0], node.inputs[1]
@@ -59,7 +59,8 @@ def gather_index(k, node, at: tuple) -> str:
     return ix
 
 
-TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv, "MaxPool": tile_pool, "AveragePool": tile_pool}
+TILES = {"MatMul": tile_matmul, "Gemm": tile_gemm, "Conv": tile_conv, "MaxPool": tile_pool, "AveragePool": tile_pool,
+         "LRN": tile_lrn}
 
 
 SPECIAL_ANCHORS = {"MatMul": matmul_element, "Gemm": gemm_element, "Conv": conv_element, "MaxPool": maxpool_element,

@@ -219,6 +219,47 @@ def avgpool_element(k, node, pos, idx):
     return f"({n} ? {s} / ({ct}){n} : {_lit(0, ct)})"
 
 
+def _lrn_scale(k, node, ct: str, x: str, s: str) -> str:
+    """``x / (bias + alpha / size * s)^beta``: beta 0.75 (every LRN of the ONNX zoo), 0.5 and 1
+    with square roots and a division, which vectorise; pow one libm call per element."""
+    at = node.attributes
+    alpha, beta, bias, size = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0), at["size"]
+    d = k.fresh("d")
+    k.line(f"const {ct} {d} = {_lit(bias, ct)} + {_lit(alpha / size, ct)} * {s};")
+    f = "f" if ct == "float" else ""
+    if beta == 0.75:  # d^0.75 = sqrt(d) * sqrt(sqrt(d))
+        r = k.fresh("r")
+        k.line(f"const {ct} {r} = sqrt{f}({d});")
+        return f"{x} / ({r} * sqrt{f}({r}))"
+    if beta == 0.5:
+        return f"{x} / sqrt{f}({d})"
+    if beta == 1.0:
+        return f"{x} / {d}"
+    return f"{x} / pow{f}({d}, {_lit(beta, ct)})"
+
+
+def tile_lrn(k, t, outer, d=1):
+    """A row of an LRN output at (n, c, h...): the squares of the window's channels summed into
+    the row (one contiguous loop per channel of the window), then scaled: every loop a vector
+    loop (per element, a loop over the window's channels and a pow call: 10.7 ms for ZFNet's
+    96x109x109 LRN, 4x the whole row form)."""
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    x = node.inputs[0]
+    size, channels, n = node.attributes["size"], k.shape(x)[1], k.shape(t)[-1]
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    arr, ct, _ = tile_open(k, t, 1)
+    c = k.fresh("c")
+    with k.block(f"for (long {c} = sf_max(0, {outer[1]} - {lo}); {c} <= sf_min({channels - 1}, {outer[1]} + {hi}); {c}++)"):
+        j = k.fresh("j")
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            v = k.value(x, (outer[0], c) + tuple(outer[2:]) + (j,))
+            k.line(f"{arr}[{j}] += {v} * {v};")
+    j = k.fresh("j")
+    with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+        k.line(f"{arr}[{j}] = {_lrn_scale(k, node, ct, k.value(x, tuple(outer) + (j,)), f'{arr}[{j}]')};")
+    tile_done(k, t, outer, arr, 1)
+
+
 def lrn_element(k, node, pos, idx):
     at, ct = node.attributes, k.ct(node.outputs[0])
     size, channels = at["size"], k.shape(node.inputs[0])[1]
@@ -228,9 +269,7 @@ def lrn_element(k, node, pos, idx):
     with k.block(f"for (long {c} = sf_max(0, {idx[1]} - {lo}); {c} <= sf_min({channels - 1}, {idx[1]} + {hi}); {c}++)"):
         v = k.value(node.inputs[0], (idx[0], c) + tuple(idx[2:]))
         k.line(f"{s} += {v} * {v};")
-    x = k.value(node.inputs[0], idx)
-    alpha, beta, bias = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0)
-    return f"{x} / pow({_lit(bias, ct)} + {_lit(alpha / size, ct)} * {s}, {_lit(beta, ct)})"
+    return _lrn_scale(k, node, ct, k.value(node.inputs[0], idx), s)
 
 
 #: The per-element form of each pooling op (the fallback of :func:`tile_pool`).
