@@ -15,8 +15,9 @@ import contextlib
 
 from . import anchors, conv_tiles, gemm_tiles, reductions
 from .chelpers import CHUNK
+from ..ops import numel
 from .tiles import MAX_TILE, round_up, tile_rank
-from .channels import flat_band, flat_plane, prime_channel_reads, reads_per_channel
+from .channels import flat_band, flat_pass, flat_plane, prime_channel_reads, reads_per_channel
 from .kernel import Kernel
 
 MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
@@ -86,6 +87,12 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) ->
             with k.loops(shape[:-1], parallel=True) as outer:
                 with last_dim(k, shape[-1], split) as j:
                     body(tuple(outer) + (j,))
+            return
+        if flat_pass(k, deps, shape):
+            # q at the last dim over 1 (its stride is 1; an index at a dim of 1 is read as 0)
+            last = max(i for i, n in enumerate(shape) if n > 1)
+            with k.loops((numel(shape),), parallel=True) as (q,):
+                body(tuple(q if i == last else "0" for i in range(len(shape))))
             return
         with k.loops(shape, parallel=True) as idx:
             body(idx)

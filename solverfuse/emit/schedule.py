@@ -91,9 +91,30 @@ def _plan_passes(k: Kernel) -> list:
                 # epilogue after it runs as one vector loop over all of it (a conv's dot product
                 # in the same loop left SiLU's exp one scalar call per element)
                 promote.add(v)
+        promote |= _padded_math(k, passes)
         if not promote:
             return [p for p, _, _ in passes]
         k.materialised |= promote
+
+
+def _padded_math(k: Kernel, passes: list) -> set:
+    """The data inputs' producers of the Pads that passes evaluate inline when an expensive op
+    computes that input: materialised, the math runs in a pass at its own shape (one vector loop),
+    and the pass over the padded shape copies it. Inline, every element of the padded shape
+    chose between the pad value and the math, one scalar exp each (EfficientNet's conv + SiLU +
+    Pad on a 2x2 plane: 12 us fused, 7 unfused)."""
+    g = k.graph
+    out = set()
+    memo: dict = {}
+    for _, shape, deps in passes:
+        for d in deps:
+            node = g.index.node[g.index.producer[d]]
+            if node.op != "Pad" or not node.inputs or k.shape(d) != shape:
+                continue
+            p = g.index.producer.get(node.inputs[0])
+            if p in k.members and p not in k.materialised and _expensive(k, inline_deps(k, node.inputs[0], memo)):
+                out.add(p)
+    return out
 
 
 #: Ops whose value costs far more than a load from kernel-local scratch (a libm call or an
