@@ -104,3 +104,46 @@ def test_a_program_released_while_another_shares_its_library(cache):
     del a
     gc.collect()
     np.testing.assert_allclose(b.run(x, cs)["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def _anon_huge_kib() -> int:
+    text = open("/proc/self/smaps_rollup").read()
+    return int(re.search(r"^AnonHugePages:\s+(\d+) kB", text, re.M).group(1))
+
+
+def _thp_mode() -> str:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return "none"
+    return re.search(r"\[(\w+)\]", text).group(1)
+
+
+@pytest.mark.skipif(_thp_mode() != "madvise", reason="transparent huge pages not in madvise mode here: "
+                    "nothing else would take huge pages only when asked (always), or none are given (never)")
+def test_an_arena_of_4_mib_and_more_asks_for_huge_pages(cache):
+    """With transparent huge pages in madvise mode, only memory a program asks for gets 2 MiB
+    pages: the process's huge pages grow once a program with a 16 MiB+ arena runs (its
+    intermediates: 8 MiB tensors). NumPy asks for huge pages for its own large arrays too (the
+    output): that is turned off here, so what grows is the arena's (a page at least: a
+    fragmented machine may not have them all)."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _set_madvise_hugepage
+    g = _chain(n=6, size=(1024, 2048))
+    plan = build_plan(g, HW, unfused(g), strategy="t")
+    src = render(plan, g)["model.c"]
+    assert int(re.search(r"#define SF_ARENA_BYTES (\d+)LL", src).group(1)) >= 16 << 20
+    prog = compile_plan(plan, g, cache_dir=cache)
+    ins, cs = random_inputs(g, seed=0), constants(g, seed=0)
+    was = _set_madvise_hugepage(False)
+    try:
+        before = _anon_huge_kib()
+        out = prog.run(ins, cs)
+        grown = _anon_huge_kib() - before
+    finally:
+        _set_madvise_hugepage(was)
+    assert grown >= 2048, grown
+    ref = reference_outputs(g, ins, cs, engine="onnxruntime")
+    np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-5, atol=1e-6)

@@ -289,9 +289,23 @@ void sf_release(void)
     sf_packed = 0;
 }}
 
+#if defined(__linux__) && !defined(SF_SEPARATE_SLOTS)
+/* the prelude's _POSIX_C_SOURCE hides madvise; MADV_HUGEPAGE is 14 on every Linux target */
+extern int madvise(void *, size_t, int);
+#define SF_HUGE ((size_t)2 << 20)
+#endif
+
 int sf_init(void)
 {{
     if (!sf_arena) {{
+#if defined(SF_HUGE)
+        /* an arena of 4 MiB and more in 2 MiB pages where the kernel allows them (transparent
+           huge pages in madvise mode): streamed weights and activations miss the TLB far less */
+        if (SF_ARENA_BYTES >= 2 * SF_HUGE) {{
+            const size_t n = ((size_t)SF_ARENA_BYTES + SF_HUGE - 1) / SF_HUGE * SF_HUGE;
+            if ((sf_arena = aligned_alloc(SF_HUGE, n))) (void)madvise(sf_arena, n, 14);
+        }} else
+#endif
         sf_arena = aligned_alloc(64, SF_ARENA_BYTES);
         sf_packed = 0;
 #if defined(SF_SEPARATE_SLOTS)
