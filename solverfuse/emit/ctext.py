@@ -289,8 +289,9 @@ void sf_release(void)
     sf_packed = 0;
 }}
 
-#if defined(__linux__) && !defined(SF_SEPARATE_SLOTS)
-/* the prelude's _POSIX_C_SOURCE hides madvise; MADV_HUGEPAGE is 14 on every Linux target */
+#if defined(__linux__) && !defined(SF_SEPARATE_SLOTS) && !defined(SF_NO_HUGE_PAGES)
+/* the prelude's _POSIX_C_SOURCE hides madvise; MADV_HUGEPAGE is 14 on every Linux target.
+   -DSF_NO_HUGE_PAGES: plain 64-byte aligned arena (benchmarks: a paired A/B with a cc wrapper) */
 extern int madvise(void *, size_t, int);
 #define SF_HUGE ((size_t)2 << 20)
 #endif
