@@ -1,0 +1,148 @@
+"""Building blocks of a row loop's reductions (:mod:`~solverfuse.emit.rows`): float partial sums
+in blocks (:func:`float_blocks`), prefetches of the next row's input streams while this row computes
+(:func:`prefetch_next_row`, :func:`output_prefetch`), and row arrays that keep an in-group tensor's
+row for the row's later ops (:func:`row_array`). Used by :mod:`~solverfuse.emit.reductions` and
+:mod:`~solverfuse.emit.softmax`.
+
+>>> SUM_BLOCK
+256
+"""
+from __future__ import annotations
+
+import contextlib
+
+from .cexpr import linear
+
+
+#: Exponentials per float partial sum of a softmax normaliser (the partial sums are added in double):
+#: a float accumulator keeps the exp loop at full vector width where a double one converts and
+#: adds every lane twice (softmax_rows motif: 0.54 -> 0.46 ns per element in L1 here), and a lane
+#: adds at most SUM_BLOCK / 4 values before its sum goes to the double (errors of ~1e-7 relative).
+SUM_BLOCK = 256
+
+
+def computed(k, x) -> bool:
+    """Whether reading ``x`` in this group recomputes its producer (no row copy, tile or scratch)."""
+    return k.graph.index.producer.get(x) in k.members and not k.has_tile(x) and x not in k.scratch
+
+
+def row_inputs(k, x) -> list:
+    """The global tensors of x's shape that computing x in this group reads element for element
+    (a row loop's rows of them stream from memory; parameters and broadcasts are excluded)."""
+    g, shape, out, seen, todo = k.graph, k.shape(x), [], set(), [x]
+    while todo:
+        t = todo.pop()
+        if not t or t in seen:
+            continue
+        seen.add(t)
+        p = g.index.producer.get(t)
+        if p in k.members:
+            if computed(k, t):
+                todo.extend(g.index.node[p].inputs)
+        elif t in k.buffers and k.shape(t) == shape and t not in k.gathered:
+            out.append(t)
+    return sorted(out)
+
+
+def prefetch_next_row(k, x, row, start: str) -> None:
+    """Inside a row loop: prefetch the next row's block [start, start + SUM_BLOCK) of every global
+    input x streams from (one prefetch per 64-byte line). The exp pass of a softmax is compute-bound
+    on a row already in L1, so memory would otherwise idle; issued a block at a time, the lines of
+    the next row arrive while this one computes (softmax_rows: ~70% -> ~85% of the triad here;
+    all of a row's prefetches at once were slower). Not in instrumented builds."""
+    if k.counters or row is None:
+        return
+    for t in row_inputs(k, x):
+        q = k.fresh("q")
+        nxt = next_row(k, t, row, f"{start} + {q}")
+        if nxt is not None:
+            with k.block(f"if ({nxt[0]}) for (long {q} = 0; {q} < {SUM_BLOCK}; {q} += 16)"):
+                k.line(f"__builtin_prefetch({nxt[1]});")
+
+
+def next_row(k, t, row, at: str):
+    """(condition, address) of element ``at`` of the row after ``row`` of the float tensor ``t``
+    (the row index that moves is the last one not fixed at 0); None when there is no such row
+    index or ``t`` is not float (one prefetch per 64-byte line is 16 floats)."""
+    live = [n for n, i in enumerate(row) if i != "0"]
+    if not live or k.ct(t) != "float":
+        return None
+    pos, shape = live[-1], k.shape(t)
+    nxt = tuple(f"({i} + 1)" if n == pos else i for n, i in enumerate(row)) + (at,)
+    return f"{row[pos]} + 1 < {shape[pos]}", f"&{k.ptr(t, 'r')}[{linear(shape, nxt)}]"
+
+
+@contextlib.contextmanager
+def float_blocks(k, n: int, total: str, prefetch=None):
+    """A loop over ``n`` in blocks of ``SUM_BLOCK``: yields (index, float partial sum) inside the
+    inner ``omp simd`` loop; each block's partial sum is then added to the double ``total``.
+    ``prefetch`` (x, row): each block first prefetches the next row's block of x's inputs."""
+    jb, part, j = k.fresh("jb"), k.fresh("sp"), k.fresh("i")
+    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
+        if prefetch is not None:
+            prefetch_next_row(k, prefetch[0], prefetch[1], jb)
+        k.line(f"float {part} = 0;")
+        mark = len(k.lines)
+        k.line(f"#pragma omp simd reduction(+:{part})")
+        hi = f"{jb} + {SUM_BLOCK}" if n % SUM_BLOCK == 0 else f"sf_min({jb} + {SUM_BLOCK}, {n})"
+        with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
+            yield j, part
+        if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
+            del k.lines[mark]  # no OpenMP construct may be nested in a simd loop
+        k.line(f"{total} += {part};")
+
+
+def row_streams(k, tensors) -> list:
+    """The global tensors the row loop's ``tensors`` stream from (see :func:`output_prefetch`);
+    taken before the row's statistics keep any row in an array.
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = zoo.residual_layernorm_gelu(2, 8)
+    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
+    ...            counters=False, threads=1, lower=code_for_op)
+    >>> row_streams(k, ["y"])
+    ['residual', 'x']
+    >>> output_prefetch(k, ["x"], ("i",), "j"); k.lines
+    ['    if (i + 1 < 2) __builtin_prefetch(&b0[((i + 1))*8 + j]);']
+    """
+    return sorted(set().union(*(row_inputs(k, x) for x in tensors)))
+
+
+def output_prefetch(k, streams, row, at: str) -> None:
+    """Inside a row loop's output loop, run 16 outputs at a time: prefetch the next row's cache
+    line at ``at`` of each float tensor of ``streams`` (:func:`row_streams`). A row whose output
+    loop computes much (LayerNorm + erf GELU: ~0.45 ns per element in L1) leaves memory idle
+    while it does, and the next row's statistics loop then waits on memory: the
+    residual_layernorm_gelu motif ran at about memory + compute time (48% of the triad). One
+    line per 16 outputs spreads the next row's misses over the whole output loop; the 16 lines
+    of a 256-value block at once (as :func:`prefetch_next_row`) or the whole row at the row's
+    start were slower here (the loads queued behind them: 72% and 54% of the triad, this 84%,
+    best of 40 rounds). Not in instrumented builds. Example: :func:`row_streams`."""
+    if k.counters:
+        return
+    for t in streams:
+        nxt = next_row(k, t, row, at)
+        if nxt is not None:
+            k.line(f"if ({nxt[0]}) __builtin_prefetch({nxt[1]});")
+
+
+def row_array(k, x):
+    """A row array for the in-group tensor ``x`` that a row reduction reads and other ops of the
+    group read again (a softmax's exp(x - max)): filled by the reduction's loop, then read
+    instead of recomputing the chain (None when x is a global load, a tile, or read once)."""
+    g = k.graph
+    if g.index.producer.get(x) not in k.members or k.has_tile(x):
+        return None
+    if x not in k.writes and sum(c in k.members for c in g.index.consumers.get(x, [])) < 2:
+        return None
+    arr = k.fresh("R")
+    k.line(f"{k.ct(x)} {arr}[{k.shape(x)[-1]}];")
+    return arr
+
+
+def row_array_filled(k, x, row, arr):
+    """From here on (in this row), ``x`` at (row, j) is ``arr[j]``."""
+    if arr is not None:
+        k.set_tile(x, tuple("0" if n == 1 else k.index(i) for i, n in zip(row, k.shape(x)[:-1])), arr, 1)
