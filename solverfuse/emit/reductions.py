@@ -15,7 +15,7 @@ from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
 from .elementwise import exp_fn, input_specs, stat_type
-from .row_loop import SUM_BLOCK, computed, float_blocks, row_array, row_array_filled
+from .row_loop import computed, declare_row, lane_sums, row_array, row_array_filled
 from .softmax import expsum_blocks, softmax_stats
 
 
@@ -43,32 +43,26 @@ def _ln_row(k, x, idx, axis, shape, eps, row_copy=None):
 def _ln_float_row(k, x, idx, n, eps, row_copy=None):
     """Mean and 1/stddev of a float row of ``n``: the sum, then the sum of squares about the
     mean (two passes: no cancellation however large the mean is against the spread), each in
-    float partial sums of ``SUM_BLOCK`` values added to a double. Per 16 lanes 4 vector ops in
-    all where the one-pass double sums took ~8 (converts and two double halves), the second
-    pass over the row in L1. ``row_copy`` (an array) receives each value in the first pass;
-    the second pass and the row's output loop read it there."""
+    float lanes added to a double (:func:`lane_sums`), the second pass over the row in L1.
+    ``row_copy`` (an array) receives each value in the first pass; the second pass and the row's
+    output loop read it there."""
     s, q, mu, mf = k.fresh("s"), k.fresh("q"), k.fresh("mu"), k.fresh("mf")
     k.line(f"double {s} = 0, {q} = 0;")
-    for second in (False, True):
-        jb, part, j = k.fresh("jb"), k.fresh("sp"), k.fresh("i")
-        with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
-            k.line(f"float {part} = 0;")
-            k.line(f"#pragma omp simd reduction(+:{part})")
-            hi = f"{jb} + {SUM_BLOCK}" if n % SUM_BLOCK == 0 else f"sf_min({jb} + {SUM_BLOCK}, {n})"
-            with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
-                if second:
-                    v = f"{row_copy}[{j}]" if row_copy is not None else k.value(x, tuple(idx[:-1]) + (j,))
-                    d = k.tmp("float", f"{v} - {mf}", "d")
-                    k.line(f"{part} += {d} * {d};")
-                else:
-                    v = k.value(x, tuple(idx[:-1]) + (j,))
-                    if row_copy is not None:
-                        k.line(f"{row_copy}[{j}] = {v};")
-                    k.line(f"{part} += {v};")
-            k.line(f"{q if second else s} += {part};")
-        if not second:
-            k.line(f"const double {mu} = {s} / {n};")
-            k.line(f"const float {mf} = (float){mu};")
+
+    def value(j):
+        v = k.value(x, tuple(idx[:-1]) + (j,))
+        if row_copy is not None:
+            k.line(f"{row_copy}[{j}] = {v};")
+        return v
+
+    def square(j):
+        v = f"{row_copy}[{j}]" if row_copy is not None else k.value(x, tuple(idx[:-1]) + (j,))
+        d = k.tmp("float", f"{v} - {mf}", "d")
+        return f"{d} * {d}"
+    lane_sums(k, n, s, value)
+    k.line(f"const double {mu} = {s} / {n};")
+    k.line(f"const float {mf} = (float){mu};")
+    lane_sums(k, n, q, square)
     return mf, f"(float)(1.0 / sqrt({q} / {n} + {eps!r}))"
 
 
@@ -84,7 +78,7 @@ def layernorm_stats(k, node, row=None):
         copy = None
         if k.ct(x) == "float" and axis == len(shape) - 1 and computed(k, x):
             copy = k.fresh("R")
-            k.line(f"float {copy}[{shape[-1]}];")
+            declare_row(k, "float", copy, shape[-1])
         mexpr, iexpr = _ln_row(k, x, tuple(row) + ("0",) * (len(shape) - len(row)), axis, shape, eps, copy)
         a, b = k.fresh("rmean"), k.fresh("ristd")
         k.line(f"const {stat_type(k, x)} {a} = {mexpr}, {b} = {iexpr};")
@@ -295,12 +289,13 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
     xs = k.shape(x)
     acc, at, flag, simd = _acc_open(k, node, kind)
     if kind in ("sum", "mean") and k.ct(x) == "float" and len(axes) == 1:
-        # float partial sums of SUM_BLOCK values, added in double (see SUM_BLOCK)
-        with float_blocks(k, xs[axes[0]], acc, (x, row) if row is not None else None) as (j, part):
+        # float lanes, added in double (see lane_sums)
+        def value(j):
             v = k.value(x, _input_index(xs, idx, axes, keep, (j,)))
             if row_copy is not None:
                 k.line(f"{row_copy}[{j}] = {v};")
-            k.line(f"{part} += {v};")
+            return v
+        lane_sums(k, xs[axes[0]], acc, value, (x, row) if row is not None else None)
         return _acc_result(k, node, kind, acc, xs[axes[0]])
     with k.loops([xs[a] for a in axes], simd=simd) as red:
         v = k.value(x, _input_index(xs, idx, axes, keep, red))

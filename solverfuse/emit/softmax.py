@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..ops import numel
 from .cexpr import linear
 from .elementwise import stat_type
-from .row_loop import SUM_BLOCK, float_blocks, prefetch_next_row, row_array, row_array_filled
+from .row_loop import SUM_BLOCK, declare_row, lane_sums, prefetch_next_row, row_array, row_array_filled
 
 
 #: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
@@ -38,18 +38,17 @@ def expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None) -> Non
 
 
 def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
-    """Row max ``m`` then ``s`` = sum of exp(x - m) (float partial sums of ``SUM_BLOCK``
-    exponentials, added in double): loops the compiler vectorises (inline exp, lane-wise max and
-    sum), where one online loop could not be. ``keep_exp``: the exponentials also go to a row
-    array, returned third (else None); for a float row the max loop keeps x in that array and
-    the exponentials replace it there (:func:`expsum_blocks`)."""
+    """Row max ``m`` then ``s`` = sum of exp(x - m) (float lanes added in double, :func:`lane_sums`):
+    loops the compiler vectorises (inline exp, lane-wise max and sum), where one online loop could
+    not be. ``keep_exp``: the exponentials also go to a row array, returned third (else None); for
+    a float row the max loop keeps x in that array and the exponentials replace it there (:func:`expsum_blocks`)."""
     copy = row_array(k, x) if row is not None else None
     m, s = k.fresh("m"), k.fresh("s")
     st = stat_type(k, x)
     k.line(f"{st} {m} = -INFINITY; double {s} = 0;")
     ex = k.fresh("E") if keep_exp else None
     if ex:
-        k.line(f"{st} {ex}[{n}];")
+        declare_row(k, st, ex, n)
     # a float row's exponentials are computed in place in the kept array (sf_expsum): the max
     # loop copies x into it
     stash = ex if ex and k.ct(x) == "float" else None
@@ -74,14 +73,15 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     if stash:
         expsum_blocks(k, stash, m, n, s, (x, row))
         return m, s, ex
-    with float_blocks(k, n, s, (x, row)) as (j, part):
+    def exp_value(j):
         xv = k.value(x, at(j))
-        if ex:
-            e = k.fresh("e")
-            k.line(f"const float {e} = sf_expf({xv} - {m});")
-            k.line(f"{ex}[{j}] = {e}; {part} += {e};")
-        else:
-            k.line(f"{part} += sf_expf({xv} - {m});")
+        if not ex:
+            return f"sf_expf({xv} - {m})"
+        e = k.fresh("e")
+        k.line(f"const float {e} = sf_expf({xv} - {m});")
+        k.line(f"{ex}[{j}] = {e};")
+        return e
+    lane_sums(k, n, s, exp_value, (x, row))
     return m, s, ex
 
 
