@@ -42,8 +42,8 @@ def test_log_softmax_rows_of_every_length_match_onnxruntime(n, cache):
 
 @pytest.mark.parametrize("n", [77, 2113])
 def test_float64_rows_match_the_reference(n, cache):
-    g = graph({"x": {"shape": [4, n], "dtype": "float64"}, "r": {"shape": [4, n], "dtype": "float64"}},
-              ["x", "r"], ["y", "z"],
+    f64 = {"shape": [4, n], "dtype": "float64"}
+    g = graph({"x": f64, "r": f64}, ["x", "r"], ["y", "z"],
               [("a", "Add", ["x", "r"], ["h"]), ("m", "ReduceMean", ["h"], ["c"], {"axes": [1], "keepdims": 1}),
                ("d", "Sub", ["h", "c"], ["y"]), ("s", "Softmax", ["h"], ["z"], {"axis": -1})])
     check(g, [["a", "m", "d", "s"]], cache, rtol=1e-12, atol=1e-12)

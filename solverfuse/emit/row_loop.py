@@ -12,10 +12,10 @@ from __future__ import annotations
 from .cexpr import linear
 
 
-#: Exponentials per float partial sum of a softmax normaliser (the partial sums are added in double):
+#: Values per block of a row's exp sum (``sf_expsum``, whose float block sums are added in double:
 #: a float accumulator keeps the exp loop at full vector width where a double one converts and
-#: adds every lane twice (softmax_rows motif: 0.54 -> 0.46 ns per element in L1 here), and a lane
-#: adds at most SUM_BLOCK / 4 values before its sum goes to the double (errors of ~1e-7 relative).
+#: adds every lane twice, softmax_rows motif: 0.54 -> 0.46 ns per element in L1 here) and of the
+#: next row's prefetches issued with it (:func:`prefetch_next_row`).
 SUM_BLOCK = 256
 
 

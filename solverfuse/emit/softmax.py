@@ -1,7 +1,7 @@
 """Softmax / LogSoftmax row statistics as C: the row max, then the exponentials and their sum
 (:func:`softmax_stats`; the exp loop as :func:`expsum_blocks`, which an exporter's decomposed
-softmax, ``ReduceSum(Exp(z - max))`` in :mod:`~solverfuse.emit.reductions`, shares). Row-loop building blocks come from
-:mod:`~solverfuse.emit.row_loop`.
+softmax, ``ReduceSum(Exp(z - max))`` in :mod:`~solverfuse.emit.reductions`, shares). Row-loop
+building blocks come from :mod:`~solverfuse.emit.row_loop`.
 
 >>> ROW_EXP_MAX
 16384
@@ -41,7 +41,8 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     """Row max ``m`` then ``s`` = sum of exp(x - m) (float lanes added in double, :func:`lane_sums`):
     loops the compiler vectorises (inline exp, lane-wise max and sum), where one online loop could
     not be. ``keep_exp``: the exponentials also go to a row array, returned third (else None); for
-    a float row the max loop keeps x in that array and the exponentials replace it there (:func:`expsum_blocks`)."""
+    a float row the max loop keeps x in that array and the exponentials replace it there
+    (:func:`expsum_blocks`)."""
     copy = row_array(k, x) if row is not None else None
     m, s = k.fresh("m"), k.fresh("s")
     st = stat_type(k, x)
