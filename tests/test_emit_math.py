@@ -164,7 +164,10 @@ def test_row_loop_softmax_keeps_its_exponentials(op, cache):
     src = render(build_plan(g, HW, [["a", "s"]], strategy="t"), g)["model.c"]
     assert ("float E" in src) == (op == "Softmax")
     body = src[src.index("static int k0("):]
-    assert body.count("exp(") + body.count("sf_expf(") + body.count("sf_expsum(") == 1  # the statistics loop only
+    # the statistics loops only (the row's whole chunks of lanes and its last 77 % 64), none after
+    cut = re.search(r"const float (rnorm|rmax)\d+ =", body).start()
+    calls = [part.count("exp(") + part.count("sf_expf(") + part.count("sf_expsum(") for part in (body[:cut], body[cut:])]
+    assert calls[0] >= 1 and calls[1] == 0, calls
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
     check(g, [["a", "s"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
 

@@ -1,14 +1,13 @@
 """Reductions as C: row statistics of Softmax / LogSoftmax / LayerNormalization / VarMean (a pass of their
 own into scratch arrays indexed by row, or scalars inside a row loop) and the expression of each
 output element from them (``STATS``, ``STATS_EXPR``); Reduce* and global pooling as a pass over
-the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`).
+the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`). Softmax statistics live in
+:mod:`~solverfuse.emit.softmax`, the row-loop building blocks in :mod:`~solverfuse.emit.row_loop`.
 
 >>> sorted(STATS), sorted(REDUCE_OPS)[:3]
 (['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean'], ['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2'])
 """
 from __future__ import annotations
-
-import contextlib
 
 from ..errors import InternalError
 from ..mapping import within
@@ -16,194 +15,13 @@ from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
 from .elementwise import exp_fn, input_specs, stat_type
+from .row_loop import computed, declare_row, lane_sums, row_array, row_array_filled
+from .softmax import expsum_blocks, softmax_stats
 
 
 # ---- reductions: statistics passes and reduced outputs
 def _row_index(k, node, idx, rshape):
     return linear(rshape, tuple("0" if d == 1 else i for i, d in zip(idx, rshape)))
-
-
-#: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
-#: the l1_overflow motif has 4,912): the output loop then multiplies instead of calling exp again.
-ROW_EXP_MAX = 16384
-
-
-#: Exponentials per float partial sum of a softmax normaliser (the partial sums are added in double):
-#: a float accumulator keeps the exp loop at full vector width where a double one converts and
-#: adds every lane twice (softmax_rows motif: 0.54 -> 0.46 ns per element in L1 here), and a lane
-#: adds at most SUM_BLOCK / 4 values before its sum goes to the double (errors of ~1e-7 relative).
-SUM_BLOCK = 256
-
-
-def _computed(k, x) -> bool:
-    """Whether reading ``x`` in this group recomputes its producer (no row copy, tile or scratch)."""
-    return k.graph.index.producer.get(x) in k.members and not k.has_tile(x) and x not in k.scratch
-
-
-def _row_inputs(k, x) -> list:
-    """The global tensors of x's shape that computing x in this group reads element for element
-    (a row loop's rows of them stream from memory; parameters and broadcasts are excluded)."""
-    g, shape, out, seen, todo = k.graph, k.shape(x), [], set(), [x]
-    while todo:
-        t = todo.pop()
-        if not t or t in seen:
-            continue
-        seen.add(t)
-        p = g.index.producer.get(t)
-        if p in k.members:
-            if _computed(k, t):
-                todo.extend(g.index.node[p].inputs)
-        elif t in k.buffers and k.shape(t) == shape and t not in k.gathered:
-            out.append(t)
-    return sorted(out)
-
-
-def _prefetch_next_row(k, x, row, start: str) -> None:
-    """Inside a row loop: prefetch the next row's block [start, start + SUM_BLOCK) of every global
-    input x streams from (one prefetch per 64-byte line). The exp pass of a softmax is compute-bound
-    on a row already in L1, so memory would otherwise idle; issued a block at a time, the lines of
-    the next row arrive while this one computes (softmax_rows: ~70% -> ~85% of the triad here;
-    all of a row's prefetches at once were slower). Not in instrumented builds."""
-    if k.counters or row is None:
-        return
-    for t in _row_inputs(k, x):
-        q = k.fresh("q")
-        nxt = _next_row(k, t, row, f"{start} + {q}")
-        if nxt is not None:
-            with k.block(f"if ({nxt[0]}) for (long {q} = 0; {q} < {SUM_BLOCK}; {q} += 16)"):
-                k.line(f"__builtin_prefetch({nxt[1]});")
-
-
-def _next_row(k, t, row, at: str):
-    """(condition, address) of element ``at`` of the row after ``row`` of the float tensor ``t``
-    (the row index that moves is the last one not fixed at 0); None when there is no such row
-    index or ``t`` is not float (one prefetch per 64-byte line is 16 floats)."""
-    live = [n for n, i in enumerate(row) if i != "0"]
-    if not live or k.ct(t) != "float":
-        return None
-    pos, shape = live[-1], k.shape(t)
-    nxt = tuple(f"({i} + 1)" if n == pos else i for n, i in enumerate(row)) + (at,)
-    return f"{row[pos]} + 1 < {shape[pos]}", f"&{k.ptr(t, 'r')}[{linear(shape, nxt)}]"
-
-
-@contextlib.contextmanager
-def _float_blocks(k, n: int, total: str, prefetch=None):
-    """A loop over ``n`` in blocks of ``SUM_BLOCK``: yields (index, float partial sum) inside the
-    inner ``omp simd`` loop; each block's partial sum is then added to the double ``total``.
-    ``prefetch`` (x, row): each block first prefetches the next row's block of x's inputs."""
-    jb, part, j = k.fresh("jb"), k.fresh("sp"), k.fresh("i")
-    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
-        if prefetch is not None:
-            _prefetch_next_row(k, prefetch[0], prefetch[1], jb)
-        k.line(f"float {part} = 0;")
-        mark = len(k.lines)
-        k.line(f"#pragma omp simd reduction(+:{part})")
-        hi = f"{jb} + {SUM_BLOCK}" if n % SUM_BLOCK == 0 else f"sf_min({jb} + {SUM_BLOCK}, {n})"
-        with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
-            yield j, part
-        if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
-            del k.lines[mark]  # no OpenMP construct may be nested in a simd loop
-        k.line(f"{total} += {part};")
-
-
-def _expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None) -> None:
-    """``arr[j] = exp(arr[j] - m)`` for j < n in blocks of ``SUM_BLOCK``, each block's float sum
-    added to the double ``total``: the shared helper ``sf_expsum`` (AVX-512: a table-driven vector
-    exp in 13 operations, ~40% fewer than the inline ``sf_expf`` that GCC vectorises; elsewhere
-    that loop). ``src`` (a pointer to a float row): ``arr[j] = exp(src[j] - m)``
-    (``sf_expsum_from``). ``prefetch`` (x, row) as :func:`_float_blocks`."""
-    k.use_helper("sf_expsum")
-    jb = k.fresh("jb")
-    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
-        if prefetch is not None:
-            _prefetch_next_row(k, prefetch[0], prefetch[1], jb)
-        size = str(SUM_BLOCK) if n % SUM_BLOCK == 0 else f"sf_min({SUM_BLOCK}, {n} - {jb})"
-        if src is None:
-            k.line(f"{total} += sf_expsum({arr} + {jb}, {m}, {size});")
-        else:
-            k.line(f"{total} += sf_expsum_from({arr} + {jb}, {m}, {size}, {src} + {jb});")
-
-
-def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
-    """Row max ``m`` then ``s`` = sum of exp(x - m) (float partial sums of ``SUM_BLOCK``
-    exponentials, added in double): loops the compiler vectorises (inline exp, lane-wise max and
-    sum), where one online loop could not be. ``keep_exp``: the exponentials also go to a row
-    array, returned third (else None); for a float row the max loop keeps x in that array and
-    the exponentials replace it there (:func:`_expsum_blocks`)."""
-    copy = _row_copy(k, x) if row is not None else None
-    m, s = k.fresh("m"), k.fresh("s")
-    st = stat_type(k, x)
-    k.line(f"{st} {m} = -INFINITY; double {s} = 0;")
-    ex = k.fresh("E") if keep_exp else None
-    if ex:
-        k.line(f"{st} {ex}[{n}];")
-    # a float row's exponentials are computed in place in the kept array (sf_expsum): the max
-    # loop copies x into it
-    stash = ex if ex and k.ct(x) == "float" else None
-    with k.loops([n], simd=f"reduction(max:{m})") as (j,):
-        v = k.value(x, at(j))
-        k.line(f"if ({v} > {m}) {m} = {v};")
-        if copy is not None:
-            k.line(f"{copy}[{j}] = {v};")
-        if stash:
-            k.line(f"{stash}[{j}] = {v};")
-    _row_copied(k, x, row, copy)
-    if k.ct(x) != "float":  # a double row: double exponentials summed in double, as tgmath's exp gives
-        with k.loops([n], simd=f"reduction(+:{s})") as (j,):
-            xv = f"{stash}[{j}]" if stash else k.value(x, at(j))
-            if ex:
-                e = k.fresh("e")
-                k.line(f"const {k.ct(x)} {e} = exp({xv} - {m});")
-                k.line(f"{ex}[{j}] = {e}; {s} += {e};")
-            else:
-                k.line(f"{s} += exp({xv} - {m});")
-        return m, s, ex
-    if stash:
-        _expsum_blocks(k, stash, m, n, s, (x, row))
-        return m, s, ex
-    with _float_blocks(k, n, s, (x, row)) as (j, part):
-        xv = k.value(x, at(j))
-        if ex:
-            e = k.fresh("e")
-            k.line(f"const float {e} = sf_expf({xv} - {m});")
-            k.line(f"{ex}[{j}] = {e}; {part} += {e};")
-        else:
-            k.line(f"{part} += sf_expf({xv} - {m});")
-    return m, s, ex
-
-
-def softmax_stats(k, node, row=None):
-    """Row max and normaliser of a (Log)Softmax: into scratch arrays indexed by row (a pass of
-    its own), or -- ``row`` given, inside a row loop -- into two scalars of that row."""
-    x = node.inputs[0]
-    shape = k.shape(x)
-    axis = node.attributes.get("axis", -1) % len(shape)
-    rshape = tuple(1 if i == axis else d for i, d in enumerate(shape))
-    if row is not None:
-        keep = node.op == "Softmax" and shape[axis] <= ROW_EXP_MAX
-        m, s, ex = _softmax_loops(k, x, lambda j: tuple(row) + (j,), shape[axis], tuple(row), keep)
-        a, b = k.fresh("rmax"), k.fresh("rnorm")
-        st = stat_type(k, x)
-        if ex:
-            a = m  # the output reads the kept exponentials, not the max
-            k.line(f"const {st} {b} = ({st})(1.0 / {s});")
-        elif node.op == "Softmax":
-            k.line(f"const {st} {a} = {m}, {b} = ({st})(1.0 / {s});")
-        else:
-            k.line(f"const {st} {a} = ({st})((double){m} + log({s}));")
-        k.stats[node.name] = {"a": a, "b": b, "row": True, "exp": ex}
-        return
-    st = stat_type(k, x)
-    mx, sm = k.alloc(st, numel(rshape), "row max"), k.alloc(st, numel(rshape), "row normaliser")
-    k.line(f"/* pass: {node.op} row statistics (online max and sum of exponentials) */")
-    with k.loops(rshape, parallel=True) as idx:
-        m, s, _ = _softmax_loops(k, x, lambda j: idx[:axis] + (j,) + idx[axis + 1:], shape[axis])
-        r = linear(rshape, idx)
-        if node.op == "Softmax":
-            k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = ({st})(1.0 / {s});")
-        else:
-            k.line(f"{mx}[{r}] = ({st})((double){m} + log({s}));")
-    k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape}
 
 
 def _ln_row(k, x, idx, axis, shape, eps, row_copy=None):
@@ -225,32 +43,26 @@ def _ln_row(k, x, idx, axis, shape, eps, row_copy=None):
 def _ln_float_row(k, x, idx, n, eps, row_copy=None):
     """Mean and 1/stddev of a float row of ``n``: the sum, then the sum of squares about the
     mean (two passes: no cancellation however large the mean is against the spread), each in
-    float partial sums of ``SUM_BLOCK`` values added to a double. Per 16 lanes 4 vector ops in
-    all where the one-pass double sums took ~8 (converts and two double halves), the second
-    pass over the row in L1. ``row_copy`` (an array) receives each value in the first pass;
-    the second pass and the row's output loop read it there."""
+    float lanes added to a double (:func:`lane_sums`), the second pass over the row in L1.
+    ``row_copy`` (an array) receives each value in the first pass; the second pass and the row's
+    output loop read it there."""
     s, q, mu, mf = k.fresh("s"), k.fresh("q"), k.fresh("mu"), k.fresh("mf")
     k.line(f"double {s} = 0, {q} = 0;")
-    for second in (False, True):
-        jb, part, j = k.fresh("jb"), k.fresh("sp"), k.fresh("i")
-        with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
-            k.line(f"float {part} = 0;")
-            k.line(f"#pragma omp simd reduction(+:{part})")
-            hi = f"{jb} + {SUM_BLOCK}" if n % SUM_BLOCK == 0 else f"sf_min({jb} + {SUM_BLOCK}, {n})"
-            with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
-                if second:
-                    v = f"{row_copy}[{j}]" if row_copy is not None else k.value(x, tuple(idx[:-1]) + (j,))
-                    d = k.tmp("float", f"{v} - {mf}", "d")
-                    k.line(f"{part} += {d} * {d};")
-                else:
-                    v = k.value(x, tuple(idx[:-1]) + (j,))
-                    if row_copy is not None:
-                        k.line(f"{row_copy}[{j}] = {v};")
-                    k.line(f"{part} += {v};")
-            k.line(f"{q if second else s} += {part};")
-        if not second:
-            k.line(f"const double {mu} = {s} / {n};")
-            k.line(f"const float {mf} = (float){mu};")
+
+    def value(j):
+        v = k.value(x, tuple(idx[:-1]) + (j,))
+        if row_copy is not None:
+            k.line(f"{row_copy}[{j}] = {v};")
+        return v
+
+    def square(j):
+        v = f"{row_copy}[{j}]" if row_copy is not None else k.value(x, tuple(idx[:-1]) + (j,))
+        d = k.tmp("float", f"{v} - {mf}", "d")
+        return f"{d} * {d}"
+    lane_sums(k, n, s, value)
+    k.line(f"const double {mu} = {s} / {n};")
+    k.line(f"const float {mf} = (float){mu};")
+    lane_sums(k, n, q, square)
     return mf, f"(float)(1.0 / sqrt({q} / {n} + {eps!r}))"
 
 
@@ -264,13 +76,13 @@ def layernorm_stats(k, node, row=None):
     eps = node.attributes.get("epsilon", 1e-5)
     if row is not None:
         copy = None
-        if k.ct(x) == "float" and axis == len(shape) - 1 and _computed(k, x):
+        if k.ct(x) == "float" and axis == len(shape) - 1 and computed(k, x):
             copy = k.fresh("R")
-            k.line(f"float {copy}[{shape[-1]}];")
+            declare_row(k, "float", copy, shape[-1])
         mexpr, iexpr = _ln_row(k, x, tuple(row) + ("0",) * (len(shape) - len(row)), axis, shape, eps, copy)
         a, b = k.fresh("rmean"), k.fresh("ristd")
         k.line(f"const {stat_type(k, x)} {a} = {mexpr}, {b} = {iexpr};")
-        _row_copied(k, x, row, copy)
+        row_array_filled(k, x, row, copy)
         k.stats[node.name] = {"a": a, "b": b, "row": True}
         return
     st = stat_type(k, x)
@@ -282,42 +94,6 @@ def layernorm_stats(k, node, row=None):
         k.line(f"{mean}[{r}] = {mexpr};")
         k.line(f"{inv}[{r}] = {iexpr};")
     k.stats[node.name] = {"a": mean, "b": inv, "shape": rshape}
-
-
-def row_streams(k, tensors) -> list:
-    """The global tensors the row loop's ``tensors`` stream from (see :func:`output_prefetch`);
-    taken before the row's statistics keep any row in an array.
-
-    >>> from solverfuse import zoo
-    >>> from solverfuse.emit.kernel import Kernel
-    >>> from solverfuse.emit.lowering import code_for_op
-    >>> g = zoo.residual_layernorm_gelu(2, 8)
-    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
-    ...            counters=False, threads=1, lower=code_for_op)
-    >>> row_streams(k, ["y"])
-    ['residual', 'x']
-    >>> output_prefetch(k, ["x"], ("i",), "j"); k.lines
-    ['    if (i + 1 < 2) __builtin_prefetch(&b0[((i + 1))*8 + j]);']
-    """
-    return sorted(set().union(*(_row_inputs(k, x) for x in tensors)))
-
-
-def output_prefetch(k, streams, row, at: str) -> None:
-    """Inside a row loop's output loop, run 16 outputs at a time: prefetch the next row's cache
-    line at ``at`` of each float tensor of ``streams`` (:func:`row_streams`). A row whose output
-    loop computes much (LayerNorm + erf GELU: ~0.45 ns per element in L1) leaves memory idle
-    while it does, and the next row's statistics loop then waits on memory: the
-    residual_layernorm_gelu motif ran at about memory + compute time (48% of the triad). One
-    line per 16 outputs spreads the next row's misses over the whole output loop; the 16 lines
-    of a 256-value block at once (as :func:`_prefetch_next_row`) or the whole row at the row's
-    start were slower here (the loads queued behind them: 72% and 54% of the triad, this 84%,
-    best of 40 rounds). Not in instrumented builds. Example: :func:`row_streams`."""
-    if k.counters:
-        return
-    for t in streams:
-        nxt = _next_row(k, t, row, at)
-        if nxt is not None:
-            k.line(f"if ({nxt[0]}) __builtin_prefetch({nxt[1]});")
 
 
 def _varmean_setup(k, node):
@@ -513,12 +289,13 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
     xs = k.shape(x)
     acc, at, flag, simd = _acc_open(k, node, kind)
     if kind in ("sum", "mean") and k.ct(x) == "float" and len(axes) == 1:
-        # float partial sums of SUM_BLOCK values, added in double (see SUM_BLOCK)
-        with _float_blocks(k, xs[axes[0]], acc, (x, row) if row is not None else None) as (j, part):
+        # float lanes, added in double (see lane_sums)
+        def value(j):
             v = k.value(x, _input_index(xs, idx, axes, keep, (j,)))
             if row_copy is not None:
                 k.line(f"{row_copy}[{j}] = {v};")
-            k.line(f"{part} += {v};")
+            return v
+        lane_sums(k, xs[axes[0]], acc, value, (x, row) if row is not None else None)
         return _acc_result(k, node, kind, acc, xs[axes[0]])
     with k.loops([xs[a] for a in axes], simd=simd) as red:
         v = k.value(x, _input_index(xs, idx, axes, keep, red))
@@ -618,14 +395,14 @@ def reduce_row(k, node, row) -> None:
     t = node.outputs[0]
     axes, keep, kind = _reduce_setup(k, node)
     idx = tuple(row) + (("0",) if keep else ())
-    copy = _row_copy(k, node.inputs[0])
+    copy = row_array(k, node.inputs[0])
     exp = _exp_producer(k, node.inputs[0]) if copy is not None and kind == "sum" else None
     if exp is not None:
         red = _exp_sum_row(k, node, idx, axes, keep, copy, exp, tuple(row))
     else:
         red = _reduce_value(k, node, idx, axes, keep, kind, copy, tuple(row))
     v = k.tmp(k.ct(t), red, "red", may_be_unused=True)
-    _row_copied(k, node.inputs[0], row, copy)
+    row_array_filled(k, node.inputs[0], row, copy)
     k.bind(t, idx, v)
 
 
@@ -633,7 +410,7 @@ def _exp_producer(k, x):
     """The in-group float Exp node whose output ``x`` is, when computing x recomputes it (an
     exporter's softmax, ``ReduceSum(Exp(x - max))``), else None."""
     node = k.graph.index.node.get(k.graph.index.producer.get(x))
-    if node is None or node.op != "Exp" or not _computed(k, x):
+    if node is None or node.op != "Exp" or not computed(k, x):
         return None
     return node if k.ct(x) == "float" and k.ct(node.inputs[0]) == "float" else None
 
@@ -641,7 +418,7 @@ def _exp_producer(k, x):
 def _exp_sum_row(k, node, idx, axes, keep, copy, exp, row) -> str:
     """Inside a row loop, the float sum over the row of Exp ``exp``'s output (``node`` the ReduceSum
     reading it): the row of exp's argument into ``copy`` (a loop the compiler vectorises), then
-    the exponentials in place there by :func:`_expsum_blocks` -- the row's copy of the
+    the exponentials in place there by :func:`expsum_blocks` -- the row's copy of the
     exponentials that the later ops of the row read. Returns the C expression of the sum."""
     xs = k.shape(node.inputs[0])
     n = xs[axes[0]]
@@ -649,12 +426,12 @@ def _exp_sum_row(k, node, idx, axes, keep, copy, exp, row) -> str:
     shifted = _shifted_row(k, exp.inputs[0], _input_index(xs, idx, axes, keep, ("0",)))
     if shifted is not None:  # exp(z - m) of a row z in memory: no copy of z - m first
         k.line(f"double {acc} = 0;")
-        _expsum_blocks(k, copy, shifted[1], n, acc, (node.inputs[0], row), src=shifted[0])
+        expsum_blocks(k, copy, shifted[1], n, acc, (node.inputs[0], row), src=shifted[0])
         return f"({k.ct(node.outputs[0])}){acc}"
     with k.loops([n]) as (j,):
         k.line(f"{copy}[{j}] = {k.value(exp.inputs[0], _input_index(xs, idx, axes, keep, (j,)))};")
     k.line(f"double {acc} = 0;")
-    _expsum_blocks(k, copy, "0.0f", n, acc, (node.inputs[0], row))
+    expsum_blocks(k, copy, "0.0f", n, acc, (node.inputs[0], row))
     return f"({k.ct(node.outputs[0])}){acc}"
 
 
@@ -710,26 +487,6 @@ def softmax_normaliser(k, t, e) -> bool:
     # m with kept dims: the max of z's own row at every element (e <= 1, and 1 at the max)
     return bool(mx) and mx.inputs[0] == z and reduce_last_axis(k, mx) \
         and k.shape(z) == k.shape(exp.outputs[0]) and k.shape(mx.outputs[0]) == k.shape(z)[:-1] + (1,)
-
-
-def _row_copy(k, x):
-    """A row array for the in-group tensor ``x`` that a row reduction reads and other ops of the
-    group read again (a softmax's exp(x - max)): filled by the reduction's loop, then read
-    instead of recomputing the chain (None when x is a global load, a tile, or read once)."""
-    g = k.graph
-    if g.index.producer.get(x) not in k.members or k.has_tile(x):
-        return None
-    if x not in k.writes and sum(c in k.members for c in g.index.consumers.get(x, [])) < 2:
-        return None
-    arr = k.fresh("R")
-    k.line(f"{k.ct(x)} {arr}[{k.shape(x)[-1]}];")
-    return arr
-
-
-def _row_copied(k, x, row, arr):
-    """From here on (in this row), ``x`` at (row, j) is ``arr[j]``."""
-    if arr is not None:
-        k.set_tile(x, tuple("0" if n == 1 else k.index(i) for i, n in zip(row, k.shape(x)[:-1])), arr, 1)
 
 
 #: The Reduce*/Global*Pool ops (computed by a pass of their own, or as a row scalar).

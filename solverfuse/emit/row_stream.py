@@ -120,7 +120,10 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list) -> list:
         return []
     arr, s, r, div = kept
     n = shape[-1]
-    decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float {arr}[{n}];"]
+    # the row array (row_loop.declare_row): its stack array goes, its pointer points into the buffers
+    decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float *const {arr} = {arr}_s;"]
+    if len(decl) != 1 or k.lines[decl[0] - 1].strip() != f"float {arr}_s[{n}];":
+        return []
     calls = [i for i, ln in enumerate(k.lines) if f"sf_expsum({arr} + " in ln or f"sf_expsum_from({arr} + " in ln]
     if len(decl) != 1 or not calls:
         return []
@@ -131,11 +134,12 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list) -> list:
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {k.lines[calls[0]].strip()}")
     pend, buf = k.fresh("P"), k.fresh("SFB")
     row = linear(shape[:-1], outer) if outer else "0"
-    ln = k.lines[decl[0]]
-    k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}[({row}) & 1];"
     for i, m in reversed(list(zip(calls, blocks))):
         ln = k.lines[i]
         k.lines.insert(i + 1, ln[:len(ln) - len(ln.lstrip())] + f"sf_drain(&{pend}, {m.group(1)}, {m.group(2)});")
+    ln = k.lines[decl[0]]
+    k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}[({row}) & 1];"
+    del k.lines[decl[0] - 1]
     k.use_helper("sf_drain")
     k.line(f"{pend} = (sf_pend){{&{k.ptr(writes[0], 'w')}[{linear(shape, outer + ('0',))}], {arr}, {s}, {r}, {div}}};")
     return [pend, buf, n]

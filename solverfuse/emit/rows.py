@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ops import OPS
-from . import anchors, gemm_tiles, reductions, row_stream
+from . import anchors, gemm_tiles, reductions, row_loop, row_stream
 from .tiles import MAX_TILE
 from .cexpr import bmap
 from .kernel import Kernel
@@ -175,7 +175,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
     anchor = g.index.node[g.index.producer[tiled[0]]] if tiled else None
 
     def row(outer):
-        mark, streams = len(k.lines), reductions.row_streams(k, writes)
+        mark, streams = len(k.lines), row_loop.row_streams(k, writes)
         _row_invariants(k, shape, deps, pure, outer)
         _narrow_rows(k, shape, deps, pure, outer)
         for v in k.nodes:
@@ -199,10 +199,10 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 _row_outputs(k, writes, tuple(outer) + tuple(inner))
             return
         # no statistics loop of the row prefetched the next row: the output loop does, one cache
-        # line of each input stream per 16 outputs (see reductions.output_prefetch)
+        # line of each input stream per 16 outputs (see row_loop.output_prefetch)
         n, j0, j = shape[-1], k.fresh("j"), k.fresh("i")
         with k.block(f"for (long {j0} = 0; {j0} < {n}; {j0} += 16)"):
-            reductions.output_prefetch(k, streams, tuple(outer), j0)
+            row_loop.output_prefetch(k, streams, tuple(outer), j0)
             hi = f"{j0} + 16" if n % 16 == 0 else f"sf_min({j0} + 16, {n})"
             with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
                 _row_outputs(k, writes, tuple(outer) + (j,))

@@ -1,0 +1,222 @@
+"""Building blocks of a row loop's reductions (:mod:`~solverfuse.emit.rows`): float partial sums
+in vector lanes (:func:`lane_sums`), prefetches of the next row's input streams while this row computes
+(:func:`prefetch_next_row`, :func:`output_prefetch`), and row arrays that keep an in-group tensor's
+row for the row's later ops (:func:`row_array`). Used by :mod:`~solverfuse.emit.reductions` and
+:mod:`~solverfuse.emit.softmax`.
+
+>>> SUM_BLOCK
+256
+"""
+from __future__ import annotations
+
+from .cexpr import linear
+
+
+#: Values per block of a row's exp sum (``sf_expsum``, whose float block sums are added in double:
+#: a float accumulator keeps the exp loop at full vector width where a double one converts and
+#: adds every lane twice, softmax_rows motif: 0.54 -> 0.46 ns per element in L1 here) and of the
+#: next row's prefetches issued with it (:func:`prefetch_next_row`).
+SUM_BLOCK = 256
+
+
+def computed(k, x) -> bool:
+    """Whether reading ``x`` in this group recomputes its producer (no row copy, tile or scratch)."""
+    return k.graph.index.producer.get(x) in k.members and not k.has_tile(x) and x not in k.scratch
+
+
+def row_inputs(k, x) -> list:
+    """The global tensors of x's shape that computing x in this group reads element for element
+    (a row loop's rows of them stream from memory; parameters and broadcasts are excluded)."""
+    g, shape, out, seen, todo = k.graph, k.shape(x), [], set(), [x]
+    while todo:
+        t = todo.pop()
+        if not t or t in seen:
+            continue
+        seen.add(t)
+        p = g.index.producer.get(t)
+        if p in k.members:
+            if computed(k, t):
+                todo.extend(g.index.node[p].inputs)
+        elif t in k.buffers and k.shape(t) == shape and t not in k.gathered:
+            out.append(t)
+    return sorted(out)
+
+
+def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
+    """Inside a row loop: prefetch the next row's block [start, start + size) of every global
+    input x streams from (one prefetch per 64-byte line). The exp pass of a softmax is compute-bound
+    on a row already in L1, so memory would otherwise idle; issued a block at a time, the lines of
+    the next row arrive while this one computes (softmax_rows: ~70% -> ~85% of the triad here;
+    all of a row's prefetches at once were slower). Not in instrumented builds."""
+    if k.counters or row is None:
+        return
+    for t in row_inputs(k, x):
+        q = k.fresh("q")
+        nxt = next_row(k, t, row, f"{start} + {q}")
+        if nxt is not None:
+            with k.block(f"if ({nxt[0]}) for (long {q} = 0; {q} < {size}; {q} += 16)"):
+                k.line(f"__builtin_prefetch({nxt[1]});")
+
+
+def next_row(k, t, row, at: str):
+    """(condition, address) of element ``at`` of the row after ``row`` of the float tensor ``t``
+    (the row index that moves is the last one not fixed at 0); None when there is no such row
+    index or ``t`` is not float (one prefetch per 64-byte line is 16 floats)."""
+    live = [n for n, i in enumerate(row) if i != "0"]
+    if not live or k.ct(t) != "float":
+        return None
+    pos, shape = live[-1], k.shape(t)
+    nxt = tuple(f"({i} + 1)" if n == pos else i for n, i in enumerate(row)) + (at,)
+    return f"{row[pos]} + 1 < {shape[pos]}", f"&{k.ptr(t, 'r')}[{linear(shape, nxt)}]"
+
+
+#: Float partial sums of a row sum (:func:`lane_sums`): four 16-float vectors, whose adds overlap
+#: where one accumulator waits on each add's latency (and GCC then added its 16 lanes one by one
+#: per SUM_BLOCK): LayerNorm statistics of the residual_layernorm_gelu motif took ~0.8 of its 1.7
+#: cycles per element in L1 here.
+SUM_LANES = 64
+#: Values of a row sum added in float (SUM_LANES lanes of 16) before they go to the double total.
+LANE_BLOCK = 1024
+
+
+def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
+    """Add ``body(j)`` for j < n to the double ``total``: for n under ``SUM_LANES`` one simd
+    reduction into a float (the lanes' zeroing and tree cost more than they save: the bert and vit
+    exports, LayerNorm rows of 32, ran 7.8 -> 9.7 us at 2 threads with them); else ``SUM_LANES``
+    float partial sums (a loop of whole chunks of lanes the compiler keeps in vector registers,
+    then the last n % SUM_LANES by a simd reduction), the lanes added pairwise and then to
+    ``total`` every ``LANE_BLOCK`` values.
+    ``body(j)`` emits the element's code and returns its C value (it is emitted twice when n is
+    not a multiple of SUM_LANES). ``prefetch`` (x, row): each chunk of lanes first prefetches the
+    next row's lines of x's inputs at its position.
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = zoo.residual_layernorm_gelu(2, 8)
+    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
+    ...            counters=False, threads=1, lower=code_for_op)
+    >>> k.line("double s = 0;"); lane_sums(k, 100, "s", lambda j: f"b0[{j}]")
+    >>> [ln.strip() for ln in k.lines if "+=" in ln and "for" not in ln]
+    ['sp2[l4] += b0[i5];', 'st6 += b0[i7];', 'sp2[0] += st6;', 's += sp2[0];']
+    """
+    if n < SUM_LANES:  # no whole chunk: one simd reduction (a lane array and its tree cost more)
+        if prefetch is not None:
+            prefetch_next_row(k, prefetch[0], prefetch[1], "0")
+        part, j = k.fresh("st"), k.fresh("i")
+        k.line(f"float {part} = 0;")
+        mark = len(k.lines)
+        k.line(f"#pragma omp simd reduction(+:{part})")
+        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
+            k.line(f"{part} += {body(j)};")
+        if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
+            del k.lines[mark]
+        k.line(f"{total} += {part};")
+        return
+    jb, sp = k.fresh("jb"), k.fresh("sp")
+    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {LANE_BLOCK})"):
+        hi = f"{jb} + {LANE_BLOCK}" if n % LANE_BLOCK == 0 else f"sf_min({jb} + {LANE_BLOCK}, {n})"
+        k.line(f"float {sp}[{SUM_LANES}] = {{0}};")
+        jc, lane, j = k.fresh("jc"), k.fresh("l"), k.fresh("i")
+        with k.block(f"for (long {jc} = {jb}; {jc} + {SUM_LANES} <= {hi}; {jc} += {SUM_LANES})"):
+            if prefetch is not None:
+                prefetch_next_row(k, prefetch[0], prefetch[1], jc, SUM_LANES)
+            mark = len(k.lines)
+            k.line("#pragma omp simd")
+            with k.block(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++)"):
+                k.line(f"const long {j} = {jc} + {lane};")
+                k.line(f"{sp}[{lane}] += {body(j)};")
+            if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
+                del k.lines[mark]  # no OpenMP construct may be nested in a simd loop
+        if n % SUM_LANES:
+            part, j = k.fresh("st"), k.fresh("i")
+            k.line(f"float {part} = 0;")
+            mark = len(k.lines)
+            k.line(f"#pragma omp simd reduction(+:{part})")
+            start = f"{jb} + ({hi} - {jb}) / {SUM_LANES} * {SUM_LANES}"
+            with k.block(f"for (long {j} = {start}; {j} < {hi}; {j}++)"):
+                k.line(f"{part} += {body(j)};")
+            if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
+                del k.lines[mark]
+            k.line(f"{sp}[0] += {part};")
+        w = SUM_LANES // 2
+        while w:  # the lanes added pairwise (each step a vector add)
+            lane = k.fresh("l")
+            k.line(f"for (long {lane} = 0; {lane} < {w}; {lane}++) {sp}[{lane}] += {sp}[{lane} + {w}];")
+            w //= 2
+        k.line(f"{total} += {sp}[0];")
+
+
+def row_streams(k, tensors) -> list:
+    """The global tensors the row loop's ``tensors`` stream from (see :func:`output_prefetch`);
+    taken before the row's statistics keep any row in an array.
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = zoo.residual_layernorm_gelu(2, 8)
+    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
+    ...            counters=False, threads=1, lower=code_for_op)
+    >>> row_streams(k, ["y"])
+    ['residual', 'x']
+    >>> output_prefetch(k, ["x"], ("i",), "j"); k.lines
+    ['    if (i + 1 < 2) __builtin_prefetch(&b0[((i + 1))*8 + j]);']
+    """
+    return sorted(set().union(*(row_inputs(k, x) for x in tensors)))
+
+
+def output_prefetch(k, streams, row, at: str) -> None:
+    """Inside a row loop's output loop, run 16 outputs at a time: prefetch the next row's cache
+    line at ``at`` of each float tensor of ``streams`` (:func:`row_streams`). A row whose output
+    loop computes much (LayerNorm + erf GELU: ~0.45 ns per element in L1) leaves memory idle
+    while it does, and the next row's statistics loop then waits on memory: the
+    residual_layernorm_gelu motif ran at about memory + compute time (48% of the triad). One
+    line per 16 outputs spreads the next row's misses over the whole output loop; the 16 lines
+    of a 256-value block at once (as :func:`prefetch_next_row`) or the whole row at the row's
+    start were slower here (the loads queued behind them: 72% and 54% of the triad, this 84%,
+    best of 40 rounds). Not in instrumented builds. Example: :func:`row_streams`."""
+    if k.counters:
+        return
+    for t in streams:
+        nxt = next_row(k, t, row, at)
+        if nxt is not None:
+            k.line(f"if ({nxt[0]}) __builtin_prefetch({nxt[1]});")
+
+
+def declare_row(k, ct: str, name: str, n: int) -> None:
+    """Declare the row array ``name`` of ``n`` values of C type ``ct``: on the stack, used through a
+    pointer. A loop that stores into a stack array indexed directly kept :func:`lane_sums`'
+    lanes in memory (GCC 12 loaded and stored them at every chunk, ~2x the statistics time);
+    through a pointer they stay in registers.
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.kernel import Kernel
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = zoo.residual_layernorm_gelu(2, 8)
+    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
+    ...            counters=False, threads=1, lower=code_for_op)
+    >>> declare_row(k, "float", "R", 8); k.lines
+    ['    float R_s[8];', '    float *const R = R_s;']
+    """
+    k.line(f"{ct} {name}_s[{n}];")
+    k.line(f"{ct} *const {name} = {name}_s;")
+
+
+def row_array(k, x):
+    """A row array for the in-group tensor ``x`` that a row reduction reads and other ops of the
+    group read again (a softmax's exp(x - max)): filled by the reduction's loop, then read
+    instead of recomputing the chain (None when x is a global load, a tile, or read once)."""
+    g = k.graph
+    if g.index.producer.get(x) not in k.members or k.has_tile(x):
+        return None
+    if x not in k.writes and sum(c in k.members for c in g.index.consumers.get(x, [])) < 2:
+        return None
+    arr = k.fresh("R")
+    declare_row(k, k.ct(x), arr, k.shape(x)[-1])
+    return arr
+
+
+def row_array_filled(k, x, row, arr):
+    """From here on (in this row), ``x`` at (row, j) is ``arr[j]``."""
+    if arr is not None:
+        k.set_tile(x, tuple("0" if n == 1 else k.index(i) for i, n in zip(row, k.shape(x)[:-1])), arr, 1)

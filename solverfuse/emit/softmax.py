@@ -1,0 +1,122 @@
+"""Softmax / LogSoftmax row statistics as C: the row max, then the exponentials and their sum
+(:func:`softmax_stats`; the exp loop as :func:`expsum_blocks`, which an exporter's decomposed
+softmax, ``ReduceSum(Exp(z - max))`` in :mod:`~solverfuse.emit.reductions`, shares). Row-loop
+building blocks come from :mod:`~solverfuse.emit.row_loop`.
+
+>>> ROW_EXP_MAX
+16384
+"""
+from __future__ import annotations
+
+from ..ops import numel
+from .cexpr import linear
+from .elementwise import stat_type
+from .row_loop import SUM_BLOCK, declare_row, lane_sums, prefetch_next_row, row_array, row_array_filled
+
+
+#: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
+#: the l1_overflow motif has 4,912): the output loop then multiplies instead of calling exp again.
+ROW_EXP_MAX = 16384
+
+
+def expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None) -> None:
+    """``arr[j] = exp(arr[j] - m)`` for j < n in blocks of ``SUM_BLOCK``, each block's float sum
+    added to the double ``total``: the shared helper ``sf_expsum`` (AVX-512: a table-driven vector
+    exp in 13 operations, ~40% fewer than the inline ``sf_expf`` that GCC vectorises; elsewhere
+    that loop). ``src`` (a pointer to a float row): ``arr[j] = exp(src[j] - m)``
+    (``sf_expsum_from``). ``prefetch`` (x, row) as :func:`float_blocks`."""
+    k.use_helper("sf_expsum")
+    jb = k.fresh("jb")
+    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
+        if prefetch is not None:
+            prefetch_next_row(k, prefetch[0], prefetch[1], jb)
+        size = str(SUM_BLOCK) if n % SUM_BLOCK == 0 else f"sf_min({SUM_BLOCK}, {n} - {jb})"
+        if src is None:
+            k.line(f"{total} += sf_expsum({arr} + {jb}, {m}, {size});")
+        else:
+            k.line(f"{total} += sf_expsum_from({arr} + {jb}, {m}, {size}, {src} + {jb});")
+
+
+def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
+    """Row max ``m`` then ``s`` = sum of exp(x - m) (float lanes added in double, :func:`lane_sums`):
+    loops the compiler vectorises (inline exp, lane-wise max and sum), where one online loop could
+    not be. ``keep_exp``: the exponentials also go to a row array, returned third (else None); for
+    a float row the max loop keeps x in that array and the exponentials replace it there
+    (:func:`expsum_blocks`)."""
+    copy = row_array(k, x) if row is not None else None
+    m, s = k.fresh("m"), k.fresh("s")
+    st = stat_type(k, x)
+    k.line(f"{st} {m} = -INFINITY; double {s} = 0;")
+    ex = k.fresh("E") if keep_exp else None
+    if ex:
+        declare_row(k, st, ex, n)
+    # a float row's exponentials are computed in place in the kept array (sf_expsum): the max
+    # loop copies x into it
+    stash = ex if ex and k.ct(x) == "float" else None
+    with k.loops([n], simd=f"reduction(max:{m})") as (j,):
+        v = k.value(x, at(j))
+        k.line(f"if ({v} > {m}) {m} = {v};")
+        if copy is not None:
+            k.line(f"{copy}[{j}] = {v};")
+        if stash:
+            k.line(f"{stash}[{j}] = {v};")
+    row_array_filled(k, x, row, copy)
+    if k.ct(x) != "float":  # a double row: double exponentials summed in double, as tgmath's exp gives
+        with k.loops([n], simd=f"reduction(+:{s})") as (j,):
+            xv = f"{stash}[{j}]" if stash else k.value(x, at(j))
+            if ex:
+                e = k.fresh("e")
+                k.line(f"const {k.ct(x)} {e} = exp({xv} - {m});")
+                k.line(f"{ex}[{j}] = {e}; {s} += {e};")
+            else:
+                k.line(f"{s} += exp({xv} - {m});")
+        return m, s, ex
+    if stash:
+        expsum_blocks(k, stash, m, n, s, (x, row))
+        return m, s, ex
+    def exp_value(j):
+        xv = k.value(x, at(j))
+        if not ex:
+            return f"sf_expf({xv} - {m})"
+        e = k.fresh("e")
+        k.line(f"const float {e} = sf_expf({xv} - {m});")
+        k.line(f"{ex}[{j}] = {e};")
+        return e
+    lane_sums(k, n, s, exp_value, (x, row))
+    return m, s, ex
+
+
+def softmax_stats(k, node, row=None):
+    """Row max and normaliser of a (Log)Softmax: into scratch arrays indexed by row (a pass of
+    its own), or -- ``row`` given, inside a row loop -- into two scalars of that row."""
+    x = node.inputs[0]
+    shape = k.shape(x)
+    axis = node.attributes.get("axis", -1) % len(shape)
+    rshape = tuple(1 if i == axis else d for i, d in enumerate(shape))
+    if row is not None:
+        keep = node.op == "Softmax" and shape[axis] <= ROW_EXP_MAX
+        m, s, ex = _softmax_loops(k, x, lambda j: tuple(row) + (j,), shape[axis], tuple(row), keep)
+        a, b = k.fresh("rmax"), k.fresh("rnorm")
+        st = stat_type(k, x)
+        if ex:
+            a = m  # the output reads the kept exponentials, not the max
+            k.line(f"const {st} {b} = ({st})(1.0 / {s});")
+        elif node.op == "Softmax":
+            k.line(f"const {st} {a} = {m}, {b} = ({st})(1.0 / {s});")
+        else:
+            k.line(f"const {st} {a} = ({st})((double){m} + log({s}));")
+        k.stats[node.name] = {"a": a, "b": b, "row": True, "exp": ex}
+        return
+    st = stat_type(k, x)
+    mx, sm = k.alloc(st, numel(rshape), "row max"), k.alloc(st, numel(rshape), "row normaliser")
+    k.line(f"/* pass: {node.op} row statistics (online max and sum of exponentials) */")
+    with k.loops(rshape, parallel=True) as idx:
+        m, s, _ = _softmax_loops(k, x, lambda j: idx[:axis] + (j,) + idx[axis + 1:], shape[axis])
+        r = linear(rshape, idx)
+        if node.op == "Softmax":
+            k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = ({st})(1.0 / {s});")
+        else:
+            k.line(f"{mx}[{r}] = ({st})((double){m} + log({s}));")
+    k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape}
+
+
