@@ -174,7 +174,7 @@ def kernel_rows(r: dict, ops: list[str]) -> list[str]:
         tb, ta = tb + b, ta + a
         rows.append(f"| {r['spec']} | {r['threads']} | {i} | {grp['ops']} | {grp['shape']} | {1e3 * b:.3f} | {1e3 * a:.3f} | {a / b:.2f} |")
     sb, sa = sum(r["best"]["before"]), sum(r["best"]["after"])
-    rows.append(f"| {r['spec']} | {r['threads']} | listed | {len(rows)} kernels | | {1e3 * tb:.3f} | {1e3 * ta:.3f} | {ta / tb:.2f} |")
+    rows.append(f"| {r['spec']} | {r['threads']} | listed | {len(rows)} kernels | | {1e3 * tb:.3f} | {1e3 * ta:.3f} | {ta / tb if tb else 1:.2f} |")
     rows.append(f"| {r['spec']} | {r['threads']} | all | {len(bg)}/{len(ag)} kernels | load {r['load']:.1f} | {1e3 * sb:.3f} | {1e3 * sa:.3f} | {sa / sb:.2f} |")
     return rows
 

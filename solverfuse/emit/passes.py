@@ -134,6 +134,11 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, po
         if d == 1:
             with last_dim(k, shape[-1], split) as j:
                 body(tuple(outer) + (j,))
+        elif d == 2 and node.op in ("MaxPool", "AveragePool") and flat_plane(k, deps - {t}, shape) \
+                and _flat_post(k, post):
+            # the epilogue of a pooling plane as ONE loop over it (index (n, c, 0, q)): see flat_plane
+            with k.loops((shape[-2] * shape[-1],)) as (q,):
+                body(tuple(outer) + ("0", q))
         else:
             with k.loops(shape[-d:]) as inner:
                 body(tuple(outer) + tuple(inner))
