@@ -62,7 +62,7 @@ def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
         elif t:
             gi = shared if shared is not None else t.group(4)
             ln = (f"{t.group(1)}{{ const int stop = {t.group(2)}; "
-                  f"if (me == 0) {{ const double t1 = sf_now(); sf_group_secs[{gi}] += t1 - sf_t0; sf_t0 = t1; }} "
+                  f"if (SF_TID() == 0) {{ const double t1 = sf_now(); sf_group_secs[{gi}] += t1 - sf_t0; sf_t0 = t1; }} "
                   "if (stop) break; }")
         elif ln == "        int r = 0;":
             ln += " double sf_t0 = sf_now();"
