@@ -185,7 +185,9 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", nargs=4, metavar=("SPEC", "THREADS", "CACHE", "PROBE"))
     ap.add_argument("--before", required=False)
     ap.add_argument("--after", default=str(HERE.parent))
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--threads", default="1,2", help="thread counts of the whole-model rows")
+    ap.add_argument("--kernel-threads", default="1", help="thread counts of the per-kernel rows (at 2 threads the "
+                    "team's kernels are timed barrier to barrier by thread 0: only the model rows are meaningful)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--ops", default="Concat", help="comma-separated: list the kernels with one of these ops")
     ap.add_argument("--models", action="store_true", help="also whole-model times with ONNX Runtime (fcgemv.measure)")
@@ -208,7 +210,7 @@ def main(argv=None) -> int:
            "|---|---|---|---|---|---|---|---|"]
     print("\n".join(out[-2:]), flush=True)
     for spec in args.specs:
-        for t in threads:
+        for t in [int(v) for v in args.kernel_threads.split(",") if v]:
             for ln in kernel_rows(kernels(spec, t, args.before, args.after, args.rounds, args.cache), args.ops.split(",")):
                 out.append(ln)
                 print(ln, flush=True)
