@@ -92,3 +92,15 @@ def test_concat_post_sanitized(cache):
     """Each input's pass writes inside the outputs only (AddressSanitizer build), batch 2."""
     check(_dense(n=2, c_in=3, c_new=2, h=7, w=9), GROUP, cache, rtol=1e-4, atol=1e-5, engine="onnxruntime",
           sanitize=True)
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_two_dim_concat_then_bias_and_relu(axis, cache):
+    """Rank 2 (features of a batch of 3, axis 1 written as -1 too): Concat(Relu(a), b) -> Add [9] -> Relu."""
+    t = {"a": [3, 5], "b": [3, 4], "ra": [3, 5], "cat": [3, 9], "k": _c((9,)), "s": [3, 9], "y": [3, 9]}
+    nodes = [("ra", "Relu", ["a"], ["ra"]), ("cat", "Concat", ["ra", "b"], ["cat"], {"axis": axis}),
+             ("add", "Add", ["cat", "k"], ["s"]), ("r", "Relu", ["s"], ["y"])]
+    g = graph(t, ["a", "b"], ["y"], nodes)
+    plan, _, _ = check(g, [[n[0] for n in nodes]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
+    k = render(plan, g)["model.c"]
+    assert "channels 0.. from Concat input 'ra'" in k and "channels 5.. from Concat input 'b'" in k
