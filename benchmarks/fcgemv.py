@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 
 def worker(spec: str, threads: int, strategy: str, cache: str) -> dict:
     """In the tree on ``PYTHONPATH``: the plan's library path and its buffer table."""
+    import solverfuse  # noqa: F401 -- first: emit_speed puts this script's own tree ahead of PYTHONPATH
     from emit_speed import HW
     from emit_speed_cases import make_graph
 

@@ -6,7 +6,7 @@ flat loop instead of a row nest.
 They are apart from :mod:`~solverfuse.emit.passes` (which calls them) because they decide only
 *how the inner loops of one channel look*, not which loops a pass has.
 
->>> "BatchNormalization" in _POINTWISE, "Conv" in _POINTWISE
+>>> "BatchNormalization" in POINTWISE, "Conv" in POINTWISE
 (True, False)
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ def flat_plane(k: Kernel, deps: frozenset, shape: tuple) -> bool:
     for d in deps:
         node = g.index.node[g.index.producer[d]]
         concat = node.op == "Concat" and node.attributes.get("axis", 0) % 4 == 1
-        if not (node.op in _POINTWISE or concat) or len(k.shape(d)) != 4 or tuple(k.shape(d)[2:]) != tuple(shape[2:]):
+        if not (node.op in POINTWISE or concat) or len(k.shape(d)) != 4 or tuple(k.shape(d)[2:]) != tuple(shape[2:]):
             return False
         ins = [u for u in node.inputs if u]
         if node.op == "BatchNormalization":
@@ -70,7 +70,7 @@ def flat_plane(k: Kernel, deps: frozenset, shape: tuple) -> bool:
 
 
 #: Ops whose C form reads every input at the broadcast index of its own (bmap or per channel).
-_POINTWISE = set(NARY) | set(UNARY) | set(STRUCTURED) | set(NARY_MORE) | set(UNARY_MORE)
+POINTWISE = set(NARY) | set(UNARY) | set(STRUCTURED) | set(NARY_MORE) | set(UNARY_MORE)
 
 
 def flat_pass(k: Kernel, deps: frozenset, shape: tuple) -> bool:
@@ -99,7 +99,7 @@ def flat_pass(k: Kernel, deps: frozenset, shape: tuple) -> bool:
     g = k.graph
     for d in deps:
         node = g.index.node[g.index.producer[d]]
-        if node.op not in _POINTWISE or tuple(k.shape(d)) != tuple(shape):
+        if node.op not in POINTWISE or tuple(k.shape(d)) != tuple(shape):
             return False
         if any(tuple(k.shape(u)) != tuple(shape) and numel(k.shape(u)) != 1 for u in node.inputs if u):
             return False
@@ -119,7 +119,7 @@ def flat_band(k: Kernel, t: str, shape: tuple, blk, deps: frozenset) -> bool:
         if d == t:
             continue
         node = g.index.node[g.index.producer[d]]
-        if node.op not in _POINTWISE or k.shape(d) != shape:
+        if node.op not in POINTWISE or k.shape(d) != shape:
             return False
         ins = [u for u in node.inputs if u]
         if node.op == "BatchNormalization":

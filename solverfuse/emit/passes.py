@@ -12,8 +12,9 @@ Apart from the schedule because it decides the loops of ONE pass, not which pass
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple, Optional
 
-from . import anchors, conv_tiles, gemm_tiles, reductions
+from . import anchors, conv_tiles, gemm_tiles, gemv_tiles, reductions
 from .chelpers import CHUNK
 from ..ops import numel
 from .tiles import MAX_TILE, round_up, tile_rank
@@ -49,6 +50,28 @@ def anchors_for(k: Kernel, shape: tuple, deps: frozenset) -> list[str]:
     return out[:1]  # a group holds at most one anchor (cost.group_violation)
 
 
+class Post(NamedTuple):
+    """A pass over one input of a Concat along the channels whose body also computes (and
+    stores) ops after the Concat: ``deps``, the in-group tensors of the Concat's ``shape`` it
+    evaluates, each at the channel ``offset`` past the input's own. The pass then loads their
+    per-channel constants (BatchNorm's statistics) once per channel, at the shifted channel."""
+    shape: tuple
+    deps: frozenset
+    offset: int
+
+
+def _prime(k: Kernel, deps: frozenset, shape: tuple, n: str, m: str, post: Optional[Post]) -> None:
+    """:func:`~solverfuse.emit.channels.prime_channel_reads` of a pass and of its :class:`Post`."""
+    prime_channel_reads(k, deps, shape, n, m)
+    if post is not None and len(post.shape) == 4:
+        prime_channel_reads(k, post.deps, post.shape, n, k.index(f"{m} + {post.offset}") if post.offset else m)
+
+
+def _flat_post(k: Kernel, post: Optional[Post]) -> bool:
+    """Whether the ops after the Concat of ``post`` (if any) allow a flat plane loop."""
+    return post is None or flat_plane(k, post.deps, post.shape)
+
+
 @contextlib.contextmanager
 def last_dim(k: Kernel, n: int, split: int = 0):
     """The innermost loop over ``n``; its index. With ``split`` (a divisor of n, :func:`~solverfuse.emit.forward._head_split`):
@@ -63,18 +86,23 @@ def last_dim(k: Kernel, n: int, split: int = 0):
         yield j
 
 
-def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) -> None:
+def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, post: Optional[Post] = None) -> None:
     """One pass: loops over ``shape``; an anchor's tile (its last d dims: a row, or a Conv's
     output plane) is computed before the inner loops that run the fused epilogue. ``split``: the
-    last dim's loop runs as two (:func:`last_dim`)."""
+    last dim's loop runs as two (:func:`last_dim`). ``post``: the pass is one input of a Concat
+    and its body computes ops after the Concat too (:class:`Post`)."""
+    gemv = gemv_tiles.gemv_conv(k, shape, deps)
+    if gemv is not None:
+        return _emit_conv_gemv(k, gemv, shape, body)
     tiled = anchors_for(k, shape, deps)
-    if not tiled and len(shape) == 4 and shape[2] * shape[3] >= 16 and reads_per_channel(k, deps, shape):
+    if not tiled and len(shape) == 4 and shape[2] * shape[3] >= 16 and (
+            post is not None or reads_per_channel(k, deps, shape)):
         # an NCHW pass with per-channel constants (BatchNorm after a Concat: DenseNet): loops over
         # (n, c), the constants loaded once, then the plane (per element they were loaded and
         # BatchNorm's scale / sqrt(var + eps) recomputed: 57 such kernels took 60% of DenseNet)
-        flat = flat_plane(k, deps, shape)
+        flat = flat_plane(k, deps, shape) and _flat_post(k, post)
         with k.loops(shape[:2], parallel=True, dynamic=True) as outer:  # channels one at a time
-            prime_channel_reads(k, deps, shape, outer[0], outer[1])
+            _prime(k, deps, shape, outer[0], outer[1], post)
             if flat:  # one loop over the plane (index (n, c, 0, q), q < H*W): see flat_plane
                 with k.loops((shape[2] * shape[3],)) as (q,):
                     body(tuple(outer) + ("0", q))
@@ -101,7 +129,7 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) ->
     node = k.graph.index.node[k.graph.index.producer[t]]
     blocking = conv_tiles.conv_blocking(k, node) if node.op == "Conv" else None
     if blocking is not None:
-        return _emit_conv_blocked(k, t, node, shape, blocking, body, deps)
+        return _emit_conv_blocked(k, t, node, shape, blocking, body, deps, post)
     mb = gemm_tiles.matmul_blocking(k, node, partial=True) if node.op in ("MatMul", "Gemm") else None
     if mb is not None:
         return _emit_matmul_blocked(k, t, node, shape, mb, body, split)
@@ -109,10 +137,15 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) ->
     with k.loops(shape[:-d], parallel=True) as outer:
         anchors.TILES[node.op](k, t, outer, d)
         if node.op in ("Conv", "MaxPool", "AveragePool"):  # outer = (batch, channel, ...)
-            prime_channel_reads(k, deps, shape, outer[0], outer[1])
+            _prime(k, deps, shape, outer[0], outer[1], post)
         if d == 1:
             with last_dim(k, shape[-1], split) as j:
                 body(tuple(outer) + (j,))
+        elif d == 2 and node.op in ("MaxPool", "AveragePool") and flat_plane(k, deps - {t}, shape) \
+                and _flat_post(k, post):
+            # the epilogue of a pooling plane as ONE loop over it (index (n, c, 0, q)): see flat_plane
+            with k.loops((shape[-2] * shape[-1],)) as (q,):
+                body(tuple(outer) + ("0", q))
         else:
             with k.loops(shape[-d:]) as inner:
                 body(tuple(outer) + tuple(inner))
@@ -124,7 +157,8 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0) ->
 DYNAMIC_TILES = True
 
 
-def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: frozenset) -> None:
+def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: frozenset,
+                       post: Optional[Post] = None) -> None:
     """A pass over a Conv output with the register-blocked tile: loops over (batch, block of mb
     output channels, band of output rows), the tile, then per channel (its constants loaded,
     :func:`prime_channel_reads`) the epilogue: one loop over the band (:func:`flat_band`) or,
@@ -133,7 +167,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
     weights = conv_tiles.conv_weight_view(k, node, blk)
     bands = shape[2] // blk.rows
     nblocks = shape[1] // blk.mg * blk.blocks
-    flat = flat_band(k, t, shape, blk, deps)
+    flat = flat_band(k, t, shape, blk, deps) and _flat_post(k, post)
     with k.loops((shape[0], bands, nblocks), parallel=True, dynamic=DYNAMIC_TILES) as (n, band, mi):
         valid = ""
         if mi == "0":
@@ -150,7 +184,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
             if valid:
                 k.line(f"if ({a} >= {valid}) break;")
             m = a if m0 == "0" else k.index(f"{m0} + {a}")
-            prime_channel_reads(k, deps, shape, n if shape[0] != 1 else "0", m if shape[1] != 1 else "0")
+            _prime(k, deps, shape, n if shape[0] != 1 else "0", m if shape[1] != 1 else "0", post)
             if flat:
                 prefix = tuple("0" if d == 1 else k.index(i) for i, d in zip((n, m, r0), shape[:3]))
                 k.set_tile(t, prefix, f"{arr}[{a}]", 1)
@@ -159,6 +193,37 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
                 k.drop_tile(t)
             else:
                 _conv_rows(k, t, shape, blk, body, arr, (n, m, a, r0))
+
+
+def _emit_conv_gemv(k: Kernel, t: str, shape: tuple, body) -> None:
+    """A pass over the output of a Conv that is a matrix-vector product per batch row
+    (:mod:`~solverfuse.emit.gemv_tiles`): per batch row the one-row tile of its output channels,
+    then per channel the bias and the epilogue. With fewer batch rows than threads the threads
+    share each row's channels (:func:`~solverfuse.emit.gemm_tiles.column_share`: disjoint
+    panels of the filters, as a linear layer's GEMV)."""
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    bsrc = gemv_tiles.gemv_weights(k, node)
+    m, rest = shape[1], tuple("0" for _ in shape[2:])
+    m2 = round_up(m, CHUNK)
+    share = gemm_tiles.column_share(k.threads, m, shape[0])
+    shares = -(-m2 // share) if share else 1
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    with k.loops((shape[0] * shares,), parallel=True, dynamic=DYNAMIC_TILES) as (it,):
+        if share:
+            n, s = (k.index(f"{it} / {shares}"), k.index(f"{it} % {shares}")) if shape[0] > 1 else ("0", it)
+            q0 = k.index(f"{s}*{share}") if s != "0" else "0"
+            q1 = k.index(f"sf_min({q0} + {share}, {m2})")
+            hi = k.index(f"sf_min({q1}, {m})")
+        else:
+            n, q0, q1, hi = it, "0", str(m2), str(m)
+        arr = gemv_tiles.tile_gemv(k, node, n, bsrc, (q0, q1))
+        j = k.fresh("j")
+        with k.block(f"for (long {j} = {q0}; {j} < {hi}; {j}++)"):
+            v = f"{arr}[0][{j}]"
+            if bias:
+                v = k.tmp(k.ct(t), f"{v} + {k.value(bias, (j,))}")
+            k.bind(t, (n, j) + rest, v)
+            body((n, j) + rest)
 
 
 def _conv_rows(k: Kernel, t: str, shape: tuple, blk, body, arr: str, at: tuple) -> None:

@@ -57,6 +57,9 @@ def tile_pool(k, t, outer, d=1):
     arr, j0 = k.fresh("T"), k.fresh("j")
     k.line(f"{ct} {arr}[{n}];")
     nn, c, osp = outer[0], outer[1], outer[2:]
+    if d == 2 == nsp and ct == "float" and not k.counters and same_plane(node, x, out):
+        _pool_same(k, node, arr, x, avg, counts, _linear(x, (nn, c, "0", "0")))
+        return tile_done(k, t, outer, arr, d)
     if d == 2 == nsp and ct == "float" and not k.counters and list(dil) == [1, 1]:
         # a whole plane: sf_pool2d (rows of the window first, contiguous; then columns in L1)
         vw = max(pb[1] + x[3], (out[3] - 1) * st[1] + kernel[1])
@@ -114,6 +117,72 @@ def tile_pool(k, t, outer, d=1):
     if avg:
         _pool_divide(k, arr, ct, out, counts, osp, nsp, fixed)
     tile_done(k, t, outer, arr, d)
+
+
+#: Largest plane whose AveragePool reciprocal tap counts are a static table (:func:`_pool_same`).
+SAME_TABLE = 4096
+
+
+def same_plane(node, x, out) -> bool:
+    """Whether a 2-D pooling window keeps its plane's size: stride 1, dilation 1, an odd kernel
+    padded by half its size on each side (inception's 3x3/1 pad 1), the plane larger than the
+    kernel -- then :func:`_pool_same` runs it as flat loops over the plane."""
+    kernel = list(node.attributes["kernel_shape"])
+    if len(kernel) != 2 or node.attributes.get("ceil_mode", 0) or tuple(out[2:]) != tuple(x[2:]):
+        return False
+    st, dil, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
+    if st != [1, 1] or dil != [1, 1] or any(kk % 2 == 0 or p != kk // 2 for kk, p in zip(kernel, pb)):
+        return False
+    return x[2] > kernel[0] and x[3] > kernel[1] and (node.op == "MaxPool" or x[2] * x[3] <= SAME_TABLE)
+
+
+def _pool_same(k, node, arr: str, x, avg: bool, counts, plane: str) -> None:
+    """A pooling plane of the same size as its input (:func:`same_plane`) as flat loops: the
+    window along the rows of the interior rows in one loop over them (``V[q] = x[q - W] + x[q] +
+    x[q + W]``), the edge rows apart; then along the columns in one loop over the whole plane, the
+    edge columns (whose flat neighbours are the next row's) recomputed per row; an average
+    scaled by the reciprocal tap counts (a static table). Rows 28 or 14 wide made the former
+    row-by-row passes mostly remainder loops (3x slower than ONNX Runtime)."""
+    kernel = list(node.attributes["kernel_shape"])
+    hh, ww = x[2], x[3]
+    n, ph, pw = hh * ww, kernel[0] // 2, kernel[1] // 2
+    src = f"{k.ptr(node.inputs[0], 'r')} + {plane}" if plane != "0" else k.ptr(node.inputs[0], "r")
+    v, xp = k.fresh("V"), k.fresh("x")
+    k.line(f"float {v}[{n}];")
+    k.line(f"const float *restrict {xp} = {src};")
+
+    def store(header, target, terms):
+        """``header { target = the window's sum / max of terms; }`` (max: a NaN tap kept only when
+        first, as the other pooling forms)."""
+        with k.block(header):
+            if avg:
+                k.line(f"{target} = {' + '.join(terms)};")
+                return
+            m = k.fresh("m")
+            k.line(f"float {m} = {terms[0]};")
+            for t in terms[1:]:
+                k.line(f"{m} = {t} > {m} ? {t} : {m};")
+            k.line(f"{target} = {m};")
+    q = k.fresh("q")
+    store(f"for (long {q} = {ph * ww}; {q} < {(hh - ph) * ww}; {q}++)", f"{v}[{q}]",
+          [f"{xp}[{q} + {r * ww}]" if r > 0 else f"{xp}[{q} - {-r * ww}]" if r else f"{xp}[{q}]" for r in range(-ph, ph + 1)])
+    for i in list(range(ph)) + list(range(hh - ph, hh)):
+        rows = [i + r for r in range(-ph, ph + 1) if 0 <= i + r < hh]
+        store(f"for (long {q} = 0; {q} < {ww}; {q}++)", f"{v}[{i * ww} + {q}]", [f"{xp}[{r * ww} + {q}]" for r in rows])
+    store(f"for (long {q} = {pw}; {q} < {n - pw}; {q}++)", f"{arr}[{q}]",
+          [f"{v}[{q} + {c}]" if c > 0 else f"{v}[{q} - {-c}]" if c else f"{v}[{q}]" for c in range(-pw, pw + 1)])
+    i = k.fresh("i")
+    for j in list(range(pw)) + list(range(ww - pw, ww)):
+        cols = [j + c for c in range(-pw, pw + 1) if 0 <= j + c < ww]
+        store(f"for (long {i} = {j}; {i} < {n}; {i} += {ww})", f"{arr}[{i}]", [f"{v}[{i} + {c - j}]" if c > j else f"{v}[{i} - {j - c}]" if c < j else f"{v}[{i}]" for c in cols])
+    if avg:
+        inv = [1.0 / (a * b) for a in counts[0] for b in counts[1]]
+        if len(set(inv)) == 1:
+            k.line(f"for (long {q} = 0; {q} < {n}; {q}++) {arr}[{q}] *= {_lit(inv[0], 'float')};")
+        else:
+            tab = k.fresh("inv")
+            k.line(f"static const float {tab}[{n}] = {{{', '.join(_lit(f, 'float') for f in inv)}}};")
+            k.line(f"for (long {q} = 0; {q} < {n}; {q}++) {arr}[{q}] *= {tab}[{q}];")
 
 
 def _pool_divide(k, arr: str, ct: str, out, counts, osp, nsp: int, fixed: int) -> None:

@@ -30,7 +30,8 @@ from .cexpr import ctype, linear
 from .forward import LAYOUT_MAPS, emit_forward, forward_chain
 from .kernel import Kernel, UntiledRead
 from .lowering import SUPPORTED
-from .passes import MATERIALISED_OPS, STATS_OPS, anchors_for, emit_loop, inline_deps
+from .channels import POINTWISE
+from .passes import MATERIALISED_OPS, STATS_OPS, Post, anchors_for, emit_loop, inline_deps
 from .rows import emit_rows, row_fusable
 from .tiles import tile_rank
 
@@ -68,6 +69,9 @@ def _plan_passes(k: Kernel) -> list:
                 # run in the anchor's own iteration space (its tile), store at the mapped index
                 a = g.index.node[chain[0]].outputs[0]
                 passes.append((("fwd", ts[0], chain), k.shape(a), deps))
+            elif (cut := concat_split(k, shape, deps, memo)) is not None:
+                for n, (u, _, _) in enumerate(cut[1]):
+                    passes.append((("catpost", shape, tuple(ts), n), k.shape(u), inline_deps(k, u, memo)))
             else:
                 passes.append((("out", shape, ts), shape, deps))
         shared = _shared_frontier(k, passes)
@@ -300,6 +304,8 @@ def _render_body(k: Kernel, forced: set) -> None:
             emit_forward(k, p[1], p[2], inline_deps(k, p[1], memo))
         elif p[0] == "cat":
             _emit_concat_part(k, p[1], concat_parts(k, p[1])[p[2]], memo)
+        elif p[0] == "catpost":
+            _emit_concat_post(k, p[1], p[2], p[3], memo)
         else:
             _, shape, ts = p
             deps = frozenset().union(*(inline_deps(k, t, memo) for t in ts))
@@ -338,6 +344,65 @@ def concat_parts(k: Kernel, t: str) -> Optional[list]:
             parts.append((u, axis, off))
         off += size
     return parts
+
+
+def concat_split(k: Kernel, shape: tuple, deps: frozenset, memo: dict) -> Optional[tuple]:
+    """(Concat output, its :func:`concat_parts`-style parts, the tensors after it) when a pass
+    over ``shape`` evaluates an in-group Concat along the channels and, after it, only pointwise
+    ops of its shape (BatchNorm, Mul, Add, Relu after DenseNet's Concat), else None. The pass
+    then runs as one pass per input of the Concat (:func:`_emit_concat_post`): each over the
+    input's own channels, the ops after the Concat computed at the channel shifted by the input's
+    offset -- no per-element choice of the input, and an in-group conv feeding the Concat keeps
+    its tile (in one pass over the Concat's shape it was materialised into scratch and read back).
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [1, 2, 4, 4]}, "y": {"shape": [1, 3, 4, 4]}},
+    ...     "inputs": ["x", "y"], "outputs": ["r"],
+    ...     "nodes": [{"name": "c", "op": "Concat", "inputs": ["x", "y"], "outputs": ["z"], "attributes": {"axis": 1}},
+    ...               {"name": "n", "op": "Relu", "inputs": ["z"], "outputs": ["r"]}]})
+    >>> k = Kernel(g, ["c", "n"], 0, {"x": 0, "y": 1, "z": 2, "r": 3}, counters=False, threads=1, lower=None)
+    >>> c, parts, post = concat_split(k, (1, 5, 4, 4), frozenset({"z", "r"}), {})
+    >>> c, parts, sorted(post)
+    ('z', [('x', 1, 0), ('y', 1, 2)], ['r', 'z'])
+    """
+    g = k.graph
+    cats = [d for d in deps if k.shape(d) == shape and g.index.node[g.index.producer[d]].op == "Concat"]
+    if len(cats) != 1 or len(shape) < 2:
+        return None
+    (c,) = cats
+    node = g.index.node[g.index.producer[c]]
+    if node.attributes.get("axis", 0) % len(shape) != 1:
+        return None
+    parts, off = [], 0
+    for u in node.inputs:
+        if u and k.shape(u)[1]:
+            parts.append((u, 1, off))
+        off += k.shape(u)[1] if u else 0
+    if len(parts) < 2:
+        return None
+    below = frozenset().union(*(inline_deps(k, u, memo) for u, _, _ in parts))
+    post = deps - below
+    for d in post:
+        if d != c and (k.shape(d) != shape or g.index.node[g.index.producer[d]].op not in POINTWISE):
+            return None
+    return c, parts, post
+
+
+def _emit_concat_post(k: Kernel, shape: tuple, ts: tuple, n: int, memo: dict) -> None:
+    """Input ``n`` of the Concat of a pass over ``shape`` writing ``ts`` (:func:`concat_split`):
+    a pass over the input's shape whose body binds the Concat's element at the shifted channel
+    to the input's and computes every tensor of ``ts`` there."""
+    deps = frozenset().union(*(inline_deps(k, t, memo) for t in ts))
+    c, parts, post = concat_split(k, shape, deps, memo)
+    u, _, off = parts[n]
+    k.line(f"/* pass: {len(ts)} written tensor(s) of shape {list(shape)}, channels {off}.. from Concat input {u!r} */")
+
+    def body(idx):
+        at = (idx[0], k.index(f"{idx[1]} + {off}") if off else idx[1]) + tuple(idx[2:])
+        k.bind(c, at, k.value(u, idx))
+        for t in ts:
+            k.store(t, at, k.value(t, at))
+    emit_loop(k, k.shape(u), inline_deps(k, u, memo), body, post=Post(shape, post, off))
 
 
 def _emit_concat_part(k: Kernel, t: str, part: tuple, memo: dict) -> None:
