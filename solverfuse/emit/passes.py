@@ -116,7 +116,7 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, po
                 with last_dim(k, shape[-1], split) as j:
                     body(tuple(outer) + (j,))
             return
-        if flat_pass(k, deps, shape):
+        if post is None and flat_pass(k, deps, shape):
             # q at the last dim over 1 (its stride is 1; an index at a dim of 1 is read as 0)
             last = max(i for i, n in enumerate(shape) if n > 1)
             with k.loops((numel(shape),), parallel=True) as (q,):
