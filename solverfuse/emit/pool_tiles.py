@@ -55,7 +55,7 @@ def tile_pool(k, t, outer, d=1):
         return tile_done(k, t, outer, arr, d)
     n = numel(out[-d:])
     arr, j0 = k.fresh("T"), k.fresh("j")
-    k.line(f"{ct} {arr}[{n}];")
+    k.line(f"{ct} {arr}[{n}] SF_ALIGN64;")
     nn, c, osp = outer[0], outer[1], outer[2:]
     if d == 2 == nsp and ct == "float" and not k.counters and same_plane(node, x, out):
         _pool_same(k, node, arr, x, avg, counts, _linear(x, (nn, c, "0", "0")))

@@ -38,7 +38,7 @@ def tile_rank(k, node) -> int:
 def tile_open(k, t, d=1):
     ct, n = k.ct(t), numel(k.shape(t)[-d:])
     arr, j = k.fresh("T"), k.fresh("j")
-    k.line(f"{ct} {arr}[{n}];")
+    k.line(f"{ct} {arr}[{n}] SF_ALIGN64;")
     k.line(f"for (long {j} = 0; {j} < {n}; {j}++) {arr}[{j}] = 0;")
     return arr, ct, n
 
