@@ -125,3 +125,21 @@ def test_conv_paths_in_the_simd_builds(target, extra, tmp_path):
     out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
     for name in g.outputs:
         np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("case", [i for i, c in enumerate(CASES) if c[1][:2] in ((24, 16), (136, 8))])
+def test_blocked_tile_prefetches_the_epilogue_output_and_residual(case):
+    """The position-vectorised tile is given the block's region of the group's output (written by
+    the epilogue) and of the residual (read by it) to prefetch while it computes: the written
+    buffer and the residual input, not the conv's input or 0 (batch 2, 136 channels: the region's
+    offset counts the batch)."""
+    from solverfuse.plans import build_plan
+    g, groups = _graph([CASES[case]])
+    src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
+    call = next(ln for ln in src.splitlines() if "sf_conv_tile8(&T" in ln)
+    args = call[call.index("(") + 1:call.rindex(")")].split(", ")
+    pw, pr = args[9].split(" + ")[0], args[10].split(" + ")[0]
+    assert f"float *restrict {pw} = (float *)" in src, call  # a written global buffer
+    assert f"const float *restrict {pr} = (const float *)" in src and pr != args[2].split(" + ")[0], call
+    if CASES[case][0][0] == 2:
+        assert "*136 + " in args[9] and "*136 + " in args[10], call  # (n*136 + m0)*plane

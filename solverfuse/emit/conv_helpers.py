@@ -166,7 +166,14 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         }}
     {store}
 }}"""
-        def conv_body(rows, cols):
+        def conv_body(rows, cols, prefetch=False):
+            pf = ""
+            if prefetch:
+                pf = "\n#if defined(__GNUC__)\n" + "\n".join(
+                    f"""        if ({p}) for (int a = 0; a < {rows}; a++) {{
+            const char *pa = (const char *)({p} + (a0 + a)*ps + q + e0);
+            __builtin_prefetch(pa, {rw}, 3); __builtin_prefetch(pa + 64, {rw}, 3);
+        }}""" for p, rw in (("pw", 1), ("pr", 0))) + "\n#endif"
             return f"""    long q = 0;
     for (; q + {CHUNK} <= span; q += {CHUNK})
         for (int a0 = 0; a0 < {mb}; a0 += {rows})
@@ -180,7 +187,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
 {acc_lines(rows, "w[{i}]", cols)}
             }}
         }}
-        for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) T[(a0 + a)*span + q + e0 + e] = acc[a][e];
+        for (int a = 0; a < {rows}; a++) for (int e = 0; e < {cols}; e++) T[(a0 + a)*span + q + e0 + e] = acc[a][e];{pf}
             }}
     /* the last partial chunk in one pass, masked (a function of its own: inline here, it made
        GCC 12 allocate the main loop's registers worse -- 3.5x slower); portable: one at a time */
@@ -254,11 +261,17 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
    registers; the positions past the last whole chunk with masked loads and stores, so a small
    plane (13x13: 169 positions) costs no multiply-adds on padding (rounded up to 192 before).
-   The accumulators start at bias[a] (NULL: 0): no pass of its own over the tile. */
+   The accumulators start at bias[a] (NULL: 0): no pass of its own over the tile.
+   pw, pr (NULL: none): where the caller's epilogue will write / read this tile's values, channel
+   a's position q at pw[a*ps + q] (approximately: junk columns shift it); each chunk prefetches
+   its lines there, so that those misses overlap the multiply-adds (the epilogue of a large
+   plane otherwise waits for them, memory-bound, after the compute-bound tile). */
 SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
-    const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias)
+    const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias,
+    float *pw, const float *pr, long ps)
 {{
-{register_blocks(mb, conv_body, conv_avx2)}}}
+    (void)pw; (void)pr; (void)ps;
+{register_blocks(mb, lambda r, c: conv_body(r, c, prefetch=True), conv_avx2)}}}
 """
     return {
         "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded

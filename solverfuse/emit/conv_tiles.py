@@ -365,10 +365,33 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
                and not k.has_tile(bias) and k.graph.index.producer.get(bias) not in k.members)
     bptr = (f"{k.ptr(bias, 'r')} + {m0}" if m0 != "0" else k.ptr(bias, "r")) if in_tile else "0"
     k.use_helper(f"sf_conv_tile{mb}")
+    extra = "" if mb in (1, CM_CHANNELS) else ", " + _epilogue_prefetch(k, node, n, m0, r0)
     k.line(f"sf_conv_tile{mb}(&{arr}[0][0], {span}, {src} + {plane}{row0}, {cplane}, {wsrc}{wrow}, "
-           f"{w[1]}, {taps}, {off}, {bptr});")
+           f"{w[1]}, {taps}, {off}, {bptr}{extra});")
     if bias is not None and not in_tile:
         with k.block(f"for (int {a} = 0; {a} < {valid or mb}; {a}++)"):
             bias = k.value(node.inputs[2], (k.index(f"{m0} + {a}"),))
             k.line(f"for (long {j} = 0; {j} < {span}; {j}++) {arr}[{a}][{j}] += {bias};")
     return arr
+
+
+def _epilogue_prefetch(k, node, n: str, m0: str, r0: str) -> str:
+    """The position-vectorised tile's prefetch arguments ``pw, pr, ps``: the block's region of the
+    kernel's first float output of the conv's shape (written by the epilogue) and of its first
+    other float input of that shape (a residual the epilogue adds), ``0`` where there is none.
+    Paired, standalone tile + a BatchNorm(+Sum)+Relu epilogue on ResNet-50's 1x1 64->256 conv at
+    56x56: 12-20% faster (the epilogue's misses overlap the tile's multiply-adds)."""
+    out = k.shape(node.outputs[0])
+    plane = out[2] * out[3]
+
+    def region(ts, mode):
+        t = next((t for t in ts if t in k.buffers and k.shape(t) == out and k.ct(t) == "float"), None)
+        if t is None:
+            return "0"
+        at = f"({n}*{out[1]} + {m0})*{plane}" if n != "0" else f"{m0}*{plane}" if m0 != "0" else ""
+        row = f"{r0}*{out[3]}" if r0 != "0" else ""
+        off = " + ".join(p for p in (at, row) if p)
+        return f"{k.ptr(t, mode)}{' + ' + off if off else ''}"
+    pw = region(k.writes, "w")
+    pr = region([t for t in k.reads if t != node.inputs[0]], "r")
+    return f"{pw}, {pr}, {plane}"
