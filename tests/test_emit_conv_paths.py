@@ -44,6 +44,9 @@ CASES = [
     ((1, 12, 23, 25), (20, 12, 1, 1), {"strides": [2, 2]}, "sf_conv_copy_sub("),
     # strides (2, 3), batch 2, 136 channels on a 12x14 plane (blocks of 8, not the 32-channel tile)
     ((2, 8, 24, 40), (136, 8, 1, 1), {"strides": [2, 3]}, "sf_conv_copy_sub("),
+    # a wide plane (112 columns) with 128 input channels: bands of one row (a band's input copy
+    # within conv_tiles.BAND_BYTES), so the tile is 8 channels x 112 positions
+    ((1, 128, 4, 112), (8, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "[8][112];"),
     # a strided 1x1 onto a small plane keeps the phase-split copy (slower subsampled, see conv_tiles)
     ((1, 16, 14, 14), (128, 16, 1, 1), {"strides": [2, 2]}, "sf_conv_copy("),
 ]
