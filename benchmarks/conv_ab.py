@@ -1,6 +1,7 @@
 """Paired per-kernel A/B of two source trees on one model: each tree builds the model's plan as
 instrumented C (:func:`zoo_profile.instrument`, in a subprocess with that tree first on the path),
-then this process loads both libraries and runs them in alternation, keeping each kernel's fastest
+then this process loads both libraries and runs them in alternation (each first in every other
+round), keeping each kernel's fastest
 time (the calling thread's CPU time at 1 thread). Load and other jobs shift both sides alike, so
 the per-kernel ratio after/before is steadier than two separate zoo_profile runs.
 
@@ -104,9 +105,9 @@ def main(argv=None) -> int:
         print("note: the two trees' plans differ; kernels are matched by first node")
     runs = [runner(i, args.spec) for i in infos]
     best = [dict() for _ in runs]
-    for _ in range(args.rounds):
-        for side, run in enumerate(runs):
-            for i, s in enumerate(run()):
+    for rnd in range(args.rounds):
+        for side in ((0, 1) if rnd % 2 == 0 else (1, 0)):  # each side first in every other round
+            for i, s in enumerate(runs[side]()):
                 name = infos[side]["groups"][i]["name"]
                 best[side][name] = min(best[side].get(name, float("inf")), s)
     tot = [sum(b.values()) for b in best]
