@@ -13,6 +13,7 @@ import stat
 import numpy as np
 import pytest
 
+from solverfuse.emit.conv_helpers import CBLOCK_DEFS
 from solverfuse.emit.program import render
 
 from .emit_helpers import HW, check, graph
@@ -51,6 +52,9 @@ CASES = [
     # masked tail at every block size; batch 2 for the 1x1 read in place)
     ((1, 8, 20, 20), (12, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile4(&"),
     ((2, 5, 9, 33), (6, 5, 1, 1), {}, "sf_conv_tile2(&"),
+    # 512 input channels on 28x28: a 5 MB input copy, reduced in blocks of channels (the last one
+    # partial) with the partial sums in the tile (conv_helpers.CBLOCK_DEFS)
+    ((1, 512, 28, 28), (8, 512, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&"),
     # a strided 1x1 onto a small plane keeps the phase-split copy (slower subsampled, see conv_tiles)
     ((1, 16, 14, 14), (128, 16, 1, 1), {"strides": [2, 2]}, "sf_conv_copy("),
 ]
@@ -150,3 +154,17 @@ def test_blocked_tile_prefetches_the_epilogue_output_and_residual(case):
     assert f"const float *restrict {pr} = (const float *)" in src and pr != args[2].split(" + ")[0], call
     if CASES[case][0][0] == 2:
         assert "*136 + " in args[9] and "*136 + " in args[10], call  # (n*136 + m0)*plane
+
+
+def test_large_input_takes_the_channel_blocked_reduction():
+    """The 512-channel case's input copy is over the tile's blocking threshold (so the blocked
+    reduction is what the numerics test above checked), the others' are not."""
+    from solverfuse.plans import build_plan
+    limit = 4 * 1024 * 1024
+    assert f"({limit // (1024 * 1024)}L*1024*1024)" in CBLOCK_DEFS
+    for shape, kernel, attrs, marker in CASES:
+        g, groups = _graph([(shape, kernel, attrs, marker)])
+        src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
+        call = next(ln for ln in src.splitlines() if "sf_conv_tile" in ln and "(&T" in ln)
+        args = call[call.index("(") + 1:call.rindex(")")].split(", ")
+        assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] == 512), call

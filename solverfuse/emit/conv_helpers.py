@@ -18,6 +18,18 @@ from .ctile import CHUNK, acc_lines, register_blocks, v8_block
 CM_CHANNELS, CM_POSITIONS = 32, 14
 
 
+#: Input-channel blocking of the position-vectorised tile (AVX-512): inputs over 4 MiB (VGG-19's
+#: 512-channel 28x28 planes: 5.2 MB, every chunk of 32 positions read ~600 KB of it from the
+#: L3) are reduced in blocks of channels whose copy is 512 KiB, so the chunks reuse it from the
+#: L2. Standalone, paired: 512ch 28x28 3x3 0.89-0.96 of the time, 256ch 56x56 1.00-1.05; with a
+#: 1 MiB threshold the 64/128-channel planes of ResNet-50 were 2-3% slower.
+CBLOCK_DEFS = """#if !defined(SF_CONV_CBLOCK)
+#define SF_CONV_CBLOCK (512L*1024)
+#define SF_CONV_CBLOCK_MIN (4L*1024*1024)
+#endif
+"""
+
+
 def _cm_pass(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
     """One pass shape of ``sf_conv_tile32`` (AVX-512): ``loop`` runs it over q0 while ``p``
     positions are left, 32 channels x ``p`` positions in registers (2 x p accumulators, 2 weight
@@ -250,19 +262,25 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 """
         if mb == CM_CHANNELS:
             return _conv_tile_cm(name, conv_body, conv_avx2)
-        decl = " ".join(f"sf_v16 c{i}_0 = SF_SET1(bias ? bias[{i}] : 0.0f), c{i}_1 = c{i}_0;" for i in range(mb))
+        decl = " ".join(f"sf_v16 c{i}_0 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q) : SF_SET1(bias ? bias[{i}] : 0.0f), "
+                        f"c{i}_1 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q + 16) : c{i}_0;" for i in range(mb))
         fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); c{i}_0 = SF_FMA16(wv, x0, c{i}_0); "
                         f"c{i}_1 = SF_FMA16(wv, x1, c{i}_1); }}" for i in range(mb))
         store = "\n".join(f"        SF_STORE16(T + {i}*span + q, c{i}_0); SF_STORE16(T + {i}*span + q + 16, c{i}_1);"
                           for i in range(mb))
-        prefetch = "\n".join(f"""        if ({p}) for (int a = 0; a < {mb}; a++) {{
+        prefetch = "\n".join(f"""        if ({p} && ce == C) for (int a = 0; a < {mb}; a++) {{
             const char *pa = (const char *)({p} + a*ps + q);
             __builtin_prefetch(pa, {rw}, 3); __builtin_prefetch(pa + 64, {rw}, 3);
         }}""" for p, rw in (("pw", 1), ("pr", 0)))
-        avx512 = f"""    long q = 0;
-    for (; q + {CHUNK} <= span; q += {CHUNK}) {{
+        avx512 = f"""    /* an input of more than SF_CONV_CBLOCK_MIN bytes (it cannot stay in the L2 while the chunks
+       walk over it) in blocks of input channels of SF_CONV_CBLOCK bytes, the partial sums in T */
+    long cb = C, q = 0;
+    if (C*cplane*4 > SF_CONV_CBLOCK_MIN) {{ cb = SF_CONV_CBLOCK / (cplane*4); if (cb < 16) cb = 16; }}
+    for (long cs = 0; cs < C; cs += cb) {{
+    const long ce = cs + cb < C ? cs + cb : C;
+    for (q = 0; q + {CHUNK} <= span; q += {CHUNK}) {{
         {decl}
-        for (long c = 0; c < C; c++)
+        for (long c = cs; c < ce; c++)
             for (long t = 0; t < taps; t++) {{
                 const float *restrict xt = x + c*cplane + off[t] + q;
                 const float *restrict w = wp + (c*taps + t)*{mb};
@@ -273,9 +291,10 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 {store}
 {prefetch}
     }}
+    }}
     if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off, bias);
 """
-        return tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
+        return CBLOCK_DEFS + tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
    registers (AVX-512: explicit vector operations, the two input vectors pinned in registers -- GCC
    else folds them into each multiply-add as a memory operand; paired against the auto-vectorised
