@@ -1,8 +1,11 @@
 """C text of the conv helpers shared by every kernel of a program (one copy each, compiled once,
 through :func:`~solverfuse.emit.chelpers.helper_text`): the register-blocked conv tiles
-``sf_conv_tile<mb>`` (position-vectorised, with their masked tails ``sf_conv_tail<mb>``), the
-channel-vectorised ``sf_conv_tile32`` for small planes, the depthwise ``sf_conv_tile1``, the
-conv input copies and the weight pack. Builds on :mod:`~solverfuse.emit.ctile` only.
+``sf_conv_tile<mb>`` (position-vectorised, with their masked tails ``sf_conv_tail<mb>``; with
+AVX-512 explicit vector code that prefetches the epilogue's output and residual lines while it
+computes and reduces inputs over 4 MiB in blocks of channels), the channel-vectorised
+``sf_conv_tile32`` for small planes (prefetching the next block's weights), the depthwise
+``sf_conv_tile1``, the conv input copies and the weight pack. Builds on
+:mod:`~solverfuse.emit.ctile` only.
 
 >>> "sf_conv_tail8" in conv_helper_text("sf_conv_tile8"), CM_CHANNELS
 (True, 32)
