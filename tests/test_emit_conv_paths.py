@@ -13,6 +13,7 @@ import stat
 import numpy as np
 import pytest
 
+from solverfuse.emit.conv_helpers import CBLOCK_DEFS
 from solverfuse.emit.program import render
 
 from .emit_helpers import HW, check, graph
@@ -44,6 +45,16 @@ CASES = [
     ((1, 12, 23, 25), (20, 12, 1, 1), {"strides": [2, 2]}, "sf_conv_copy_sub("),
     # strides (2, 3), batch 2, 136 channels on a 12x14 plane (blocks of 8, not the 32-channel tile)
     ((2, 8, 24, 40), (136, 8, 1, 1), {"strides": [2, 3]}, "sf_conv_copy_sub("),
+    # a wide plane (112 columns) with 128 input channels: bands of one row (a band's input copy
+    # within conv_tiles.BAND_BYTES), so the tile is 8 channels x 112 positions
+    ((1, 128, 4, 112), (8, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "[8][112];"),
+    # 12 and 6 output channels: blocks of 4 and of 2 (the explicit AVX-512 main loop and the
+    # masked tail at every block size; batch 2 for the 1x1 read in place)
+    ((1, 8, 20, 20), (12, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile4(&"),
+    ((2, 5, 9, 33), (6, 5, 1, 1), {}, "sf_conv_tile2(&"),
+    # 512 input channels on 28x28: a 5 MB input copy, reduced in blocks of channels (the last one
+    # partial) with the partial sums in the tile (conv_helpers.CBLOCK_DEFS)
+    ((1, 512, 28, 28), (8, 512, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&"),
     # a strided 1x1 onto a small plane keeps the phase-split copy (slower subsampled, see conv_tiles)
     ((1, 16, 14, 14), (128, 16, 1, 1), {"strides": [2, 2]}, "sf_conv_copy("),
 ]
@@ -125,3 +136,35 @@ def test_conv_paths_in_the_simd_builds(target, extra, tmp_path):
     out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
     for name in g.outputs:
         np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("case", [i for i, c in enumerate(CASES) if c[1][:2] in ((24, 16), (136, 8))])
+def test_blocked_tile_prefetches_the_epilogue_output_and_residual(case):
+    """The position-vectorised tile is given the block's region of the group's output (written by
+    the epilogue) and of the residual (read by it) to prefetch while it computes: the written
+    buffer and the residual input, not the conv's input or 0 (batch 2, 136 channels: the region's
+    offset counts the batch)."""
+    from solverfuse.plans import build_plan
+    g, groups = _graph([CASES[case]])
+    src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
+    call = next(ln for ln in src.splitlines() if "sf_conv_tile8(&T" in ln)
+    args = call[call.index("(") + 1:call.rindex(")")].split(", ")
+    pw, pr = args[9].split(" + ")[0], args[10].split(" + ")[0]
+    assert f"float *restrict {pw} = (float *)" in src, call  # a written global buffer
+    assert f"const float *restrict {pr} = (const float *)" in src and pr != args[2].split(" + ")[0], call
+    if CASES[case][0][0] == 2:
+        assert "*136 + " in args[9] and "*136 + " in args[10], call  # (n*136 + m0)*plane
+
+
+def test_large_input_takes_the_channel_blocked_reduction():
+    """The 512-channel case's input copy is over the tile's blocking threshold (so the blocked
+    reduction is what the numerics test above checked), the others' are not."""
+    from solverfuse.plans import build_plan
+    limit = 4 * 1024 * 1024
+    assert f"({limit // (1024 * 1024)}L*1024*1024)" in CBLOCK_DEFS
+    for shape, kernel, attrs, marker in CASES:
+        g, groups = _graph([(shape, kernel, attrs, marker)])
+        src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
+        call = next(ln for ln in src.splitlines() if "sf_conv_tile" in ln and "(&T" in ln)
+        args = call[call.index("(") + 1:call.rindex(")")].split(", ")
+        assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] == 512), call

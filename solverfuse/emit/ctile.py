@@ -1,0 +1,54 @@
+"""C-text building blocks of the register-blocked tiles that the GEMM and conv helper texts
+(:mod:`~solverfuse.emit.chelpers`, :mod:`~solverfuse.emit.conv_helpers`) share: the chunk width,
+the unrolled multiply-add lines, the AVX2 block of eight-lane accumulators and the choice between
+the AVX-512 / portable and the AVX2 loop nests. A leaf: it builds on no other emit module.
+
+>>> CHUNK, acc_lines(1, "w[{i}]", 4).strip()
+(32, 'for (int e = 0; e < 4; e++) acc[0][e] = SF_FMA(w[0], xt[e], acc[0][e]);')
+"""
+from __future__ import annotations
+
+#: Output positions per register-blocked chunk (two 16-lane vectors of accumulators per channel;
+#: measured: 16 makes GCC 12 keep the accumulators in memory, 10x slower).
+CHUNK = 32
+
+
+def acc_lines(mb: int, a: str, cols: int = CHUNK) -> str:
+    """The unrolled multiply-add lines of a register-blocked tile (``a`` formats row ``i``'s weight)."""
+    # unrolled over the block's rows/channels: constant accumulator addresses, which the
+    # compiler keeps in vector registers across the whole reduction loop
+    return "\n".join(f"                for (int e = 0; e < {cols}; e++) acc[{i}][e] = SF_FMA({a.format(i=i)}, xt[e], acc[{i}][e]);"
+                     for i in range(mb))
+
+
+def register_blocks(mb: int, body, avx2) -> str:
+    """The loop nest of a register-blocked tile for the target the compiler builds for:
+    ``body(mb, CHUNK)`` (``mb`` x CHUNK accumulators, auto-vectorised: 16 zmm with AVX-512, and
+    the portable form) unless the target has AVX2 + FMA without AVX-512 (``SF_AVX2_TILES``); there
+    ``avx2(rows)`` -- blocks of ``rows`` <= 4 x 16 accumulators, AVX2 intrinsics: 16 vector
+    registers do not hold 8 x 32 accumulators (spilled: 25 GFLOP/s on a 3x3 conv where AVX-512
+    reaches 105, on the same Zen 4 core built with -mno-avx512f; the 4 x 16 blocks: 48, and 105
+    with the inputs pinned in registers), and GCC 12 leaves 4 x 16 float arrays in memory."""
+    return f"#if defined(SF_AVX2_TILES)\n{avx2(min(mb, 4))}#else\n{body(mb, CHUNK)}#endif\n"
+
+
+def v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = False,
+              init: str = "") -> tuple[str, str]:
+    """(declarations, multiply-adds) of ``rows`` x 2 eight-lane accumulators ``c<i>_<v>`` (AVX2):
+    row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr`` (``masked``:
+    only the lanes of the masks ``m0``, ``m1`` are loaded, the others read as 0); ``init``: the
+    C expression of row i's start value (``init.format(i=i)``; default 0)."""
+    zero = (lambda i: "_mm256_setzero_ps()") if not init else (lambda i: f"_mm256_set1_ps({init.format(i=i)})")
+    decl = indent + " ".join(f"__m256 c{i}_0 = {zero(i)}, c{i}_1 = {zero(i)};" for i in range(rows))
+    # the empty asm pins the two input vectors in registers: else GCC folds them into every
+    # multiply-add as a memory operand -- 3 loads per 2 FMAs, load-bound at half the FMA rate
+    load = (f"_mm256_maskload_ps({xptr}, m0), x1 = _mm256_maskload_ps({xptr} + 8, m1)" if masked
+            else f"_mm256_loadu_ps({xptr}), x1 = _mm256_loadu_ps({xptr} + 8)")
+    body = [f"{indent}    __m256 x0 = {load};",
+            f'{indent}    __asm__("" : "+x"(x0), "+x"(x1));']
+    for i in range(rows):
+        body.append(f"{indent}    {{ const __m256 wv = _mm256_broadcast_ss({weight.format(i=i)}); "
+                    f"c{i}_0 = _mm256_fmadd_ps(wv, x0, c{i}_0); c{i}_1 = _mm256_fmadd_ps(wv, x1, c{i}_1); }}")
+    return decl, "\n".join(body)
+
+
