@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..ops import numel
 from .cexpr import bmap, linear as _linear, lit as _lit
-from .chelpers import CHUNK
+from .ctile import CHUNK
 from .tiles import MAX_TILE, round_up, tile_done, tile_open
 
 def _mm_operands(k, node, full):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ops import numel
-from .chelpers import CHUNK
+from .ctile import CHUNK
 from .tiles import MAX_TILE, round_up, window_geometry
 
 

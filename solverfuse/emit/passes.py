@@ -15,7 +15,7 @@ import contextlib
 from typing import NamedTuple, Optional
 
 from . import anchors, conv_tiles, gemm_tiles, gemv_tiles, reductions
-from .chelpers import CHUNK
+from .ctile import CHUNK
 from ..ops import numel
 from .tiles import MAX_TILE, round_up, tile_rank
 from .channels import flat_band, flat_pass, flat_plane, prime_channel_reads, reads_per_channel
