@@ -256,7 +256,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
 
     >>> from solverfuse.graph import load_graph
     >>> from solverfuse.plans import build_plan
-    >>> g = load_graph({"tensors": {"x": {"shape": [256, 512]}}, "inputs": ["x"], "outputs": ["y"],
+    >>> g = load_graph({"tensors": {"x": {"shape": [256, 4096]}}, "inputs": ["x"], "outputs": ["y"],
     ...     "nodes": [{"name": "s", "op": "Softmax", "inputs": ["x"], "outputs": ["y"]}]})
     >>> src = render(build_plan(g, "nvidia-h100", [["s"]], strategy="m"), g, threads=4)["model.c"]
     >>> "one row loop over [256]" in src, "num_threads(4)" in src, "malloc(" in src
