@@ -61,3 +61,21 @@ def test_the_math_before_a_pad_runs_at_its_own_shape(plane, pads, cache):
     assert "sf_expf" in src
     for choice in re.findall(r"float (p\d+) = [^;]+;\n\s*if \((.*?)\1 = ", src, re.S):
         assert "sf_expf" not in choice[1]
+
+
+@pytest.mark.parametrize("c,hw", [(16, 8), (24, 5)])
+def test_layernorm_rows_after_a_permute_are_made_contiguous(c, hw, cache):
+    """ConvNeXt's block head: depthwise 7x7 conv, permute to channels-last, LayerNorm over the
+    channels, in one group. The permuted rows are materialised contiguous in scratch before the
+    statistics (read at the permute's stride they were slower than the unfused kernels); numerics
+    against ONNX Runtime."""
+    t = {"x": [1, c, hw, hw], "w": {"shape": [c, 1, 7, 7], "constant": True}, "s": {"shape": [c], "constant": True},
+         "b": {"shape": [c], "constant": True}}
+    nodes = [("dw", "Conv", ["x", "w"], ["h"], {"group": c, "pads": [3, 3, 3, 3]}),
+             ("tr", "Transpose", ["h"], ["p"], {"perm": [0, 2, 3, 1]}),
+             ("ln", "LayerNormalization", ["p", "s", "b"], ["y"], {"axis": -1, "epsilon": 1e-6})]
+    g = graph(t, ["x"], ["y"], nodes)
+    plan, _, _ = check(g, [["dw", "tr", "ln"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
+    src = render(plan, g)["model.c"]
+    # the conv's output and the permuted rows, each in a scratch of their own
+    assert src.count("kernel-local scratch, output of") == 2

@@ -24,7 +24,7 @@ from typing import Optional
 
 from ..dag import UnionFind
 from ..errors import EmitError
-from ..ops import OPS, numel
+from ..ops import OPS, numel, transpose_perm
 from . import reductions
 from .cexpr import ctype, linear
 from .forward import LAYOUT_MAPS, emit_forward, forward_chain
@@ -95,10 +95,31 @@ def _plan_passes(k: Kernel) -> list:
                 # epilogue after it runs as one vector loop over all of it (a conv's dot product
                 # in the same loop left SiLU's exp one scalar call per element)
                 promote.add(v)
-        promote |= _padded_math(k, passes)
+        promote |= _padded_math(k, passes) | _strided_rows(k)
         if not promote:
             return [p for p, _, _ in passes]
         k.materialised |= promote
+
+
+def _strided_rows(k: Kernel) -> set:
+    """In-group Transposes that move the last axis and feed a row-statistics op (LayerNorm,
+    Softmax) of the group: materialised, the rows lie contiguous in scratch for the statistics
+    and the output pass; inline, each row was read at the transpose's stride twice (ConvNeXt's
+    depthwise conv + permute + LayerNorm over rows of 16 channels)."""
+    g = k.graph
+    out = set()
+    for v in k.nodes:
+        node = g.index.node[v]
+        if node.op not in STATS_OPS or not node.inputs:
+            continue
+        p = g.index.producer.get(node.inputs[0])
+        if p not in k.members or p in k.materialised:
+            continue
+        tr = g.index.node[p]
+        xs = k.shape(tr.inputs[0])
+        if tr.op == "Transpose" and len(xs) > 1 and transpose_perm(tr.attributes, len(xs))[-1] != len(xs) - 1:
+            out.add(p)
+    return out
 
 
 def _padded_math(k: Kernel, passes: list) -> set:
