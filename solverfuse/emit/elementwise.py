@@ -64,11 +64,9 @@ def erf_gelu(k, node):
     None otherwise, and in the instrumented build (its counters see the constants' loads).
 
     >>> from solverfuse import zoo
-    >>> from solverfuse.emit.kernel import Kernel
-    >>> from solverfuse.emit.lowering import code_for_op
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
     >>> g = zoo.residual_layernorm_gelu(2, 8)
-    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
-    ...            counters=False, threads=1, lower=code_for_op)
+    >>> k = whole_graph_kernel(g)
     >>> erf_gelu(k, g.index.node["y"]), erf_gelu(k, g.index.node["gelu_mul"])
     (('layernorm', ['half', 'one', 'inv_sqrt2']), None)
     """

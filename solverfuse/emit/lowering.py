@@ -17,6 +17,7 @@ from .anchors import SPECIAL_ANCHORS
 from .cexpr import bmap
 from .elementwise import INDEX_MAPS, NARY, STRUCTURED, UNARY, erf_gelu
 from .indexing import INDEXING, NARY_MORE, UNARY_MORE
+from .kernel import Kernel
 from .reductions import REDUCE_OPS, STATS, STATS_EXPR
 
 #: Ops of the op table the C emitter refuses (with a one-line error naming the node); documented
@@ -84,3 +85,17 @@ def code_for_op(k, node, pos: int, idx: tuple[str, ...]) -> str:
     if lower is None:
         raise EmitError(f"node {node.name!r}: op {node.op!r} is not supported by the C emitter")
     return lower(k, node, pos, idx)
+
+
+def whole_graph_kernel(graph) -> Kernel:
+    """A serial kernel of every node of ``graph`` with this module's lowering, buffer i the
+    graph's i-th tensor: what the emitter's doctests and tools inspect a group's C through.
+
+    >>> from solverfuse import zoo
+    >>> k = whole_graph_kernel(zoo.residual_layernorm_gelu(2, 8))
+    >>> len(k.nodes), k.threads
+    (7, 1)
+    """
+    return Kernel(graph, [n.name for n in graph.nodes], 0, {t: i for i, t in enumerate(graph.tensors)},
+                  counters=False, threads=1, lower=code_for_op)
+

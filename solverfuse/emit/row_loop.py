@@ -91,11 +91,9 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
     next row's lines of x's inputs at its position.
 
     >>> from solverfuse import zoo
-    >>> from solverfuse.emit.kernel import Kernel
-    >>> from solverfuse.emit.lowering import code_for_op
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
     >>> g = zoo.residual_layernorm_gelu(2, 8)
-    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
-    ...            counters=False, threads=1, lower=code_for_op)
+    >>> k = whole_graph_kernel(g)
     >>> k.line("double s = 0;"); lane_sums(k, 100, "s", lambda j: f"b0[{j}]")
     >>> [ln.strip() for ln in k.lines if "+=" in ln and "for" not in ln]
     ['sp2[l4] += b0[i5];', 'st6 += b0[i7];', 'sp2[0] += st6;', 's += sp2[0];']
@@ -152,11 +150,9 @@ def row_streams(k, tensors) -> list:
     taken before the row's statistics keep any row in an array.
 
     >>> from solverfuse import zoo
-    >>> from solverfuse.emit.kernel import Kernel
-    >>> from solverfuse.emit.lowering import code_for_op
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
     >>> g = zoo.residual_layernorm_gelu(2, 8)
-    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
-    ...            counters=False, threads=1, lower=code_for_op)
+    >>> k = whole_graph_kernel(g)
     >>> row_streams(k, ["y"])
     ['residual', 'x']
     >>> output_prefetch(k, ["x"], ("i",), "j"); k.lines
@@ -190,11 +186,9 @@ def declare_row(k, ct: str, name: str, n: int) -> None:
     through a pointer they stay in registers.
 
     >>> from solverfuse import zoo
-    >>> from solverfuse.emit.kernel import Kernel
-    >>> from solverfuse.emit.lowering import code_for_op
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
     >>> g = zoo.residual_layernorm_gelu(2, 8)
-    >>> k = Kernel(g, [n.name for n in g.nodes], 0, {t: i for i, t in enumerate(g.tensors)},
-    ...            counters=False, threads=1, lower=code_for_op)
+    >>> k = whole_graph_kernel(g)
     >>> declare_row(k, "float", "R", 8); k.lines
     ['    float R_s[8];', '    float *const R = R_s;']
     """
