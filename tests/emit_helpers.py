@@ -15,6 +15,11 @@ from solverfuse.plans import convexity_violation, build_plan, order_groups
 HW = load_hardware("nvidia-h100")
 
 
+def const(shape) -> dict:
+    """A constant tensor's entry for :func:`graph` (its values seeded by the emitter's data)."""
+    return {"shape": list(shape), "constant": True}
+
+
 def graph(tensors: dict, inputs: list, outputs: list, nodes: list, name: str = "t"):
     """tensors: name -> shape or dict; nodes: (name, op, inputs, outputs[, attributes])."""
     ts = {k: (v if isinstance(v, dict) else {"shape": list(v)}) for k, v in tensors.items()}

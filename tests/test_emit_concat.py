@@ -9,7 +9,7 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, graph, model_counts, run_plan
+from .emit_helpers import check, const, graph, model_counts, run_plan
 
 
 @pytest.fixture(scope="module")
@@ -17,14 +17,11 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-concat-cache")
 
 
-def _c(shape):
-    return {"shape": list(shape), "constant": True}
-
 
 def _fire(c=16, m=48, h=21, w=23, axis=1):
     """squeeze -> (expand 1x1 + ReLU, expand 3x3 + ReLU) -> Concat; batch 1."""
     cat = [1, 2 * m, h, w] if axis == 1 else [1, m, h, 2 * w]
-    t = {"x": [1, c, h, w], "w1": _c((m, c, 1, 1)), "b1": _c((m,)), "w3": _c((m, c, 3, 3)), "b3": _c((m,)),
+    t = {"x": [1, c, h, w], "w1": const((m, c, 1, 1)), "b1": const((m,)), "w3": const((m, c, 3, 3)), "b3": const((m,)),
          "e1": [1, m, h, w], "r1": [1, m, h, w], "e3": [1, m, h, w], "r3": [1, m, h, w], "y": cat}
     nodes = [("c1", "Conv", ["x", "w1", "b1"], ["e1"], {"kernel_shape": [1, 1]}),
              ("a1", "Relu", ["e1"], ["r1"]),

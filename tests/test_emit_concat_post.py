@@ -11,7 +11,7 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, graph, model_counts, run_plan
+from .emit_helpers import check, const, graph, model_counts, run_plan
 
 
 @pytest.fixture(scope="module")
@@ -19,17 +19,14 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-concat-post-cache")
 
 
-def _c(shape):
-    return {"shape": list(shape), "constant": True}
-
 
 def _dense(n=1, c_in=5, c_new=3, h=11, w=13, k=3, ci=7):
     """features f [n, c_in, h, w] (from outside), a [n, ci, h, w] -> conv k x k -> e [n, c_new];
     Concat(f, e) -> BatchNorm -> Mul [C, 1, 1] -> Add [C, 1, 1] -> Relu; outputs the Concat and the ReLU."""
     c = c_in + c_new
-    t = {"f": [n, c_in, h, w], "a": [n, ci, h, w], "wt": _c((c_new, ci, k, k)), "bt": _c((c_new,)),
-         "e": [n, c_new, h, w], "cat": [n, c, h, w], "s": _c((c,)), "bb": _c((c,)), "m": _c((c,)), "v": _c((c,)),
-         "mk": _c((c, 1, 1)), "ak": _c((c, 1, 1)), "bn": [n, c, h, w], "p": [n, c, h, w], "q": [n, c, h, w],
+    t = {"f": [n, c_in, h, w], "a": [n, ci, h, w], "wt": const((c_new, ci, k, k)), "bt": const((c_new,)),
+         "e": [n, c_new, h, w], "cat": [n, c, h, w], "s": const((c,)), "bb": const((c,)), "m": const((c,)), "v": const((c,)),
+         "mk": const((c, 1, 1)), "ak": const((c, 1, 1)), "bn": [n, c, h, w], "p": [n, c, h, w], "q": [n, c, h, w],
          "y": [n, c, h, w]}
     nodes = [("conv", "Conv", ["a", "wt", "bt"], ["e"], {"kernel_shape": [k, k], "pads": [k // 2] * 4}),
              ("cat", "Concat", ["f", "e"], ["cat"], {"axis": 1}),
@@ -64,9 +61,9 @@ def test_concat_then_batchnorm_one_pass_per_input(threads, dims, cache):
 def test_three_inputs_one_computed_in_the_group(cache):
     """Concat(Relu(x), conv(a), z) -> BatchNorm -> Relu: the first input's ReLU, the conv's tile
     and the outside input each in their own pass."""
-    t = {"x": [1, 4, 9, 10], "a": [1, 6, 9, 10], "z": [1, 3, 9, 10], "wt": _c((5, 6, 3, 3)),
-         "rx": [1, 4, 9, 10], "e": [1, 5, 9, 10], "cat": [1, 12, 9, 10], "s": _c((12,)), "bb": _c((12,)),
-         "m": _c((12,)), "v": _c((12,)), "bn": [1, 12, 9, 10], "y": [1, 12, 9, 10]}
+    t = {"x": [1, 4, 9, 10], "a": [1, 6, 9, 10], "z": [1, 3, 9, 10], "wt": const((5, 6, 3, 3)),
+         "rx": [1, 4, 9, 10], "e": [1, 5, 9, 10], "cat": [1, 12, 9, 10], "s": const((12,)), "bb": const((12,)),
+         "m": const((12,)), "v": const((12,)), "bn": [1, 12, 9, 10], "y": [1, 12, 9, 10]}
     nodes = [("rx", "Relu", ["x"], ["rx"]),
              ("conv", "Conv", ["a", "wt"], ["e"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
              ("cat", "Concat", ["rx", "e", "z"], ["cat"], {"axis": 1}),
@@ -96,7 +93,7 @@ def test_concat_post_sanitized(cache):
 @pytest.mark.parametrize("axis", [1, -1])
 def test_two_dim_concat_then_bias_and_relu(axis, cache):
     """Rank 2 (features of a batch of 3, axis 1 written as -1 too): Concat(Relu(a), b) -> Add [9] -> Relu."""
-    t = {"a": [3, 5], "b": [3, 4], "ra": [3, 5], "cat": [3, 9], "k": _c((9,)), "s": [3, 9], "y": [3, 9]}
+    t = {"a": [3, 5], "b": [3, 4], "ra": [3, 5], "cat": [3, 9], "k": const((9,)), "s": [3, 9], "y": [3, 9]}
     nodes = [("ra", "Relu", ["a"], ["ra"]), ("cat", "Concat", ["ra", "b"], ["cat"], {"axis": axis}),
              ("add", "Add", ["cat", "k"], ["s"]), ("r", "Relu", ["s"], ["y"])]
     g = graph(t, ["a", "b"], ["y"], nodes)

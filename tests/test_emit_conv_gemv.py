@@ -11,7 +11,7 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, graph, model_counts, run_plan
+from .emit_helpers import check, const, graph, model_counts, run_plan
 
 
 @pytest.fixture(scope="module")
@@ -19,13 +19,10 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-conv-gemv-cache")
 
 
-def _c(shape):
-    return {"shape": list(shape), "constant": True}
-
 
 def _classifier(n=1, c=37, m=29, sp=(1, 1), bias=True, act="Relu", const_w=True):
     """x [n, c, *sp] -> Conv (kernel = sp, no pad) -> [n, m, 1, 1] -> act."""
-    t = {"x": [n, c, *sp], "w": _c((m, c, *sp)) if const_w else [m, c, *sp], "b": _c((m,)),
+    t = {"x": [n, c, *sp], "w": const((m, c, *sp)) if const_w else [m, c, *sp], "b": const((m,)),
          "e": [n, m, 1, 1], "y": [n, m, 1, 1]}
     conv = ("conv", "Conv", ["x", "w", "b"] if bias else ["x", "w"], ["e"], {"kernel_shape": list(sp)})
     nodes = [conv, ("act", act, ["e"], ["y"])]
@@ -54,12 +51,12 @@ def test_conv_on_one_position_is_a_gemv(threads, case, cache):
 def test_kernel_with_padding_or_groups_keeps_the_window_loop(cache):
     """A 3x3 kernel with padding on a 1x1 plane, and a grouped 1x1 conv: not one dot product
     over x's row -- the general forms, still right."""
-    t = {"x": [1, 8, 1, 1], "w": _c((6, 8, 3, 3)), "e": [1, 6, 1, 1], "y": [1, 6, 1, 1]}
+    t = {"x": [1, 8, 1, 1], "w": const((6, 8, 3, 3)), "e": [1, 6, 1, 1], "y": [1, 6, 1, 1]}
     g = graph(t, ["x"], ["y"], [("conv", "Conv", ["x", "w"], ["e"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
                                  ("act", "Relu", ["e"], ["y"])])
     plan, _, _ = check(g, [["conv", "act"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
     assert "sf_mm_tile1(" not in _kernel_text(plan, g)
-    t = {"x": [1, 8, 1, 1], "w": _c((6, 4, 1, 1)), "e": [1, 6, 1, 1], "y": [1, 6, 1, 1]}
+    t = {"x": [1, 8, 1, 1], "w": const((6, 4, 1, 1)), "e": [1, 6, 1, 1], "y": [1, 6, 1, 1]}
     g = graph(t, ["x"], ["y"], [("conv", "Conv", ["x", "w"], ["e"], {"kernel_shape": [1, 1], "group": 2}),
                                  ("act", "Relu", ["e"], ["y"])])
     plan, _, _ = check(g, [["conv", "act"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
@@ -68,8 +65,8 @@ def test_kernel_with_padding_or_groups_keeps_the_window_loop(cache):
 
 def _squeeze_excite(c=24, r=6, h=9, w=7):
     """x -> GlobalAveragePool -> Conv 1x1 (c -> r) -> Relu -> Conv 1x1 (r -> c) -> Sigmoid -> Mul x."""
-    t = {"x": [1, c, h, w], "p": [1, c, 1, 1], "w1": _c((r, c, 1, 1)), "b1": _c((r,)), "e1": [1, r, 1, 1],
-         "a1": [1, r, 1, 1], "w2": _c((c, r, 1, 1)), "b2": _c((c,)), "e2": [1, c, 1, 1], "s": [1, c, 1, 1],
+    t = {"x": [1, c, h, w], "p": [1, c, 1, 1], "w1": const((r, c, 1, 1)), "b1": const((r,)), "e1": [1, r, 1, 1],
+         "a1": [1, r, 1, 1], "w2": const((c, r, 1, 1)), "b2": const((c,)), "e2": [1, c, 1, 1], "s": [1, c, 1, 1],
          "y": [1, c, h, w]}
     nodes = [("gap", "GlobalAveragePool", ["x"], ["p"]),
              ("c1", "Conv", ["p", "w1", "b1"], ["e1"], {"kernel_shape": [1, 1]}),

@@ -16,7 +16,7 @@ import pytest
 from solverfuse.emit.conv_helpers import CBLOCK_DEFS
 from solverfuse.emit.program import render
 
-from .emit_helpers import HW, check, graph
+from .emit_helpers import check, const, graph, HW
 from .test_emit_gemm import _host_flags
 
 
@@ -24,9 +24,6 @@ from .test_emit_gemm import _host_flags
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-conv-paths-cache")
 
-
-def _const(shape):
-    return {"shape": list(shape), "constant": True}
 
 
 #: (input shape, weight shape, attributes, a marker of the path in the C)
@@ -67,8 +64,8 @@ def _tensors(i, shape, kernel, attrs):
     st = attrs.get("strides", [1, 1])
     pads = attrs.get("pads", [0, 0, 0, 0])
     out = [(shape[2 + d] + pads[d] + pads[d + 2] - k[d]) // st[d] + 1 for d in range(2)]
-    ts = {f"x{i}": list(shape), f"w{i}": _const(kernel), f"b{i}": _const([m]), f"s{i}": _const([m]),
-          f"bb{i}": _const([m]), f"mean{i}": _const([m]), f"var{i}": _const([m]),
+    ts = {f"x{i}": list(shape), f"w{i}": const(kernel), f"b{i}": const([m]), f"s{i}": const([m]),
+          f"bb{i}": const([m]), f"mean{i}": const([m]), f"var{i}": const([m]),
           f"res{i}": [shape[0], m] + out}
     nodes = [(f"c{i}", "Conv", [f"x{i}", f"w{i}", f"b{i}"], [f"h{i}"], attrs),
              (f"bn{i}", "BatchNormalization", [f"h{i}", f"s{i}", f"bb{i}", f"mean{i}", f"var{i}"], [f"n{i}"]),

@@ -13,7 +13,7 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, graph
+from .emit_helpers import check, const, graph
 from .test_emit_gemm import _host_flags
 
 
@@ -21,9 +21,6 @@ from .test_emit_gemm import _host_flags
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-conv-small-cache")
 
-
-def _const(shape):
-    return {"shape": list(shape), "constant": True}
 
 
 #: (input shape, weight shape, attributes, a marker of the path in the C)
@@ -46,8 +43,8 @@ CASES = [
 
 def _conv_bn_relu(shape, kernel, attrs):
     c = kernel[0]
-    t = {"x": list(shape), "w": _const(kernel), "s": _const([c]), "bb": _const([c]), "mean": _const([c]),
-         "var": _const([c])}
+    t = {"x": list(shape), "w": const(kernel), "s": const([c]), "bb": const([c]), "mean": const([c]),
+         "var": const([c])}
     return graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w"], ["h"], attrs),
                                    ("bn", "BatchNormalization", ["h", "s", "bb", "mean", "var"], ["n"]),
                                    ("r", "Relu", ["n"], ["y"])])
@@ -88,7 +85,7 @@ def test_small_plane_tiles_under_sanitizer(cache):
     past the copies, the in-place input or the tiles."""
     ts, nodes, outs = {}, [], []
     for i, (shape, kernel, attrs, _) in enumerate(CASES):
-        ts[f"x{i}"], ts[f"w{i}"] = list(shape), _const(kernel)
+        ts[f"x{i}"], ts[f"w{i}"] = list(shape), const(kernel)
         nodes.append((f"c{i}", "Conv", [f"x{i}", f"w{i}"], [f"y{i}"], attrs))
         outs.append(f"y{i}")
     g = graph(ts, [f"x{i}" for i in range(len(CASES))], outs, nodes)
@@ -121,7 +118,7 @@ def test_small_plane_tiles_in_the_simd_builds(target, extra, tmp_path, cache):
     cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
     ts, nodes, outs = {}, [], []
     for i, (shape, kernel, attrs, _) in enumerate(CASES):
-        ts[f"x{i}"], ts[f"w{i}"] = list(shape), _const(kernel)
+        ts[f"x{i}"], ts[f"w{i}"] = list(shape), const(kernel)
         nodes.append((f"c{i}", "Conv", [f"x{i}", f"w{i}"], [f"h{i}"], attrs))
         nodes.append((f"r{i}", "Relu", [f"h{i}"], [f"y{i}"]))
         outs.append(f"y{i}")

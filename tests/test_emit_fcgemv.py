@@ -11,7 +11,7 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, graph
+from .emit_helpers import check, const, graph
 
 #: the 2-thread kernels here are sized for a 2^18 work threshold (see the fixture)
 pytestmark = pytest.mark.usefixtures("small_kernels_parallel")
@@ -21,9 +21,6 @@ pytestmark = pytest.mark.usefixtures("small_kernels_parallel")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-fcgemv-cache")
 
-
-def _const(shape):
-    return {"shape": list(shape), "constant": True}
 
 
 def _shared_columns(src: str) -> bool:
@@ -44,7 +41,7 @@ def _shared_columns(src: str) -> bool:
 ])
 def test_fc_gemv_vs_onnxruntime(threads, m, k, n, attrs, cshape, cache):
     bshape = (n, k) if attrs.get("transB") else (k, n)
-    t = {"a": [m, k], "b": _const(bshape), "c": _const(cshape)}
+    t = {"a": [m, k], "b": const(bshape), "c": const(cshape)}
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
     src = render(plan, g, threads=threads)["model.c"]
@@ -55,7 +52,7 @@ def test_fc_gemv_vs_onnxruntime(threads, m, k, n, attrs, cshape, cache):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fc_gemv_softmax_row(threads, cache):
     """Gemm + Softmax at batch 1: the row path (statistics over the whole row) with the one-row tile."""
-    t = {"a": [1, 512], "b": _const((777, 512)), "c": _const((777,))}
+    t = {"a": [1, 512], "b": const((777, 512)), "c": const((777,))}
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], {"transB": 1}),
                                 ("s", "Softmax", ["h"], ["y"], {"axis": 1})])
     plan, _, _ = check(g, [["g", "s"]], cache, rtol=1e-4, atol=1e-6, engine="onnxruntime", threads=threads)
@@ -64,7 +61,7 @@ def test_fc_gemv_softmax_row(threads, cache):
 
 def test_matmul_batch1_two_threads(cache):
     """A MatMul [1, K] x [K, N] (weights), N odd, at 2 threads: the shared-column loop."""
-    t = {"a": [1, 640], "w": _const((640, 450)), "res": [1, 450]}
+    t = {"a": [1, 640], "w": const((640, 450)), "res": [1, 450]}
     g = graph(t, ["a", "res"], ["y"], [("mm", "MatMul", ["a", "w"], ["h"]), ("add", "Add", ["h", "res"], ["y"])])
     plan, _, _ = check(g, [["mm", "add"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=2)
     assert _shared_columns(render(plan, g, threads=2)["model.c"])
@@ -74,7 +71,7 @@ def test_matmul_batch1_two_threads(cache):
 def test_partial_row_blocks_vit_tokens(threads, cache):
     """M = 197 (ViT's tokens, not a multiple of 8): blocks of 8 rows, the last one stopping at row
     197 (it was 197 one-row tiles, each streaming all of B), with a residual epilogue."""
-    t = {"a": [1, 197, 96], "w": _const((96, 136)), "res": [1, 197, 136]}
+    t = {"a": [1, 197, 96], "w": const((96, 136)), "res": [1, 197, 136]}
     g = graph(t, ["a", "res"], ["y"], [("mm", "MatMul", ["a", "w"], ["h"]), ("add", "Add", ["h", "res"], ["y"])])
     plan, _, _ = check(g, [["mm", "add"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
     src = render(plan, g, threads=threads)["model.c"]
@@ -87,7 +84,7 @@ def test_gemm_full_c_sanitized(m, mb, cache):
     """A Gemm with a full [M, N] C and alpha/beta, M not a multiple of the block (or 1: the
     matrix-vector tile), N = 50 (a partial panel): neither A, B nor C is read outside
     (AddressSanitizer) and the values match ONNX Runtime."""
-    t = {"a": [m, 40], "b": _const((50, 40)), "c": _const((m, 50))}
+    t = {"a": [m, 40], "b": const((50, 40)), "c": const((m, 50))}
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], {"transB": 1, "alpha": 0.5, "beta": 1.5}),
                                 ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)

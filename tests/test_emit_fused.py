@@ -13,16 +13,13 @@ from solverfuse.sources import load_graph
 from solverfuse.plans import build_plan
 
 from .conftest import EXAMPLES
-from .emit_helpers import HW, check, fuse_greedily, graph, model_counts, run_plan, unfused
+from .emit_helpers import check, const, fuse_greedily, graph, HW, model_counts, run_plan, unfused
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-cache")
 
-
-def _c(shape):
-    return {"shape": shape, "constant": True}
 
 
 def _one_group(g):
@@ -33,7 +30,7 @@ def _one_group(g):
 
 PATTERNS = {
     "elementwise_chain": (
-        {"x": [6, 40], "s": _c([40]), "b": _c([6, 1])}, ["x"], ["y"],
+        {"x": [6, 40], "s": const([40]), "b": const([6, 1])}, ["x"], ["y"],
         [("m", "Mul", ["x", "s"], ["h1"]), ("a", "Add", ["h1", "b"], ["h2"]),
          ("t", "Tanh", ["h2"], ["h3"]), ("e", "Exp", ["h3"], ["y"])]),
     "softmax_with_producers_and_consumer": (
@@ -45,7 +42,7 @@ PATTERNS = {
         {"q": [2, 5, 8], "k": [2, 8, 7]}, ["q", "k"], ["y"],
         [("mm", "MatMul", ["q", "k"], ["s"]), ("sm", "Softmax", ["s"], ["y"])]),
     "layernorm_gelu": (
-        {"x": [4, 24], "r": [4, 24], "g": _c([24]), "b": _c([24]),
+        {"x": [4, 24], "r": [4, 24], "g": const([24]), "b": const([24]),
          "rt2": {"shape": [], "constant": True, "value": 1.4142135},
          "one": {"shape": [], "constant": True, "value": 1.0}, "half": {"shape": [], "constant": True, "value": 0.5}},
         ["x", "r"], ["y"],
@@ -53,19 +50,19 @@ PATTERNS = {
          ("d", "Div", ["n", "rt2"], ["d1"]), ("erf", "Erf", ["d1"], ["e1"]), ("p1", "Add", ["e1", "one"], ["e2"]),
          ("m1", "Mul", ["n", "e2"], ["e3"]), ("m2", "Mul", ["e3", "half"], ["y"])]),
     "conv_bn_relu": (
-        {"x": [1, 3, 9, 11], "w": _c([8, 3, 3, 3]), "cb": _c([8]), "s": _c([8]), "bb": _c([8]), "mu": _c([8]),
-         "var": _c([8])}, ["x"], ["y"],
+        {"x": [1, 3, 9, 11], "w": const([8, 3, 3, 3]), "cb": const([8]), "s": const([8]), "bb": const([8]), "mu": const([8]),
+         "var": const([8])}, ["x"], ["y"],
         [("conv", "Conv", ["x", "w", "cb"], ["c"], {"pads": [1, 1, 1, 1], "strides": [1, 2]}),
          ("bn", "BatchNormalization", ["c", "s", "bb", "mu", "var"], ["n"]), ("relu", "Relu", ["n"], ["y"])]),
     "conv_residual_relu": (
-        {"x": [2, 4, 6, 6], "w": _c([4, 4, 3, 3]), "skip": [2, 4, 6, 6]}, ["x", "skip"], ["y"],
+        {"x": [2, 4, 6, 6], "w": const([4, 4, 3, 3]), "skip": [2, 4, 6, 6]}, ["x", "skip"], ["y"],
         [("conv", "Conv", ["x", "w"], ["c"], {"pads": [1, 1, 1, 1]}), ("add", "Add", ["c", "skip"], ["a"]),
          ("relu", "Relu", ["a"], ["y"])]),
     "matmul_bias_relu": (
-        {"x": [5, 12], "w": _c([12, 9]), "b": _c([9])}, ["x"], ["y"],
+        {"x": [5, 12], "w": const([12, 9]), "b": const([9])}, ["x"], ["y"],
         [("mm", "MatMul", ["x", "w"], ["h"]), ("add", "Add", ["h", "b"], ["a"]), ("relu", "Relu", ["a"], ["y"])]),
     "gemm_sigmoid": (
-        {"x": [3, 10], "w": _c([6, 10]), "b": _c([6])}, ["x"], ["y"],
+        {"x": [3, 10], "w": const([6, 10]), "b": const([6])}, ["x"], ["y"],
         [("gemm", "Gemm", ["x", "w", "b"], ["h"], {"transB": 1}), ("sg", "Sigmoid", ["h"], ["y"])]),
     "horizontal_siblings": (
         {"x": [4, 10]}, ["x"], ["y1", "y2", "y3", "y4"],
@@ -81,12 +78,12 @@ PATTERNS = {
         [("r", "Relu", ["x"], ["a"]), ("n", "Neg", ["z"], ["b"]), ("cat", "Concat", ["a", "b"], ["c"], {"axis": 1}),
          ("sp", "Split", ["c"], ["y0", "y1"], {"axis": 1, "num_outputs": 2})]),
     "embedding_gather_add_layernorm": (
-        {"table": _c([11, 16]), "ids": {"shape": [2, 5], "dtype": "int64"}, "pos": _c([5, 16]), "g": _c([16])},
+        {"table": const([11, 16]), "ids": {"shape": [2, 5], "dtype": "int64"}, "pos": const([5, 16]), "g": const([16])},
         ["ids"], ["y"],
         [("emb", "Gather", ["table", "ids"], ["e"]), ("add", "Add", ["e", "pos"], ["a"]),
          ("ln", "LayerNormalization", ["a", "g"], ["y"])]),
     "layernorm_then_softmax": (
-        {"x": [3, 16], "g": _c([16])}, ["x"], ["y", "n"],
+        {"x": [3, 16], "g": const([16])}, ["x"], ["y", "n"],
         [("ln", "LayerNormalization", ["x", "g"], ["n"]), ("sm", "Softmax", ["n"], ["y"])]),
 }
 
@@ -211,7 +208,7 @@ def test_transformer_blocks_unfused_and_fused(block, cache):
 
 
 def test_groups_with_identical_code_share_one_function(cache):
-    t = {"x": [4, 5], "y": [4, 5], "b": _c([5])}
+    t = {"x": [4, 5], "y": [4, 5], "b": const([5])}
     g = graph(t, ["x", "y"], ["u", "v"], [("a1", "Add", ["x", "b"], ["h1"]), ("r1", "Relu", ["h1"], ["u"]),
                                          ("a2", "Add", ["y", "b"], ["h2"]), ("r2", "Relu", ["h2"], ["v"])])
     groups = [["a1", "r1"], ["a2", "r2"]]
@@ -242,7 +239,7 @@ def test_conv_read_through_a_channel_shuffle_is_materialised_once(cache):
 def test_matmul_fused_with_row_reductions_keeps_the_blocked_tile(threads, cache):
     """MatMul + bias + LayerNorm + Softmax in one row loop: the MatMul still takes the
     register-blocked tile (blocks of rows, then each row's statistics), and matches ONNX Runtime."""
-    t = {"x": [2, 24, 40], "w": _c([40, 48]), "b": _c([48]), "g": _c([48])}
+    t = {"x": [2, 24, 40], "w": const([40, 48]), "b": const([48]), "g": const([48])}
     g = graph(t, ["x"], ["y"], [("mm", "MatMul", ["x", "w"], ["h"]), ("ad", "Add", ["h", "b"], ["a"]),
                                 ("ln", "LayerNormalization", ["a", "g"], ["n"]),
                                 ("sm", "Softmax", ["n"], ["y"])])

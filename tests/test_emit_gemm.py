@@ -10,16 +10,13 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, graph
+from .emit_helpers import check, const, graph
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-gemm-cache")
 
-
-def _const(shape):
-    return {"shape": list(shape), "constant": True}
 
 
 @pytest.mark.parametrize("m,k,n,attrs,cshape", [
@@ -31,7 +28,7 @@ def _const(shape):
 ])
 def test_blocked_gemm_with_epilogue(m, k, n, attrs, cshape, cache):
     bshape = (n, k) if attrs.get("transB") else (k, n)
-    t = {"a": [m, k], "b": _const(bshape), "c": _const(cshape)}
+    t = {"a": [m, k], "b": const(bshape), "c": const(cshape)}
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
     assert "sf_mm_tile" in render(plan, g)["model.c"]
@@ -45,7 +42,7 @@ def test_blocked_gemm_with_epilogue(m, k, n, attrs, cshape, cache):
 ])
 def test_blocked_batched_matmul_with_residual(ashape, bshape, const_b, cache):
     out = list(ashape[:-1]) + [bshape[-1]]
-    t = {"a": list(ashape), "b": _const(bshape) if const_b else list(bshape), "res": out}
+    t = {"a": list(ashape), "b": const(bshape) if const_b else list(bshape), "res": out}
     ins = ["a", "res"] if const_b else ["a", "b", "res"]
     g = graph(t, ins, ["y"], [("mm", "MatMul", ["a", "b"], ["h"]), ("add", "Add", ["h", "res"], ["y"])])
     plan, _, _ = check(g, [["mm", "add"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
@@ -59,7 +56,7 @@ def test_blocked_batched_matmul_with_residual(ashape, bshape, const_b, cache):
     ((1, 8, 7, 7), (8, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2], "strides": [2, 1]}),
 ])
 def test_blocked_depthwise_and_grouped_conv(shape, kernel, attrs, cache):
-    t = {"x": list(shape), "w": _const(kernel), "bb": _const([kernel[0]])}
+    t = {"x": list(shape), "w": const(kernel), "bb": const([kernel[0]])}
     g = graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w", "bb"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["c", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime")
     # the one-channel blocked tile; a strided one reads column-shifted copies of its input
@@ -71,7 +68,7 @@ def test_blocked_depthwise_and_grouped_conv(shape, kernel, attrs, cache):
 
 def test_blocked_tiles_under_sanitizer(cache):
     """Gemm transB with M, N off the tile and a depthwise conv, built with the sanitizers."""
-    t = {"a": [3, 19], "b": _const([45, 19]), "c": _const([45]), "x": [1, 3, 6, 7], "w": _const([3, 1, 3, 3])}
+    t = {"a": [3, 19], "b": const([45, 19]), "c": const([45]), "x": [1, 3, 6, 7], "w": const([3, 1, 3, 3])}
     g = graph(t, ["a", "x"], ["y", "z"], [("g", "Gemm", ["a", "b", "c"], ["y"], {"transB": 1}),
                                           ("c", "Conv", ["x", "w"], ["z"], {"group": 3, "pads": [1, 1, 1, 1]})])
     check(g, [["g"], ["c"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", sanitize=True)
@@ -82,7 +79,7 @@ def test_channel_shuffle_stored_forward_from_the_conv_tile(cache):
     forward-mapped store): the shuffled channel index is split once per channel, so the store's
     inner loop over the row has no division or modulo (it did: 4 per element, 4x slower than the
     unfused plan on ShuffleNet); matches ONNX Runtime."""
-    t = {"x": [1, 8, 6, 6], "w": _const([8, 2, 1, 1]), "bb": _const([8]),
+    t = {"x": [1, 8, 6, 6], "w": const([8, 2, 1, 1]), "bb": const([8]),
          "s1": {"shape": [5], "dtype": "int64", "constant": True, "value": [1, 4, 2, 6, 6]}}
     nodes = [("c", "Conv", ["x", "w", "bb"], ["h"], {"group": 4}), ("r", "Relu", ["h"], ["a"]),
              ("r1", "Reshape", ["a", "s1"], ["b"]), ("tr", "Transpose", ["b"], ["y"], {"perm": [0, 2, 1, 3, 4]})]
@@ -108,7 +105,7 @@ def test_conv_blocks_padded_past_the_group(shape, kernel, attrs, cache):
     one padded with zero weights; its extra channels get no bias and no epilogue store (they
     would write into the next group's channels or past the buffer); matches ONNX Runtime, also
     under the sanitizers and at 2 threads."""
-    t = {"x": list(shape), "w": _const(kernel), "bb": _const([kernel[0]]), "res": [shape[0], kernel[0], 1, 1]}
+    t = {"x": list(shape), "w": const(kernel), "bb": const([kernel[0]]), "res": [shape[0], kernel[0], 1, 1]}
     g = graph(t, ["x", "res"], ["y"], [("c", "Conv", ["x", "w", "bb"], ["h"], attrs), ("ad", "Add", ["h", "res"], ["a"]),
                                        ("r", "Relu", ["a"], ["y"])])
     plan, _, _ = check(g, [["c", "ad", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
@@ -125,8 +122,8 @@ def test_conv_epilogue_loads_channel_constants_before_the_row_loops(kernel, attr
     its rows (inside them, BatchNorm's scale / sqrt(var) was recomputed per element); matches
     ONNX Runtime."""
     c = kernel[0]
-    t = {"x": [2, 4, 7, 9], "w": _const(kernel), "s": _const([c]), "bn_b": _const([c]), "mean": _const([c]),
-         "var": _const([c]), "bias": _const([c, 1, 1])}
+    t = {"x": [2, 4, 7, 9], "w": const(kernel), "s": const([c]), "bn_b": const([c]), "mean": const([c]),
+         "var": const([c]), "bias": const([c, 1, 1])}
     g = graph(t, ["x"], ["y"], [("c", "Conv", ["x", "w"], ["h"], attrs),
                                 ("bn", "BatchNormalization", ["h", "s", "bn_b", "mean", "var"], ["n"]),
                                 ("ad", "Add", ["n", "bias"], ["a"]), ("r", "Relu", ["a"], ["y"])])
@@ -150,8 +147,8 @@ def test_conv_1x1_epilogue_over_a_flat_band(other, flat, cache):
     output's (H, W) (or neither) runs as one loop over the band (two bands of 32 rows here, batch
     2); one reading a tensor broadcast along only one of H, W keeps the row loops; matches ONNX
     Runtime either way."""
-    t = {"x": [2, 8, 64, 64], "w": _const([16, 8, 1, 1]), "s": _const([16]), "bb": _const([16]),
-         "mean": _const([16]), "var": _const([16]), "o": other}
+    t = {"x": [2, 8, 64, 64], "w": const([16, 8, 1, 1]), "s": const([16]), "bb": const([16]),
+         "mean": const([16]), "var": const([16]), "o": other}
     g = graph(t, ["x", "o"], ["y"], [("c", "Conv", ["x", "w"], ["h"]),
                                      ("bn", "BatchNormalization", ["h", "s", "bb", "mean", "var"], ["n"]),
                                      ("ad", "Add", ["n", "o"], ["a"]), ("r", "Relu", ["a"], ["y"])])
@@ -190,8 +187,8 @@ def test_avx2_register_blocks_match_onnxruntime(tmp_path, cache):
     cc = tmp_path / "cc"
     cc.write_text(f'#!/bin/sh\ncc "$@" -mno-avx512f\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
     cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
-    t = {"a": [13, 300], "b": _const([70, 300]), "c": _const([70]), "q": [2, 5, 17], "k": [2, 17, 40],
-         "x": [1, 6, 9, 9], "w8": _const([16, 6, 3, 3]), "w2": _const([6, 6, 1, 1]), "wg": _const([120, 3, 3, 3])}
+    t = {"a": [13, 300], "b": const([70, 300]), "c": const([70]), "q": [2, 5, 17], "k": [2, 17, 40],
+         "x": [1, 6, 9, 9], "w8": const([16, 6, 3, 3]), "w2": const([6, 6, 1, 1]), "wg": const([120, 3, 3, 3])}
     g = graph(t, ["a", "q", "k", "x"], ["y1", "y2", "y3", "y4", "y5"], [
         ("g", "Gemm", ["a", "b", "c"], ["h1"], {"transB": 1}), ("r1", "Relu", ["h1"], ["y1"]),
         ("mm", "MatMul", ["q", "k"], ["h2"]), ("r2", "Relu", ["h2"], ["y2"]),

@@ -13,16 +13,13 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, graph
+from .emit_helpers import check, const, graph
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-pool-same-cache")
 
-
-def _c(shape):
-    return {"shape": list(shape), "constant": True}
 
 
 CASES = [
@@ -53,7 +50,7 @@ def test_pool_branch_with_batchnorm(threads, cache):
     """Inception's pool branch input: AveragePool 3x3/1 then BatchNorm + ReLU in one group, its
     statistics loaded once per channel; the channels shared by the threads."""
     c, h, w = 37, 28, 28
-    t = {"x": [1, c, h, w], "s": _c((c,)), "b": _c((c,)), "m": _c((c,)), "v": _c((c,))}
+    t = {"x": [1, c, h, w], "s": const((c,)), "b": const((c,)), "m": const((c,)), "v": const((c,))}
     g = graph(t, ["x"], ["y"], [("p", "AveragePool", ["x"], ["h"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
                                 ("bn", "BatchNormalization", ["h", "s", "b", "m", "v"], ["n"], {"epsilon": 1e-3}),
                                 ("r", "Relu", ["n"], ["y"])])
