@@ -33,6 +33,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 
 import numpy as np  # noqa: E402
 
+from bound import Lib  # noqa: E402  (benchmarks/bound.py)
+
 
 def worker(spec: str, threads: int, cache: str, probe: bool = True) -> dict:
     """In the tree on ``PYTHONPATH``: the library of the optimal plan (``probe``: instrumented),
@@ -67,30 +69,6 @@ def _built(tree: str, spec: str, threads: int, cache: str, probe: bool = True) -
     if not built["solverfuse"].startswith(str(Path(tree).resolve()) + "/"):
         raise RuntimeError(f"the worker for {tree} imported {built['solverfuse']}")
     return built
-
-
-class Lib:
-    """A built plan's library loaded with its buffers: inputs and constants filled, outputs
-    allocated; calling it runs ``sf_run`` once."""
-
-    def __init__(self, built: dict, x: dict, cs: dict):
-        self.lib = ctypes.CDLL(built["lib"])
-        arrays = []
-        for b in built["table"]:
-            src = x if b["role"] == "input" else cs if b["role"] == "constant" else None
-            dt = np.bool_ if b["dtype"] == "bool" else np.dtype(b["dtype"])
-            if src is not None:
-                arrays.append(np.ascontiguousarray(np.asarray(src[b["tensor"]], dtype=dt).reshape(b["shape"])))
-            else:
-                arrays.append(np.empty(b["shape"], dtype=dt) if b["role"] == "output" else None)
-        self.arrays = arrays
-        self.ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[None if a is None else a.ctypes.data for a in arrays])
-        self.lib.sf_init()
-        self.outputs = [a for a, b in zip(arrays, built["table"]) if b["role"] == "output"]
-
-    def __call__(self):
-        if self.lib.sf_run(self.ptrs):
-            raise RuntimeError("sf_run failed")
 
 
 def kernels(spec: str, threads: int, before: str, after: str, rounds: int, cache: str) -> dict:

@@ -58,21 +58,12 @@ def build_tree(tree: str, spec: str, threads: int, cache: str) -> dict:
 
 def runner(info: dict, spec: str):
     """(run once, seconds array) of a built library, with seeded inputs and constants."""
-    import numpy as np
-
+    from bound import bind_buffers
     from solverfuse.emit.data import constants, random_inputs
     from zoo_profile import make_graph
     g = make_graph(spec)
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
-    arrays = []
-    for b in info["table"]:
-        src = x if b["role"] == "input" else cs if b["role"] == "constant" else None
-        dt = np.bool_ if b["dtype"] == "bool" else np.dtype(b["dtype"])
-        if src is not None:
-            arrays.append(np.ascontiguousarray(np.asarray(src[b["tensor"]], dtype=dt).reshape(b["shape"])))
-        else:
-            arrays.append(np.empty(b["shape"], dtype=dt) if b["role"] == "output" else None)
-    ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[None if a is None else a.ctypes.data for a in arrays])
+    arrays, ptrs = bind_buffers(info["table"], x, cs)
     lib = ctypes.CDLL(info["so"])
     lib.sf_init()
     n = len(info["groups"])

@@ -14,7 +14,6 @@ the units ``compile_plan`` picks; wall and compiler CPU seconds), before and aft
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -29,6 +28,8 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 
 import numpy as np  # noqa: E402
+
+from bound import Lib  # noqa: E402  (benchmarks/bound.py)
 
 
 def worker(spec: str, threads: int, strategy: str, cache: str) -> dict:
@@ -67,27 +68,6 @@ def _built(tree: str, spec: str, threads: int, strategy: str, cache: str) -> dic
     return json.loads(out.strip().splitlines()[-1])
 
 
-class _Lib:
-    def __init__(self, built: dict, x: dict, cs: dict):
-        self.lib = ctypes.CDLL(built["lib"])
-        self.arrays = []
-        for b in built["table"]:
-            src = x if b["role"] == "input" else cs if b["role"] == "constant" else None
-            dt = np.bool_ if b["dtype"] == "bool" else np.dtype(b["dtype"])
-            if src is not None:
-                self.arrays.append(np.ascontiguousarray(np.asarray(src[b["tensor"]], dtype=dt).reshape(b["shape"])))
-            else:
-                self.arrays.append(np.empty(b["shape"], dtype=dt) if b["role"] == "output" else None)
-        self.ptrs = (ctypes.c_void_p * (len(self.arrays) + 1))(
-            *[None if a is None else a.ctypes.data for a in self.arrays])
-        self.lib.sf_init()
-        self.outputs = [a for a, b in zip(self.arrays, built["table"]) if b["role"] == "output"]
-
-    def __call__(self):
-        if self.lib.sf_run(self.ptrs):
-            raise RuntimeError("sf_run failed")
-
-
 def measure(spec: str, threads: int, before: str, after: str, rounds: int, strategy: str, cache: str,
             clock: str = "wall") -> dict:
     """Interleaved times (seconds per run) of before, after and ONNX Runtime: wall time, or with
@@ -102,8 +82,8 @@ def measure(spec: str, threads: int, before: str, after: str, rounds: int, strat
     from solverfuse.emit.reference import to_onnx
     g = make_graph(spec)
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
-    libs = {"before": _Lib(_built(before, spec, threads, strategy, cache), x, cs),
-            "after": _Lib(_built(after, spec, threads, strategy, cache), x, cs)}
+    libs = {"before": Lib(_built(before, spec, threads, strategy, cache), x, cs),
+            "after": Lib(_built(after, spec, threads, strategy, cache), x, cs)}
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = threads

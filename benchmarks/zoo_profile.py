@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import json
 import os
 import re
@@ -29,8 +30,8 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 sys.path.insert(0, str(HERE.parent))
 
-import numpy as np  # noqa: E402
 
+from bound import bind_buffers  # noqa: E402
 from emit_speed import HW  # noqa: E402
 from emit_speed_cases import make_graph  # noqa: E402
 
@@ -95,15 +96,7 @@ def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> 
     lib = ctypes.CDLL(str(build(files, threads=threads, cache_dir=cache)))
     table = buffer_table(plan, g)
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
-    arrays = []
-    for b in table:
-        src = x if b.role == "input" else cs if b.role == "constant" else None
-        dt = np.bool_ if b.dtype == "bool" else np.dtype(b.dtype)
-        if src is not None:
-            arrays.append(np.ascontiguousarray(np.asarray(src[b.tensor], dtype=dt).reshape(b.shape)))
-        else:
-            arrays.append(np.empty(b.shape, dtype=dt) if b.role == "output" else None)
-    ptrs = (ctypes.c_void_p * (len(arrays) + 1))(*[None if a is None else a.ctypes.data for a in arrays])
+    arrays, ptrs = bind_buffers([dataclasses.asdict(b) for b in table], x, cs)
     lib.sf_init()
     n = len(plan.groups)
     secs = (ctypes.c_double * (n + 1)).in_dll(lib, "sf_group_secs")
