@@ -1,6 +1,7 @@
 """A built plan's library with its buffers, for the benchmarks that time ``sf_run`` from Python
 (A/B scripts whose workers build each tree's library: this module imports neither solverfuse nor
-the other benchmark modules, so the caller's process keeps the tree it chose).
+the other benchmark modules, so the caller's process keeps the tree it chose); and ONNX Runtime
+set up and timed beside them, interleaved (:func:`ort_session`, :func:`interleaved`).
 
 >>> table = [{"tensor": "x", "role": "input", "dtype": "float32", "shape": [2]},
 ...          {"tensor": "t", "role": "boundary", "dtype": "float32", "shape": [2]},
@@ -12,6 +13,7 @@ the other benchmark modules, so the caller's process keeps the tree it chose).
 from __future__ import annotations
 
 import ctypes
+import statistics
 
 import numpy as np
 
@@ -45,3 +47,49 @@ class Lib:
     def __call__(self):
         if self.lib.sf_run(self.ptrs):
             raise RuntimeError("sf_run failed")
+
+
+def ort_session(model: bytes, threads: int):
+    """ONNX Runtime as the benchmarks compare with: every graph optimisation, ``threads`` intra-op
+    threads, workers that do not spin (our C's threads sleep between runs too)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def interleaved(libs: dict, sess, feeds: dict, rounds: int, now) -> dict:
+    """Seconds per run of every library in ``libs`` (name -> :class:`Lib`) and of ONNX Runtime
+    (``ort``), run in turn ``rounds`` times after one warm-up run each (it packs the weights and
+    pages the buffers in), timed by ``now``; each library's outputs are first checked against
+    ONNX Runtime's. Returns name -> list of seconds.
+
+    >>> interleaved({}, type("S", (), {"run": lambda self, o, f: []})(), {}, 2, iter(range(9)).__next__)
+    {'ort': [1, 1]}
+    """
+    runs = {**libs, "ort": lambda: sess.run(None, feeds)}
+    for f in runs.values():
+        f()
+    ref = sess.run(None, feeds)
+    for name, lib in libs.items():
+        for got, want in zip(lib.outputs, ref):
+            np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3, err_msg=name)
+    times = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, f in runs.items():
+            t0 = now()
+            f()
+            times[k].append(now() - t0)
+    return times
+
+
+def medians(times: dict) -> dict:
+    """``{name}_med`` and ``{name}_min`` of every list of :func:`interleaved`'s result.
+
+    >>> medians({"a": [3, 1, 2]})
+    {'a_med': 2, 'a_min': 1}
+    """
+    return {k: v for name, t in times.items() for k, v in ((f"{name}_med", statistics.median(t)), (f"{name}_min", min(t)))}

@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 
 import numpy as np  # noqa: E402
 
-from bound import Lib  # noqa: E402  (benchmarks/bound.py)
+from bound import Lib, interleaved, medians, ort_session  # noqa: E402  (benchmarks/bound.py)
 
 
 def worker(spec: str, threads: int, cache: str, probe: bool = True) -> dict:
@@ -98,9 +98,6 @@ def kernels(spec: str, threads: int, before: str, after: str, rounds: int, cache
 def models(spec: str, threads: int, before: str, after: str, rounds: int, cache: str) -> dict:
     """Median seconds per run of before, after and ONNX Runtime, interleaved (the calling
     thread's CPU time at 1 thread: all three compute on it; wall time at 2)."""
-    import statistics
-
-    import onnxruntime as ort
     from emit_speed_cases import make_graph
 
     from solverfuse.emit.data import constants, random_inputs
@@ -110,28 +107,9 @@ def models(spec: str, threads: int, before: str, after: str, rounds: int, cache:
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
     libs = {name: Lib(_built(tree, spec, threads, cache, probe=False), x, cs)
             for name, tree in (("before", before), ("after", after))}
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(to_onnx(g, cs).SerializeToString(), so, providers=["CPUExecutionProvider"])
-    feeds = {i.name: x[i.name] for i in sess.get_inputs()}
-    runs = {"before": libs["before"], "after": libs["after"], "ort": lambda: sess.run(None, feeds)}
-    for f in runs.values():
-        f()
-    ref = sess.run(None, feeds)
-    for name in ("before", "after"):
-        for got, want in zip(libs[name].outputs, ref):
-            np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3, err_msg=name)
-    times = {k: [] for k in runs}
-    for _ in range(rounds):
-        for k, f in runs.items():
-            t0 = now()
-            f()
-            times[k].append(now() - t0)
-    return {"spec": spec, "threads": threads, "load": os.getloadavg()[0],
-            **{f"{k}_med": statistics.median(v) for k, v in times.items()}}
+    sess = ort_session(to_onnx(g, cs).SerializeToString(), threads)
+    times = interleaved(libs, sess, {i.name: x[i.name] for i in sess.get_inputs()}, rounds, now)
+    return {"spec": spec, "threads": threads, "load": os.getloadavg()[0], **medians(times)}
 
 
 def kernel_rows(r: dict, ops: list[str]) -> list[str]:
@@ -168,7 +146,7 @@ def main(argv=None) -> int:
                     "team's kernels are timed barrier to barrier by thread 0: only the model rows are meaningful)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--ops", default="Concat", help="comma-separated: list the kernels with one of these ops")
-    ap.add_argument("--models", action="store_true", help="also whole-model times with ONNX Runtime (fcgemv.measure)")
+    ap.add_argument("--models", action="store_true", help="also whole-model times with ONNX Runtime (bound.interleaved)")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-concat"))
     ap.add_argument("--md", help="write the tables here (markdown)")
     ap.add_argument("--note", action="append", default=[], help="a paragraph after the tables")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,9 +26,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 
-import numpy as np  # noqa: E402
 
-from bound import Lib  # noqa: E402  (benchmarks/bound.py)
+from bound import Lib, interleaved, medians, ort_session  # noqa: E402  (benchmarks/bound.py)
 
 
 def worker(spec: str, threads: int, strategy: str, cache: str) -> dict:
@@ -74,8 +72,6 @@ def measure(spec: str, threads: int, before: str, after: str, rounds: int, strat
     ``clock`` "cpu" at 1 thread the calling thread's CPU time (all three compute on it; it leaves
     out the time other jobs of a loaded machine held the core)."""
     now = time.thread_time if clock == "cpu" and threads == 1 else time.perf_counter
-    import onnxruntime as ort
-
     from emit_speed_cases import make_graph
 
     from solverfuse.emit.data import constants, random_inputs
@@ -84,29 +80,9 @@ def measure(spec: str, threads: int, before: str, after: str, rounds: int, strat
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
     libs = {"before": Lib(_built(before, spec, threads, strategy, cache), x, cs),
             "after": Lib(_built(after, spec, threads, strategy, cache), x, cs)}
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(to_onnx(g, cs).SerializeToString(), so, providers=["CPUExecutionProvider"])
-    feeds = {i.name: x[i.name] for i in sess.get_inputs()}
-    runs = {"before": libs["before"], "after": libs["after"], "ort": lambda: sess.run(None, feeds)}
-    for f in runs.values():  # warm: packs the weights, pages in
-        f()
-    ref = sess.run(None, feeds)
-    for name in ("before", "after"):
-        for got, want in zip(libs[name].outputs, ref):
-            np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3, err_msg=name)
-    times = {k: [] for k in runs}
-    for _ in range(rounds):
-        for k, f in runs.items():
-            t0 = now()
-            f()
-            times[k].append(now() - t0)
-    return {"spec": spec, "threads": threads, "load": os.getloadavg()[0],
-            **{f"{k}_med": statistics.median(v) for k, v in times.items()},
-            **{f"{k}_min": min(v) for k, v in times.items()}}
+    sess = ort_session(to_onnx(g, cs).SerializeToString(), threads)
+    times = interleaved(libs, sess, {i.name: x[i.name] for i in sess.get_inputs()}, rounds, now)
+    return {"spec": spec, "threads": threads, "load": os.getloadavg()[0], **medians(times)}
 
 
 def main(argv=None) -> int:
