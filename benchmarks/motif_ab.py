@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -24,17 +23,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import machine  # noqa: E402  (benchmarks/machine.py)
 from report import write_results  # noqa: E402  (benchmarks/report.py)
 import run as bench  # noqa: E402  (benchmarks/run.py: motifs, interleaving)
 
 from solverfuse import api  # noqa: E402
-from solverfuse.emit.build import BASE_FLAGS, Program, buffer_table, build  # noqa: E402
+from solverfuse.emit.build import Program, buffer_table, build  # noqa: E402
 from solverfuse.emit.data import constants, random_inputs  # noqa: E402
 from solverfuse.emit.program import render  # noqa: E402
-from solverfuse.hardware import detect  # noqa: E402
 
-from motifbw import HOT_BYTES, PLAN_HW  # noqa: E402
+from motifbw import HOT_BYTES, PLAN_HW, motif_pairs, out_elems  # noqa: E402
 
 _RENDER = """
 import json, sys
@@ -86,16 +83,11 @@ def programs(g, old_c: str, cache: str):
 
 
 def measure(old: dict, rounds: int, factor: float, cache: str) -> list[str]:
-    hw = detect()
-    llc = hw.l3_bytes or hw.l2_bytes
-    triad = machine.TriadLib(int(factor * llc) // 4, 1, BASE_FLAGS + ["-march=native"])
+    pairs, triad = motif_pairs(factor)
     tw = bench.warm(triad)
-    hot = dict(bench.motif_graphs(llc, HOT_BYTES / llc, hw))
     rows = ["| motif | old of triad | new of triad | new/old time (2x LLC) | old in-cache ns/element | "
             "new in-cache ns/element | new/old in-cache |", "|---|---|---|---|---|---|---|"]
-    for name, g in bench.motif_graphs(llc, factor, hw):
-        if name == "matmul_bias_relu":
-            continue
+    for name, g, gh in pairs:
         plan, (po, pn) = programs(g, old["big:" + name], cache)
         x, cs = random_inputs(g, 0), constants(g, 0)
         t = {"old": [], "new": [], "triad": []}
@@ -106,14 +98,13 @@ def measure(old: dict, rounds: int, factor: float, cache: str) -> list[str]:
         frac = {k: statistics.median((plan.traffic_bytes / a) / (triad.nbytes / b) for a, b in zip(t[k], t["triad"]))
                 for k in ("old", "new")}
         big = statistics.median(b / a for a, b in zip(t["old"], t["new"]))
-        gh = hot[name]
         _, (ho, hn) = programs(gh, old["hot:" + name], cache)
         xh, csh = random_inputs(gh, 0), constants(gh, 0)
         c = {"old": [], "new": []}
         for _ in range(rounds):
             c["old"].append(min(ho.time(xh, csh, repeats=10, cpu=True)))
             c["new"].append(min(hn.time(xh, csh, repeats=10, cpu=True)))
-        elems = max(math.prod(gh.tensors[o].shape) for o in gh.outputs)
+        elems = out_elems(gh)
         rows.append(f"| {name} | {100 * frac['old']:.0f}% | {100 * frac['new']:.0f}% | {big:.2f} | "
                     f"{1e9 * min(c['old']) / elems:.3f} | {1e9 * min(c['new']) / elems:.3f} | "
                     f"{statistics.median(b / a for a, b in zip(c['old'], c['new'])):.2f} |")

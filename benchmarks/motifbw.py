@@ -23,6 +23,7 @@ section names it):
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -59,17 +60,28 @@ HEADER = ("# Memory-bound motifs vs the STREAM triad at 1 thread (issue 15)\n\n"
           "memory + compute.")
 
 
-def measure(rounds: int, factor: float, cache: str) -> list[str]:
-    """The table rows: one per streaming motif."""
+def motif_pairs(factor: float) -> tuple[list, object]:
+    """Every streaming motif of ``run.motif_graphs`` (``matmul_bias_relu`` is a GEMM: see gemm.md)
+    as (name, graph at ``factor`` x the last-level cache, its in-cache copy of ~``HOT_BYTES``
+    tensors), and the triad on arrays of the large size (the emitter's flags, 1 thread)."""
     hw = detect()
     llc = hw.l3_bytes or hw.l2_bytes
     triad = machine.TriadLib(int(factor * llc) // 4, 1, BASE_FLAGS + ["-march=native"])
     hot = dict(bench.motif_graphs(llc, HOT_BYTES / llc, hw))
+    return [(name, g, hot[name]) for name, g in bench.motif_graphs(llc, factor, hw) if name != "matmul_bias_relu"], triad
+
+
+def out_elems(g) -> int:
+    """Elements of the motif's largest output: the per-element unit of the in-cache column."""
+    return max(math.prod(g.tensors[o].shape) for o in g.outputs)
+
+
+def measure(rounds: int, factor: float, cache: str) -> list[str]:
+    """The table rows: one per streaming motif."""
+    pairs, triad = motif_pairs(factor)
     rows = ["| motif | predicted bytes | C ms | achieved GB/s | triad GB/s | of triad (medians) | "
             "of triad (median of per-round ratios) | in-cache ns/element |", "|---|---|---|---|---|---|---|---|"]
-    for name, g in bench.motif_graphs(llc, factor, hw):
-        if name == "matmul_bias_relu":
-            continue
+    for name, g, gh in pairs:
         plan = api.plan(g, PLAN_HW, strategy="optimal", time_limit=20, workers=1)
         prog = compile_plan(plan, g, threads=1, cache_dir=cache)
         x, cs = random_inputs(g, 0), constants(g, 0)
@@ -79,23 +91,15 @@ def measure(rounds: int, factor: float, cache: str) -> list[str]:
         gbs, tgbs = plan.traffic_bytes / c / 1e9, triad.nbytes / t / 1e9
         per_round = statistics.median((plan.traffic_bytes / a) / (triad.nbytes / b)
                                       for a, b in zip(times["c"], times["triad"]))
-        gh = hot[name]
         ph = api.plan(gh, PLAN_HW, strategy="optimal", time_limit=20, workers=1)
         progh = compile_plan(ph, gh, threads=1, cache_dir=cache)
         xh, csh = random_inputs(gh, 0), constants(gh, 0)
         best = min(min(progh.time(xh, csh, repeats=20, cpu=True)) for _ in range(rounds))
-        elems = max(_numel(gh.tensors[o].shape) for o in gh.outputs)
+        elems = out_elems(gh)
         rows.append(f"| {name} | {plan.traffic_bytes / 1e6:.1f} MB | {1e3 * c:.1f} | {gbs:.1f} | {tgbs:.1f} | "
                     f"{100 * gbs / tgbs:.0f}% | {100 * per_round:.0f}% | {1e9 * best / elems:.3f} |")
         print(rows[-1], flush=True)
     return rows
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def main(argv=None) -> int:
