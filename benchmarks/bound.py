@@ -1,7 +1,7 @@
 """A built plan's library with its buffers, for the benchmarks that time ``sf_run`` from Python
 (A/B scripts whose workers build each tree's library: this module imports neither solverfuse nor
 the other benchmark modules, so the caller's process keeps the tree it chose); and ONNX Runtime
-set up and timed beside them, interleaved (:func:`ort_session`, :func:`interleaved`).
+timed beside them, interleaved (:func:`interleaved`).
 
 >>> table = [{"tensor": "x", "role": "input", "dtype": "float32", "shape": [2]},
 ...          {"tensor": "t", "role": "boundary", "dtype": "float32", "shape": [2]},
@@ -47,18 +47,6 @@ class Lib:
     def __call__(self):
         if self.lib.sf_run(self.ptrs):
             raise RuntimeError("sf_run failed")
-
-
-def ort_session(model: bytes, threads: int):
-    """ONNX Runtime as the benchmarks compare with: every graph optimisation, ``threads`` intra-op
-    threads, workers that do not spin (our C's threads sleep between runs too)."""
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
 def interleaved(libs: dict, sess, feeds: dict, rounds: int, now) -> dict:

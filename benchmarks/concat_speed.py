@@ -33,7 +33,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 
 import numpy as np  # noqa: E402
 
-from bound import Lib, interleaved, medians, ort_session  # noqa: E402  (benchmarks/bound.py)
+from bound import Lib, interleaved, medians  # noqa: E402  (benchmarks/bound.py)
+from run import ort_model_session  # noqa: E402
 
 
 def worker(spec: str, threads: int, cache: str, probe: bool = True) -> dict:
@@ -107,7 +108,7 @@ def models(spec: str, threads: int, before: str, after: str, rounds: int, cache:
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
     libs = {name: Lib(_built(tree, spec, threads, cache, probe=False), x, cs)
             for name, tree in (("before", before), ("after", after))}
-    sess = ort_session(to_onnx(g, cs).SerializeToString(), threads)
+    sess = ort_model_session(to_onnx(g, cs).SerializeToString(), threads)
     times = interleaved(libs, sess, {i.name: x[i.name] for i in sess.get_inputs()}, rounds, now)
     return {"spec": spec, "threads": threads, "load": os.getloadavg()[0], **medians(times)}
 

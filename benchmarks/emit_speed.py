@@ -108,27 +108,6 @@ class OldProgram:
         return secs[1]
 
 
-def ort_session(graph, consts: dict, threads: int):
-    """ONNX Runtime, every graph optimisation, ``threads`` intra-op threads that do not spin after
-    a run: spinning ORT threads would take the cores from the C program timed next in the same
-    process (measured here: every 2-thread C run took ~35 ms more with them spinning)."""
-    from solverfuse.emit.reference import to_onnx
-    return ort_model_session(to_onnx(graph, consts).SerializeToString(), threads)
-
-
-def ort_model_session(model, threads: int):
-    """:func:`ort_session` of an ONNX model (a file path or serialised bytes)."""
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
-                                providers=["CPUExecutionProvider"])
-
-
 def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str) -> dict:
     from emit_speed_cases import make_graph
     g = make_graph(spec)
@@ -154,7 +133,7 @@ def measure(spec: str, threads: int, rounds: int, before: str | None, cache: str
             info = json.loads(r.stdout.strip().splitlines()[-1])
         old = OldProgram(info["lib"], info["buffers"], x, cs)
         runners["before"] = old.time
-    sess = ort_session(g, cs, threads)
+    sess = bench.ort_session(g, cs, threads)
     runners["ort"] = bench.ort_runner(sess, x)
     times = bench.time_side_by_side(runners, rounds)
     for k, v in times.items():

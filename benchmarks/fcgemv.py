@@ -27,7 +27,8 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 
 
-from bound import Lib, interleaved, medians, ort_session  # noqa: E402  (benchmarks/bound.py)
+from bound import Lib, interleaved, medians  # noqa: E402  (benchmarks/bound.py)
+from run import ort_model_session  # noqa: E402
 
 
 def worker(spec: str, threads: int, strategy: str, cache: str) -> dict:
@@ -80,7 +81,7 @@ def measure(spec: str, threads: int, before: str, after: str, rounds: int, strat
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
     libs = {"before": Lib(_built(before, spec, threads, strategy, cache), x, cs),
             "after": Lib(_built(after, spec, threads, strategy, cache), x, cs)}
-    sess = ort_session(to_onnx(g, cs).SerializeToString(), threads)
+    sess = ort_model_session(to_onnx(g, cs).SerializeToString(), threads)
     times = interleaved(libs, sess, {i.name: x[i.name] for i in sess.get_inputs()}, rounds, now)
     return {"spec": spec, "threads": threads, "load": os.getloadavg()[0], **medians(times)}
 

@@ -36,7 +36,8 @@ sys.path.insert(0, str(HERE.parent))
 import machine  # noqa: E402  (benchmarks/machine.py)
 from report import write_results  # noqa: E402  (benchmarks/report.py)
 import run as bench  # noqa: E402  (benchmarks/run.py: ORT runner, interleaving)
-from emit_speed import HW, ort_session  # noqa: E402
+from emit_speed import HW  # noqa: E402
+from run import ort_session  # noqa: E402
 from emit_speed_cases import CASES, KERNELS, kernel_flops, make_graph  # noqa: E402
 
 from solverfuse import api  # noqa: E402

@@ -31,7 +31,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 sys.path.insert(0, str(HERE.parent))
 
 import run as bench  # noqa: E402  (benchmarks/run.py: ORT runner, interleaving)
-from emit_speed import BEFORE, HW, OldProgram, ort_session  # noqa: E402
+from emit_speed import BEFORE, HW, OldProgram  # noqa: E402
+from run import ort_session  # noqa: E402
 from gemm_speed import cpu_warm  # noqa: E402
 from emit_speed_cases import make_graph  # noqa: E402
 

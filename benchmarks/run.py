@@ -187,17 +187,25 @@ def motif_graphs(llc_bytes: int, factor: float, hw) -> list[tuple[str, Any]]:
 
 
 def ort_session(graph, consts: dict, threads: int):
-    """ONNX Runtime session: every graph optimisation on, ``threads`` intra-op threads."""
-    import onnxruntime as ort
+    """ONNX Runtime session of ``graph`` with ``consts`` as its initializers (:func:`ort_model_session`)."""
     from solverfuse.emit.reference import to_onnx
-    model = to_onnx(graph, consts)
+    return ort_model_session(to_onnx(graph, consts).SerializeToString(), threads)
+
+
+def ort_model_session(model, threads: int):
+    """ONNX Runtime as every benchmark compares with: every graph optimisation, ``threads``
+    intra-op threads that do not spin after a run (spinning ORT threads would take the cores from
+    the C program timed next in the same process: every 2-thread C run took ~35 ms more with them
+    spinning); ``model`` is a file path or serialised bytes."""
+    import onnxruntime as ort
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
+                                providers=["CPUExecutionProvider"])
 
 
 def torch_function(graph, consts: dict, threads: int):

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import machine  # noqa: E402  (benchmarks/machine.py)
 from report import write_results  # noqa: E402  (benchmarks/report.py)
 import run as bench  # noqa: E402  (benchmarks/run.py: interleaving)
-from emit_speed import ort_model_session  # noqa: E402
+from run import ort_model_session  # noqa: E402
 from tests.model_set import MODELS_DIR, load_inputs, materialise, model_names  # noqa: E402
 
 from solverfuse import api  # noqa: E402
