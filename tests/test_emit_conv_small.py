@@ -72,7 +72,7 @@ def test_bands_split_so_the_threads_share_tiles_evenly(cache):
     plan, _, _ = check(g, [["c", "bn", "r"]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
     one = render(plan, g, threads=1)["model.c"]
     two = render(plan, g, threads=2)["model.c"]
-    span = [int(re.search(r"float T\d+\[8\]\[(\d+)\];", src).group(1)) for src in (one, two)]
+    span = [int(re.search(r"float T\d+\[8\]\[(\d+)\] SF_ALIGN64;", src).group(1)) for src in (one, two)]
     assert span[0] % 26 == 0 and span[0] // 26 >= 26  # 1 thread: the whole plane in one band
     bands = span[0] // span[1]
     assert span[0] % span[1] == 0 and bands > 1 and (3 * bands) % 2 == 0  # 2 threads: 3 x bands tiles

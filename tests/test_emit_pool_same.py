@@ -38,7 +38,7 @@ def test_same_size_pool_as_flat_loops(op, shape, attrs, cache):
     plan, _, _ = check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
     src = render(plan, g)["model.c"]
     body = src[src.index("/* group 0:"):src.index("int sf_run")]
-    assert "sf_pool2d(" not in body and re.search(r"float V\d+\[" + str(shape[2] * shape[3]) + r"\];", body), body
+    assert "sf_pool2d(" not in body and re.search(r"float V\d+\[" + str(shape[2] * shape[3]) + r"\] SF_ALIGN64;", body), body
     # the ReLU epilogue: one loop over the plane
     assert re.search(r"for \(long i\d+ = 0; i\d+ < " + str(shape[2] * shape[3]) + r"; i\d+\+\+\)", body), body
     check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
@@ -56,6 +56,6 @@ def test_pool_branch_with_batchnorm(threads, cache):
                                 ("r", "Relu", ["n"], ["y"])])
     plan, _, _ = check(g, [["p", "bn", "r"]], cache, rtol=1e-5, atol=1e-5, engine="onnxruntime", threads=threads)
     body = render(plan, g, threads=threads)["model.c"].split("/* pass")[1]
-    assert re.search(r"float V\d+\[784\];", body) and re.search(r"for \(long i\d+ = 0; i\d+ < 784; i\d+\+\+\)", body)
+    assert re.search(r"float V\d+\[784\] SF_ALIGN64;", body) and re.search(r"for \(long i\d+ = 0; i\d+ < 784; i\d+\+\+\)", body)
     if threads > 1:
         assert "#pragma omp" in body

@@ -354,7 +354,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     taps = kernel[0] * kernel[1]
     cplane = blk.cplane
     offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
-    k.line(f"float {arr}[{mb}][{span}];")
+    k.line(f"float {arr}[{mb}][{span}] SF_ALIGN64;")
     k.line(f"static const long {off}[{taps}] = {{{', '.join(map(str, offs))}}};")
     # the block's group starts at input channel goff (0 when ungrouped)
     goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
@@ -362,7 +362,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     if blk.local:  # copy the one input channel here, then read the copy
         buf = k.fresh("X")
         chan = f"({n}*{x[1]} + {goff}0)*{x[2] * x[3]}" if n != "0" else f"({goff}0)*{x[2] * x[3]}"
-        k.line(f"float {buf}[{blk.local}];")
+        k.line(f"float {buf}[{blk.local}] SF_ALIGN64;")
         if blk.local > cplane:
             k.line(f"for (long {j} = {cplane}; {j} < {blk.local}; {j}++) {buf}[{j}] = 0;")
         fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"

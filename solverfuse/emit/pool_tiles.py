@@ -64,7 +64,7 @@ def tile_pool(k, t, outer, d=1):
         # a whole plane: sf_pool2d (rows of the window first, contiguous; then columns in L1)
         vw = max(pb[1] + x[3], (out[3] - 1) * st[1] + kernel[1])
         v = k.fresh("V")
-        k.line(f"float {v}[{vw}];")
+        k.line(f"float {v}[{vw}] SF_ALIGN64;")
         k.use_helper("sf_pool2d")
         plane = _linear(x, (nn, c, "0", "0"))
         k.line(f"sf_pool2d({arr}, {k.ptr(node.inputs[0], 'r')} + {plane}, {x[2]}, {x[3]}, {out[2]}, {out[3]}, "
@@ -78,7 +78,7 @@ def tile_pool(k, t, outer, d=1):
     separable = d == 2 and out[-1] >= 32 and x[-2] * out[-1] <= MAX_TILE
     if separable:
         rows = k.fresh("R")
-        k.line(f"{ct} {rows}[{x[-2] * out[-1]}];")
+        k.line(f"{ct} {rows}[{x[-2] * out[-1]}] SF_ALIGN64;")
     opened = 0
     src = []
     for e in range(fixed):
@@ -148,7 +148,7 @@ def _pool_same(k, node, arr: str, x, avg: bool, counts, plane: str) -> None:
     n, ph, pw = hh * ww, kernel[0] // 2, kernel[1] // 2
     src = f"{k.ptr(node.inputs[0], 'r')} + {plane}" if plane != "0" else k.ptr(node.inputs[0], "r")
     v, xp = k.fresh("V"), k.fresh("x")
-    k.line(f"float {v}[{n}];")
+    k.line(f"float {v}[{n}] SF_ALIGN64;")
     k.line(f"const float *restrict {xp} = {src};")
 
     def store(header, target, terms):

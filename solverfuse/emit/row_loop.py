@@ -114,7 +114,7 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
     jb, sp = k.fresh("jb"), k.fresh("sp")
     with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {LANE_BLOCK})"):
         hi = f"{jb} + {LANE_BLOCK}" if n % LANE_BLOCK == 0 else f"sf_min({jb} + {LANE_BLOCK}, {n})"
-        k.line(f"float {sp}[{SUM_LANES}] = {{0}};")
+        k.line(f"float {sp}[{SUM_LANES}] SF_ALIGN64 = {{0}};")
         jc, lane, j = k.fresh("jc"), k.fresh("l"), k.fresh("i")
         with k.block(f"for (long {jc} = {jb}; {jc} + {SUM_LANES} <= {hi}; {jc} += {SUM_LANES})"):
             if prefetch is not None:
@@ -190,9 +190,9 @@ def declare_row(k, ct: str, name: str, n: int) -> None:
     >>> g = zoo.residual_layernorm_gelu(2, 8)
     >>> k = whole_graph_kernel(g)
     >>> declare_row(k, "float", "R", 8); k.lines
-    ['    float R_s[8];', '    float *const R = R_s;']
+    ['    float R_s[8] SF_ALIGN64;', '    float *const R = R_s;']
     """
-    k.line(f"{ct} {name}_s[{n}];")
+    k.line(f"{ct} {name}_s[{n}] SF_ALIGN64;")
     k.line(f"{ct} *const {name} = {name}_s;")
 
 

@@ -122,7 +122,7 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list) -> list:
     n = shape[-1]
     # the row array (row_loop.declare_row): its stack array goes, its pointer points into the buffers
     decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float *const {arr} = {arr}_s;"]
-    if len(decl) != 1 or k.lines[decl[0] - 1].strip() != f"float {arr}_s[{n}];":
+    if len(decl) != 1 or not k.lines[decl[0] - 1].strip().startswith(f"float {arr}_s[{n}]"):
         return []
     calls = [i for i, ln in enumerate(k.lines) if f"sf_expsum({arr} + " in ln or f"sf_expsum_from({arr} + " in ln]
     if len(decl) != 1 or not calls:
