@@ -478,6 +478,7 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("emit", "Emitted C vs ONNX Runtime (`benchmarks/emit_speed.py`)"),
           ("gemm", "GEMM, convolution and pooling kernels vs ONNX Runtime/MLAS (`benchmarks/gemm_speed.py`)"),
           ("zoo", "All nine ONNX light models in C vs ONNX Runtime at 1 and 2 threads (`benchmarks/gemm_speed.py --section zoo`, `benchmarks/zoo_report.py`)"),
+          ("corun", "Thread-scaling ceiling: each runtime at 1 thread beside a copy of itself on the other core (`benchmarks/corun.py`)"),
           ("transformers", "The exported transformers and the motifs in C vs ONNX Runtime (`benchmarks/transformers_speed.py`)"),
           ("fusespeed", "Fused kernels vs the unfused kernels they replace (`benchmarks/fusespeed.py`)"),
           ("motifbw", "Memory-bound motifs vs the STREAM triad, and their compute per element (`benchmarks/motifbw.py`)"),
