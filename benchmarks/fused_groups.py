@@ -35,7 +35,9 @@ def compare(name: str, threads: int, cache: Path, repeats: int) -> list[dict]:
         g = import_onnx(path)
     feeds, consts = load_inputs(name), constants(g, 0)
     plans = get_plans(name, g, cache / "plans")
-    times = {k: {gi: s for s, gi, _ in profile(p, g, feeds, consts, threads, str(cache / "c"), repeats)}
+    # each plan in the translation units compile_plan gives it (they change GCC's specialisation)
+    units = {k: max(1, min(2 * (os.cpu_count() or 1), len(p.groups) // 8)) for k, p in plans.items()}
+    times = {k: {gi: s for s, gi, _ in profile(p, g, feeds, consts, threads, str(cache / "c"), repeats, units[k])}
              for k, p in plans.items()}
     node_secs = {}
     for gi, grp in enumerate(plans["unfused"].groups):
