@@ -12,7 +12,7 @@ from solverfuse.emit.program import render
 from solverfuse.emit.schedule import PAD_SCRATCH_BYTES
 from solverfuse.plans import build_plan
 
-from .emit_helpers import HW, check, graph, model_counts
+from .emit_helpers import HW, check, const, graph, model_counts
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +229,25 @@ def test_squeeze_excite_gate_runs_at_its_own_shape(threads, cache):
     body = src[src.index("static int k0("):src.index("int sf_run(")]
     head, sep, tail = body.partition("/* pass: 1 written tensor(s) of shape [1, 48, 8, 8] */")
     assert sep and "sf_expf" in head and "sf_expf" not in tail
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_patch_embedding_concat_is_evaluated_once(threads, cache):
+    """CLIP's patch embedding in one group: a patch conv, its output flattened and transposed to
+    tokens, the class token concatenated in front, the position embedding added, then two
+    LayerNorms (the pre-LayerNorm and the first block's). The token rows (through the transpose
+    and the Concat's choice of input) are computed once into contiguous scratch, not in each of
+    the five loops that read them (5.3 us fused vs 3.1 unfused on clip_vision_ts)."""
+    t = {"x": [1, 3, 16, 16], "w": const([32, 3, 4, 4]), "cls": const([1, 1, 32]), "pos": const([1, 17, 32]),
+         "g1": const([32]), "b1": const([32]), "g2": const([32]), "b2": const([32]),
+         "sh": {"shape": [3], "dtype": "int64", "constant": True, "value": [1, 32, -1]}}
+    nodes = [("conv", "Conv", ["x", "w"], ["c"], {"strides": [4, 4]}),
+             ("rs", "Reshape", ["c", "sh"], ["r"]), ("tr", "Transpose", ["r"], ["p"], {"perm": [0, 2, 1]}),
+             ("cat", "Concat", ["cls", "p"], ["e"], {"axis": 1}), ("add", "Add", ["e", "pos"], ["h"]),
+             ("ln1", "LayerNormalization", ["h", "g1", "b1"], ["n1"], {"axis": -1}),
+             ("ln2", "LayerNormalization", ["n1", "g2", "b2"], ["y"], {"axis": -1})]
+    g = graph(t, ["x"], ["n1", "y"], nodes, name="patch_embedding")
+    plan, _, _ = check(g, [[n[0] for n in nodes]], cache, rtol=1e-4, atol=1e-5, engine="onnxruntime",
+                       threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    assert len(re.findall(r"float c\d+ = 0;", src)) == 1  # the Concat's choice, in one loop
