@@ -13,7 +13,11 @@ The rules, in the order they are tried:
    tensor, :func:`~solverfuse.emit.forward.emit_forward` (loop over the anchor's tile, store at the
    mapped index); each pass's loop nest is :func:`~solverfuse.emit.passes.emit_loop`;
 3. an anchor/window output needed by several passes or at another shape is materialised in
-   kernel-local scratch (:func:`_materialise_inline`).
+   kernel-local scratch (:func:`_materialise_inline`); so are elementwise values whose inline
+   form would cost more than a scratch load: an expensive chain or a value read through a
+   Concat / strided Transpose that several passes read (:func:`_shared_frontier`), expensive
+   math before a Pad (:func:`_padded_math`) or broadcast into a larger pass
+   (:func:`_broadcast_math`), transposed rows feeding row statistics (:func:`_strided_rows`).
 
 >>> sorted(STATS_OPS)
 ['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean']
