@@ -93,12 +93,14 @@ def get_plans(name: str, g, cache: Path) -> dict:
     return {"optimal": opt, "unfused": greedy_plan(g, HW, "unfused")}
 
 
-def profile(plan, g, feeds: dict, consts: dict, threads: int, cache: str, repeats: int = 50) -> list[tuple]:
+def profile(plan, g, feeds: dict, consts: dict, threads: int, cache: str, repeats: int = 50,
+            units: int = 1) -> list[tuple]:
     """(seconds per run, group index, ops) of every kernel call, slowest first: the plan's C with a
     time-stamp counter read around each call of the driver (one translation unit), the fewest
     cycles of each call over ``repeats`` runs (other jobs only add time); their shares scale the
-    program's fastest run. x86-64 + GCC only."""
-    files = render(plan, g, threads=threads, units=1)
+    program's fastest run. x86-64 + GCC only. ``units``: translation units of the kernels (the
+    library ``compile_plan`` builds has ``min(2 * CPUs, groups // 8)``)."""
+    files = render(plan, g, threads=threads, units=units)
     files.pop("buffers.json")
     head, sep, body = files["model.c"].partition("int sf_run(void *const *B)")
     calls = []

@@ -322,7 +322,7 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const flo
     return {
         "sf_conv_copy": """/* Zero-padded, stride-phase-split copy of NC planes HxW: dst[nc][ph][pw][i][j] = x at padded
    (i*s0 + ph, j*s1 + pw), i.e. x[nc][i*s0 + ph - p0][j*s1 + pw - p1] when inside, else 0. */
-SF_NOINLINE SF_UNUSED static void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
+SF_UNUSED static SF_INLINE_COPY void sf_conv_copy(float *restrict dst, const float *restrict x, long NC, long H, long W,
     long s0, long s1, long hq, long wq, long p0, long p1)
 {
     for (long nc = 0; nc < NC; nc++)
@@ -363,7 +363,7 @@ SF_NOINLINE SF_UNUSED static void sf_conv_copy_sub(float *restrict dst, const fl
    dst[nc][ph][kw][i][j] = x at padded (i*s0 + ph, j*s1 + kw*d1), j < OW, i.e.
    x[nc][i*s0 + ph - p0][j*s1 + kw*d1 - p1] when inside, else 0. Tap (r, kw) then reads its
    output positions as one contiguous run of row pitch OW: no junk columns, no strided loads. */
-SF_NOINLINE SF_UNUSED static void sf_conv_copy_cols(float *restrict dst, const float *restrict x, long NC, long H,
+SF_UNUSED static SF_INLINE_COPY void sf_conv_copy_cols(float *restrict dst, const float *restrict x, long NC, long H,
     long W, long s0, long s1, long hq, long OW, long p0, long p1, long KW, long d1)
 {
     for (long nc = 0; nc < NC; nc++)

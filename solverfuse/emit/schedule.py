@@ -13,7 +13,11 @@ The rules, in the order they are tried:
    tensor, :func:`~solverfuse.emit.forward.emit_forward` (loop over the anchor's tile, store at the
    mapped index); each pass's loop nest is :func:`~solverfuse.emit.passes.emit_loop`;
 3. an anchor/window output needed by several passes or at another shape is materialised in
-   kernel-local scratch (:func:`_materialise_inline`).
+   kernel-local scratch (:func:`_materialise_inline`); so are elementwise values whose inline
+   form would cost more than a scratch load: an expensive chain or a value read through a
+   Concat / strided Transpose that several passes read (:func:`_shared_frontier`), expensive
+   math before a Pad (:func:`_padded_math`) or broadcast into a larger pass
+   (:func:`_broadcast_math`), transposed rows feeding row statistics (:func:`_strided_rows`).
 
 >>> sorted(STATS_OPS)
 ['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean']
@@ -95,7 +99,7 @@ def _plan_passes(k: Kernel) -> list:
                 # epilogue after it runs as one vector loop over all of it (a conv's dot product
                 # in the same loop left SiLU's exp one scalar call per element)
                 promote.add(v)
-        promote |= _padded_math(k, passes) | _strided_rows(k)
+        promote |= _padded_math(k, passes) | _strided_rows(k) | _broadcast_math(k, passes)
         if not promote:
             return [p for p, _, _ in passes]
         k.materialised |= promote
@@ -122,23 +126,63 @@ def _strided_rows(k: Kernel) -> set:
     return out
 
 
+#: Largest input of a Pad (bytes) that a forward-mapped pass through it materialises in scratch
+#: when expensive math computes it (:func:`_padded_math`): half an L2. Conv 1x1 16->96 + SiLU +
+#: Pad alone, paired, 1 thread: materialised 2.5 / 7.1 / 13.2 / 22.7 / 58.6 us on 4x4 / 7x7 /
+#: 10x10 / 14x14 / 28x28 planes, stored through the Pad 4.0 / 17.7 / 20.9 / 43.5 / 99.4 us; on
+#: 56x56 (1.2 MB of scratch) 228 vs 216 us.
+PAD_SCRATCH_BYTES = 512 * 1024
+
+
 def _padded_math(k: Kernel, passes: list) -> set:
     """The data inputs' producers of the Pads that passes evaluate inline when an expensive op
     computes that input: materialised, the math runs in a pass at its own shape (one vector loop),
     and the pass over the padded shape copies it. Inline, every element of the padded shape
     chose between the pad value and the math, one scalar exp each (EfficientNet's conv + SiLU +
-    Pad on a 2x2 plane: 12 us fused, 7 unfused)."""
+    Pad on a 2x2 plane: 12 us fused, 7 unfused). Also for a pass forward-mapped through the Pad
+    (:func:`~solverfuse.emit.forward.emit_forward`) up to :data:`PAD_SCRATCH_BYTES`: its math ran
+    per row of the plane, short rows (4 wide) and a store at the padded index per element."""
+    g = k.graph
+    out = set()
+    memo: dict = {}
+    for kind, shape, deps in passes:
+        for d in deps:
+            node = g.index.node[g.index.producer[d]]
+            if node.op != "Pad" or not node.inputs:
+                continue
+            # a forward-mapped pass runs at the anchor's shape and stores through the Pad
+            fwd = kind[0] == "fwd" and 4 * numel(k.shape(node.inputs[0])) <= PAD_SCRATCH_BYTES
+            if k.shape(d) != shape and not fwd:
+                continue
+            p = g.index.producer.get(node.inputs[0])
+            if p in k.members and p not in k.materialised and _expensive(k, inline_deps(k, node.inputs[0], memo)):
+                out.add(p)
+    return out
+
+
+def _broadcast_math(k: Kernel, passes: list) -> set:
+    """Elementwise nodes a pass evaluates inline at a smaller shape than its own, broadcast into
+    it, when an expensive op computes them: materialised, the math runs once per element of its
+    own shape (a vector loop) and the pass reads the result. Inline, it ran once per element of
+    the pass: EfficientNet's squeeze-excitation gate (1x1 conv on the pooled [1, C, 1, 1] vector,
+    Sigmoid, Mul with the [1, C, H, W] map) took one scalar exp per element of the map, 3-19x the
+    unfused kernels' time."""
     g = k.graph
     out = set()
     memo: dict = {}
     for _, shape, deps in passes:
         for d in deps:
-            node = g.index.node[g.index.producer[d]]
-            if node.op != "Pad" or not node.inputs or k.shape(d) != shape:
+            v = g.index.producer[d]
+            node = g.index.node[v]
+            if v in k.materialised or OPS[node.op].role not in ("elementwise", "broadcast") or node.op in STATS_OPS:
                 continue
-            p = g.index.producer.get(node.inputs[0])
-            if p in k.members and p not in k.materialised and _expensive(k, inline_deps(k, node.inputs[0], memo)):
-                out.add(p)
+            if 2 * numel(k.shape(d)) > numel(shape) or not _expensive(k, inline_deps(k, d, memo)):
+                continue
+            # the last small tensor of its chain: a consumer in the pass at a larger shape
+            if any(c in k.members and any(o in deps and numel(k.shape(o)) > numel(k.shape(d))
+                                          for o in g.index.node[c].outputs if o)
+                   for c in g.index.consumers.get(d, [])):
+                out.add(v)
     return out
 
 
@@ -189,13 +233,35 @@ def _shared_frontier(k: Kernel, passes: list) -> set:
         node = g.index.node[v]
         if v in k.materialised or OPS[node.op].role not in ("elementwise", "broadcast") or node.op in STATS_OPS:
             continue
-        if any(c in k.members and any(o in shared for o in g.index.node[c].outputs if o)
-               for c in g.index.consumers.get(t, [])):
-            continue  # not the last shared tensor of its chain
-        ops = {g.index.node[g.index.producer[d]].op for d in inline_deps(k, t, memo)}
+        later = [c for c in g.index.consumers.get(t, [])
+                 if c in k.members and any(o in shared for o in g.index.node[c].outputs if o)]
+        deps = inline_deps(k, t, memo)
+        if later:  # not the last shared tensor of its chain; a gathered one before a statistics op is
+            if all(g.index.node[c].op in STATS_OPS for c in later) and any(_gathered(k, d) for d in deps):
+                out.add(v)
+            continue
+        ops = {g.index.node[g.index.producer[d]].op for d in deps}
         if ops & EXPENSIVE_OPS or any(OPS[o].role in ("anchor", "window") for o in ops):
             out.add(_before_layout(k, t, memo) or v)
+        elif any(_gathered(k, d) for d in deps):
+            out.add(v)
     return out
+
+
+def _gathered(k: Kernel, t: str) -> bool:
+    """Whether in-group tensor ``t`` is a Concat (a choice of input per element) or a Transpose
+    that moves the last axis (a strided read): a value computed through one that several passes
+    read is materialised once, contiguous (:func:`_shared_frontier`). Inline, CLIP's patch
+    embedding (conv output reshaped, transposed, concatenated with the class token, plus the
+    position embedding, then two LayerNorms) read the transposed conv output through the Concat's
+    choice five times per element: 5.3 us fused, 3.1 us unfused."""
+    node = k.graph.index.node[k.graph.index.producer[t]]
+    if node.op == "Concat":
+        return True
+    if node.op != "Transpose":
+        return False
+    xs = k.shape(node.inputs[0])
+    return len(xs) > 1 and transpose_perm(node.attributes, len(xs))[-1] != len(xs) - 1
 
 
 def _before_layout(k: Kernel, t: str, memo: dict) -> Optional[str]:
