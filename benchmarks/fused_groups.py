@@ -18,27 +18,18 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 sys.path.insert(0, str(HERE.parent))
 
-import onnx  # noqa: E402
+from transformers_speed import loaded, profile  # noqa: E402
 
-from transformers_speed import get_plans, profile  # noqa: E402
-from tests.model_set import MODELS_DIR, load_inputs, materialise  # noqa: E402
-
-from solverfuse.emit.data import constants  # noqa: E402
-from solverfuse.onnx_import import import_onnx  # noqa: E402
+from solverfuse.emit.build import translation_units  # noqa: E402
 
 
 def compare(name: str, threads: int, cache: Path, repeats: int) -> list[dict]:
     """One row per fused group of ``name``'s optimal plan: its time and its nodes' unfused time."""
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / f"{name}.onnx"
-        onnx.save(materialise(MODELS_DIR / f"{name}.onnx", seed=1), str(path))
-        g = import_onnx(path)
-    feeds, consts = load_inputs(name), constants(g, 0)
-    plans = get_plans(name, g, cache / "plans")
-    # each plan in the translation units compile_plan gives it (they change GCC's specialisation)
-    units = {k: max(1, min(2 * (os.cpu_count() or 1), len(p.groups) // 8)) for k, p in plans.items()}
-    times = {k: {gi: s for s, gi, _ in profile(p, g, feeds, consts, threads, str(cache / "c"), repeats, units[k])}
-             for k, p in plans.items()}
+    with loaded(name, cache) as (_, g, feeds, consts, plans):
+        # each plan in the translation units compile_plan gives it (they change GCC's specialisation)
+        times = {k: {gi: s for s, gi, _ in profile(p, g, feeds, consts, threads, str(cache / "c"), repeats,
+                                                   translation_units(len(p.groups)))}
+                 for k, p in plans.items()}
     node_secs = {}
     for gi, grp in enumerate(plans["unfused"].groups):
         for v in grp.nodes:

@@ -17,6 +17,7 @@ worker). Results go to ``benchmarks/results/transformers.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import re
@@ -130,15 +131,21 @@ def profile(plan, g, feeds: dict, consts: dict, threads: int, cache: str, repeat
     return sorted(out, reverse=True)
 
 
-def measure(name: str, threads_list: list[int], rounds: int, batch: int, cache: Path, prof: bool) -> list[dict]:
-    rows = []
+@contextlib.contextmanager
+def loaded(name: str, cache: Path):
+    """The exported model ``name`` with its seeded weights, while the block runs: (path of the
+    materialised ONNX file, graph, feeds, constants, its optimal and unfused plans)."""
+    import onnx
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"{name}.onnx"
-        import onnx
         onnx.save(materialise(MODELS_DIR / f"{name}.onnx", seed=1), str(path))
         g = import_onnx(path)
-        feeds, consts = load_inputs(name), constants(g, 0)
-        plans = get_plans(name, g, cache / "plans")
+        yield path, g, load_inputs(name), constants(g, 0), get_plans(name, g, cache / "plans")
+
+
+def measure(name: str, threads_list: list[int], rounds: int, batch: int, cache: Path, prof: bool) -> list[dict]:
+    rows = []
+    with loaded(name, cache) as (path, g, feeds, consts, plans):
         want = model_outputs(path, feeds, g.outputs)
         for th in threads_list:
             row = {"model": name, "threads": th, "nodes": len(g.nodes),

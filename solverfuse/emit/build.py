@@ -364,6 +364,18 @@ class Program:
         return [float(secs[i]) for i in range(repeats)]
 
 
+def translation_units(groups: int, cpus: Optional[int] = None) -> int:
+    """How many translation units :func:`compile_plan` splits a plan of ``groups`` kernels into:
+    one per 8 kernels, at most two per CPU (they compile in parallel). The split changes what GCC
+    specialises (a static helper called with one geometry in its unit), so benchmarks that time
+    kernels one by one build with the same split.
+
+    >>> translation_units(5, 2), translation_units(38, 2), translation_units(700, 2)
+    (1, 4, 4)
+    """
+    return max(1, min(2 * (cpus or os.cpu_count() or 1), groups // 8))
+
+
 def compile_plan(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: bool = False,
                  sanitize: bool = False, cc: Optional[str] = None,
                  cache_dir: Union[str, os.PathLike, None] = None, strict: bool = False) -> Program:
@@ -372,7 +384,7 @@ def compile_plan(plan, graph: Optional[Graph] = None, *, threads: int = 1, count
     if graph is None:
         raise EmitError("plan has no embedded graph and none was given")
     threads = 1 if counters else max(1, int(threads))
-    units = 1 if (counters or sanitize) else min(2 * (os.cpu_count() or 1), len(plan.groups) // 8)
+    units = 1 if (counters or sanitize) else translation_units(len(plan.groups))
     files = render(plan, graph, threads=threads, counters=counters, units=units)
     files.pop("buffers.json")
     path = build(files, cc=cc, threads=threads, sanitize=sanitize, strict=strict, cache_dir=cache_dir)
