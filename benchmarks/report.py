@@ -489,6 +489,7 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("fcgemv", "Matrix-vector Gemm, Concat slices and the cold build before/after (`benchmarks/fcgemv.py`)"),
           ("convk", "Conv micro-kernels: paired per-kernel A/B and shapes vs MLAS (`benchmarks/convk_results.sh`, `benchmarks/conv_ab.py`)"),
           ("concat", "Concat + BatchNorm passes, one-position convs, same-size pooling before/after (`benchmarks/concat_speed.py`)"),
+          ("fused", "Fused vs unfused C before/after: inlined conv copies, math materialised at its own shape (`benchmarks/fused_ab.py`, `benchmarks/fused_groups.py`)"),
           ("motifs", "Motifs' compute per element: lane sums, GELU, shared-input parts before/after (`benchmarks/motif_ab.py`, `benchmarks/motifbw.py`)"),
           ("torch", "Inside PyTorch: inductor-real agreement and the solverfuse backend (`benchmarks/torch_bench.py`)"),
           ("fix", "Inside PyTorch after the rule fixes: real Inductor kernels vs our rules (`benchmarks/fix_agreement.py`)"),
