@@ -6,6 +6,7 @@ with ``-mno-avx512f``) and the compiler's generic x86-64 target (no ``-march``: 
 from __future__ import annotations
 
 import math
+import re
 import stat
 
 import numpy as np
@@ -274,14 +275,28 @@ def test_large_layernorm_rows_keep_the_prefetching_output_loop():
     """A LayerNorm + GELU row loop whose output is past the non-temporal-store threshold (the
     motif at 2x LLC) keeps its output loop that prefetches the next row; it had been replaced by
     the streamed output loop when the two branches met (residual_layernorm_gelu 56% -> 38% of the
-    triad). A softmax of the same size still streams, and a fence follows only a streamed loop."""
+    triad); its GELU blocks store non-temporally, and a fence follows, only at that size. A
+    softmax of the same size still streams."""
     from solverfuse.emit.program import render
     big = zoo.residual_layernorm_gelu(11000, 768)  # 33.8 MB output per tensor, above 32 MiB
     src = render(build_plan(big, HW, fuse_greedily(big), strategy="t"), big, threads=1)["model.c"]
     body = src[src.index("static int k0("):]
-    assert "__builtin_prefetch" in body and "sf_stream(" not in body and "sf_stream_fence();" not in body
-    assert "sf_gelu_block(" in body  # the AVX-512 GELU block (test_gelu_of_a_layernorm_row_loop_...)
+    assert "__builtin_prefetch" in body and "sf_stream(" not in body
+    # the GELU block (test_gelu_of_a_layernorm_row_loop_...) writes the large output non-temporally
+    assert re.search(r"sf_gelu_block\(.*, 1\);", body) and "sf_stream_fence();" in body
+    small = zoo.residual_layernorm_gelu(64, 768)
+    src = render(build_plan(small, HW, fuse_greedily(small), strategy="t"), small, threads=1)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert re.search(r"sf_gelu_block\(.*, 0\);", body) and "sf_stream_fence();" not in body
     soft = zoo.softmax_rows(11000, 768)
     src = render(build_plan(soft, HW, fuse_greedily(soft), strategy="t"), soft, threads=1)["model.c"]
     body = src[src.index("static int k0("):]
     assert "sf_stream" in body and "sf_stream_fence();" in body
+
+
+def test_large_layernorm_gelu_rows_stream_their_output_correctly(tmp_path):
+    """The LN + GELU row kernel whose output passes the non-temporal-store threshold (33.8 MB:
+    whole 64-byte blocks at aligned addresses stored non-temporally, rows of 768) matches ONNX
+    Runtime."""
+    g = zoo.residual_layernorm_gelu(11000, 768)
+    check(g, fuse_greedily(g), tmp_path, rtol=1e-4, atol=1e-5, engine="onnxruntime")

@@ -358,23 +358,28 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_hsum8(__m256 v)
 
 ROW_HELPERS = {
     "sf_gelu_block": SF_GELU16 + """/* dst[i] = GELU(g[i]) for i < n <= 16: sf_gelu16 (AVX-512; n < 16 masked), else sf_geluf. The
-   table's rows are loads the compiler hoists out of the caller's loop. */
-__attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float *dst, const float *g, long n)
+   table's rows are loads the compiler hoists out of the caller's loop. ``stream``: a whole block
+   at a 64-byte aligned dst is written with a non-temporal store (an output too large for the
+   cache: no read of the line before it is written; the kernel calls sf_stream_fence() after). */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float *dst, const float *g, long n, int stream)
 {
 #if defined(SF_AVX512_TILES)
     sf_v16 T[10];
     for (int j = 0; j < 10; j++) T[j] = SF_LOAD16(&sf_gelu_tab[j / 2][16 * (j % 2)]);
-    if (n == 16) {
+    if (n == 16 && stream && !((uintptr_t)dst & 63)) {
+        SF_STREAM16(dst, sf_gelu16(SF_LOAD16(g), T));
+    } else if (n == 16) {
         SF_STORE16(dst, sf_gelu16(SF_LOAD16(g), T));
     } else {
         const sf_mask16 k = (sf_mask16)((1u << n) - 1);
         SF_STOREM(dst, k, sf_gelu16(SF_LOADM(k, g), T));
     }
 #else
+    (void)stream;
     for (long i = 0; i < n; i++) dst[i] = sf_geluf(g[i]);
 #endif
 }
-""",
+""" + _FENCE,
     "sf_expsum": SF_EXP16 + SF_EXP8 + """/* The exponentials of a softmax row block in place, e[i] = e^(e[i] - m) for i < n, returning their
    float sum: sf_exp16 on 16 lanes at a time with two partial sums, the remainder masked, the lanes
    added as a tree (AVX-512; an omp simd reduction adds its lanes one by one, 11% of l1_overflow's

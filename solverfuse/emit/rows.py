@@ -182,7 +182,8 @@ def _gelu_block(k: Kernel, t: str, x: str, outer: tuple, j0: str, hi: str, write
     with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
         k.line(f"{g}[{j} - {j0}] = {k.value(x, bmap(outer + (j,), k.shape(t), k.shape(x)))};")
     size = "16" if hi == f"{j0} + 16" else f"{hi} - {j0}"
-    k.line(f"sf_gelu_block(&{k.ptr(t, 'w')}[{linear(k.shape(t), outer + (j0,))}], {g}, {size});")
+    stream = int(row_stream.streamed(k, t))
+    k.line(f"sf_gelu_block(&{k.ptr(t, 'w')}[{linear(k.shape(t), outer + (j0,))}], {g}, {size}, {stream});")
     k.pragma("#else")
     j = k.fresh("i")
     with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
@@ -248,6 +249,8 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             hi = f"{j0} + 16" if n % 16 == 0 else f"sf_min({j0} + 16, {n})"
             if gelu is not None:
                 _gelu_block(k, *gelu, tuple(outer), j0, hi, writes)
+                if row_stream.streamed(k, gelu[0]):
+                    fence.append(True)
                 return
             with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
                 _row_outputs(k, writes, tuple(outer) + (j,))
