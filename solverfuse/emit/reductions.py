@@ -15,7 +15,7 @@ from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
 from .elementwise import exp_fn, input_specs, stat_type
-from .row_loop import computed, declare_row, lane_sums, row_array, row_array_filled
+from .row_loop import computed, declare_row, lane_max, lane_sums, row_array, row_array_filled
 from .softmax import expsum_blocks, softmax_stats
 
 
@@ -296,6 +296,15 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
                 k.line(f"{row_copy}[{j}] = {v};")
             return v
         lane_sums(k, xs[axes[0]], acc, value, (x, row) if row is not None else None)
+        return _acc_result(k, node, kind, acc, xs[axes[0]])
+    if kind == "max" and flag is None and k.ct(x) == "float" and at == "float" and len(axes) == 1:
+        # lanes of partial maxima (see lane_max)
+        def value_at(j):
+            v = k.value(x, _input_index(xs, idx, axes, keep, (j,)))
+            if row_copy is not None:
+                k.line(f"{row_copy}[{j}] = {v};")
+            return v
+        lane_max(k, xs[axes[0]], acc, value_at)
         return _acc_result(k, node, kind, acc, xs[axes[0]])
     with k.loops([xs[a] for a in axes], simd=simd) as red:
         v = k.value(x, _input_index(xs, idx, axes, keep, red))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..ops import numel
 from .cexpr import linear
 from .elementwise import stat_type
-from .row_loop import SUM_BLOCK, declare_row, lane_sums, prefetch_next_row, row_array, row_array_filled
+from .row_loop import SUM_BLOCK, declare_row, lane_max, simd_max, lane_sums, prefetch_next_row, row_array, row_array_filled
 
 
 #: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
@@ -53,13 +53,14 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
     # a float row's exponentials are computed in place in the kept array (sf_expsum): the max
     # loop copies x into it
     stash = ex if ex and k.ct(x) == "float" else None
-    with k.loops([n], simd=f"reduction(max:{m})") as (j,):
+    def max_body(j):
         v = k.value(x, at(j))
-        k.line(f"if ({v} > {m}) {m} = {v};")
         if copy is not None:
             k.line(f"{copy}[{j}] = {v};")
         if stash:
             k.line(f"{stash}[{j}] = {v};")
+        return v
+    lane_max(k, n, m, max_body) if st == "float" else simd_max(k, "0", str(n), m, max_body)
     row_array_filled(k, x, row, copy)
     if k.ct(x) != "float":  # a double row: double exponentials summed in double, as tgmath's exp gives
         with k.loops([n], simd=f"reduction(+:{s})") as (j,):
