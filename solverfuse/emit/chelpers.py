@@ -243,9 +243,9 @@ SF_EXP16 = _SIMD_DEFS + f"""#if defined(SF_AVX512_TILES) && !defined(SF_EXP16_DO
    every 211th float32 in [-110, 110] (tests/test_emit_softmax.py checks <= 1.5); subnormal
    results rounded twice. ``tab``: SF_LOAD16(sf_exp2_16). */
 static const float sf_exp2_16[16] SF_ALIGN64 = {{{_EXP2_16}}};
-__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x, sf_v16 tab)
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16_nonpos(sf_v16 x, sf_v16 tab)
 {{
-    x = SF_MIN16(SF_SET1(89.0f), SF_MAX16(SF_SET1(-104.0f), x));
+    x = SF_MAX16(SF_SET1(-104.0f), x);
     const sf_v16 t = SF_FMA16(x, SF_SET1(0x1.715476p+0f), SF_SET1(786432.0f));
     const sf_v16 n16 = t - SF_SET1(786432.0f);
     sf_v16 r = SF_FMA16(n16, SF_SET1(-0x1.62e430p-1f), x);
@@ -254,6 +254,12 @@ __attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x,
     q = SF_FMA16(q, r, SF_SET1(1.0f));
     const sf_v16 T = SF_PERM16(tab, t);
     return SF_SCALEF16(SF_FMA16(T, q * r, T), n16);
+}}
+/* sf_exp16_nonpos: the same for x <= 0 or NaN (a value less its row's max), without the upper clamp
+   (one operation fewer: softmax_rows 5% less time in cache and at 2x the LLC). */
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x, sf_v16 tab)
+{{
+    return sf_exp16_nonpos(SF_MIN16(SF_SET1(89.0f), x), tab);
 }}
 #endif
 """
@@ -387,26 +393,31 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float 
    time with a call per 256 elements); with AVX2 + FMA sf_exp8 on 8 lanes, the last < 16 by sf_expf;
    else the prelude's sf_expf in a loop GCC vectorises.
    sf_expsum_from: e[i] = e^(x[i] - m), from the row x (no copy of x - m first). (No restrict: e
-   and x are one array in sf_expsum; each iteration reads its x before it writes its e.) */
-__attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x)
+   and x are one array in sf_expsum; each iteration reads its x before it writes its e.)
+   The _max forms, for m the max of the values (x - m <= 0 or NaN), take sf_exp16_nonpos. */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x,
+                                                                          int nonpos)
 {
 #if defined(SF_AVX512_TILES)
+#define SF_EXPV(v) (nonpos ? sf_exp16_nonpos((v), tab) : sf_exp16((v), tab))
     long i = 0;
     const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
     sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
     for (; i + 32 <= n; i += 32) {
-        const sf_v16 a = sf_exp16(SF_LOAD16(x + i) - mv, tab), b = sf_exp16(SF_LOAD16(x + i + 16) - mv, tab);
+        const sf_v16 a = SF_EXPV(SF_LOAD16(x + i) - mv), b = SF_EXPV(SF_LOAD16(x + i + 16) - mv);
         SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
         s0 += a; s1 += b;
     }
     for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
         const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
-        const sf_v16 a = SF_MASKZ16(k, sf_exp16(SF_LOADM(k, x + i) - mv, tab));
+        const sf_v16 a = SF_MASKZ16(k, SF_EXPV(SF_LOADM(k, x + i) - mv));
+#undef SF_EXPV
         SF_STOREM(e + i, k, a);
         s0 += a;
     }
     return sf_hsum16(s0 + s1);
 #elif defined(SF_AVX2_TILES)
+    (void)nonpos;
     long i = 0;
     const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m);
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -423,6 +434,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     }
     return s;
 #else
+    (void)nonpos;
     float s = 0;
     #pragma omp simd reduction(+:s)
     for (long j = 0; j < n; j++) {
@@ -435,11 +447,19 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
 /* noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder loop (-Werror builds) */
 SF_NOCLONE SF_UNUSED static float sf_expsum(float *e, float m, long n)
 {
-    return sf_expsum_at(e, m, n, e);
+    return sf_expsum_at(e, m, n, e, 0);
 }
 SF_NOCLONE SF_UNUSED static float sf_expsum_from(float *e, float m, long n, const float *x)
 {
-    return sf_expsum_at(e, m, n, x);
+    return sf_expsum_at(e, m, n, x, 0);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_max(float *e, float m, long n)
+{
+    return sf_expsum_at(e, m, n, e, 1);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_from_max(float *e, float m, long n, const float *x)
+{
+    return sf_expsum_at(e, m, n, x, 1);
 }
 """,
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in
