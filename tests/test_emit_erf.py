@@ -6,6 +6,7 @@ with ``-mno-avx512f``) and the compiler's generic x86-64 target (no ``-march``: 
 from __future__ import annotations
 
 import math
+import re
 import stat
 
 import numpy as np
@@ -171,6 +172,40 @@ def test_gelu_over_a_dense_sweep(target, edit, tmp_path):
     assert (got[zero] == 0).all()
 
 
+@pytest.mark.parametrize("target,edit", TARGETS)
+def test_gelu_of_a_layernorm_row_loop_over_a_dense_sweep(target, edit, tmp_path):
+    """The row loop's GELU output block (``sf_gelu_block``: AVX-512 per-interval polynomials; the
+    loop calling sf_geluf elsewhere) at every 5e-5 of [-10, 10] plus NaN, +-inf, +-0 and
+    subnormals, against float64 with the bound of the Gelu sweep above. The GELU's input is
+    s + LayerNorm(x) with scale and bias 0 (the normalised row times 0 plus 0 is 0, s + 0 is s),
+    rows of 1000 (a partial last block)."""
+    n = 1000
+    sweep = np.linspace(-10, 10, 400_000, dtype=np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 5.0911684, -5.5, 5.1, -5.6],
+                       np.float32)
+    s = np.concatenate([special, sweep, np.zeros(-(special.size + sweep.size) % n, np.float32)])
+    rows = s.size // n
+    g = graph({"x": [rows, n], "s": [rows, n], "scale": [n], "bias": [n]}, ["x", "s", "scale", "bias"], ["y"],
+              [("ln", "LayerNormalization", ["x", "scale", "bias"], ["l"], {"axis": -1, "epsilon": 1e-5}),
+               ("a", "Add", ["s", "l"], ["h"]), ("g", "Gelu", ["h"], ["y"], {"approximate": "none"})])
+    cc, log = _cc(tmp_path, edit)
+    prog = compile_plan(build_plan(g, HW, [["ln", "a", "g"]], strategy="t"), g, cache_dir=tmp_path / "cache",
+                        strict=True, cc=cc)
+    _built(log, target)
+    x = np.random.default_rng(0).standard_normal((rows, n)).astype(np.float32)
+    zero = np.zeros(n, np.float32)
+    got = prog.run({"x": x, "s": s.reshape(rows, n), "scale": zero, "bias": zero}, {})["y"].ravel()
+    fin = np.isfinite(s)
+    want = _gelu64(s[fin])
+    bound = 0.5 * np.abs(s[fin]).astype(np.float64) * ERF_ABS \
+        + 2 * np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    err = np.abs(got[fin].astype(np.float64) - want)
+    assert (err <= bound).all(), f"error {err.max():.3g} at x = {s[fin][np.argmax(err - bound)]}"
+    assert np.isnan(got[np.isnan(s)]).all()
+    assert got[s == np.inf][0] == np.inf and got[s == -np.inf][0] == -np.inf
+    assert (got[s == 0] == 0).all()
+
+
 _SCALARS = {"half": 0.5, "one": 1.0, "rt2": math.sqrt(2), "irt2": 1 / math.sqrt(2), "six": 0.6}
 
 
@@ -240,13 +275,28 @@ def test_large_layernorm_rows_keep_the_prefetching_output_loop():
     """A LayerNorm + GELU row loop whose output is past the non-temporal-store threshold (the
     motif at 2x LLC) keeps its output loop that prefetches the next row; it had been replaced by
     the streamed output loop when the two branches met (residual_layernorm_gelu 56% -> 38% of the
-    triad). A softmax of the same size still streams, and a fence follows only a streamed loop."""
+    triad); its GELU blocks store non-temporally, and a fence follows, only at that size. A
+    softmax of the same size still streams."""
     from solverfuse.emit.program import render
     big = zoo.residual_layernorm_gelu(11000, 768)  # 33.8 MB output per tensor, above 32 MiB
     src = render(build_plan(big, HW, fuse_greedily(big), strategy="t"), big, threads=1)["model.c"]
     body = src[src.index("static int k0("):]
-    assert "__builtin_prefetch" in body and "sf_stream(" not in body and "sf_stream_fence();" not in body
+    assert "__builtin_prefetch" in body and "sf_stream(" not in body
+    # the GELU block (test_gelu_of_a_layernorm_row_loop_...) writes the large output non-temporally
+    assert re.search(r"sf_gelu_block\(.*, 1\);", body) and "sf_stream_fence();" in body
+    small = zoo.residual_layernorm_gelu(64, 768)
+    src = render(build_plan(small, HW, fuse_greedily(small), strategy="t"), small, threads=1)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert re.search(r"sf_gelu_block\(.*, 0\);", body) and "sf_stream_fence();" not in body
     soft = zoo.softmax_rows(11000, 768)
     src = render(build_plan(soft, HW, fuse_greedily(soft), strategy="t"), soft, threads=1)["model.c"]
     body = src[src.index("static int k0("):]
     assert "sf_stream" in body and "sf_stream_fence();" in body
+
+
+def test_large_layernorm_gelu_rows_stream_their_output_correctly(tmp_path):
+    """The LN + GELU row kernel whose output passes the non-temporal-store threshold (33.8 MB:
+    whole 64-byte blocks at aligned addresses stored non-temporally, rows of 768) matches ONNX
+    Runtime."""
+    g = zoo.residual_layernorm_gelu(11000, 768)
+    check(g, fuse_greedily(g), tmp_path, rtol=1e-4, atol=1e-5, engine="onnxruntime")

@@ -87,6 +87,31 @@ def test_row_exponentials_within_the_stated_bound(build, cache, no_avx512_cc, mo
     assert ulp.max() <= EXP16_ULP, f"max error {ulp.max():.3g} ulp at x = {x[fin][ulp.argmax()]}"
 
 
+@pytest.mark.parametrize("build", BUILDS)
+def test_row_exponentials_less_the_row_max_within_the_stated_bound(build, cache, no_avx512_cc, monkeypatch):
+    """e = Exp(x - ReduceMax(x)) written out (sf_expsum_from_max: no upper clamp, as every
+    argument is <= 0): every 211th float32 in [-110, 0] and -inf, NaN, -0, with a 0 in each row
+    so that the row max is 0 and e = exp(x), against float64 exp with sf_exp16's bound."""
+    bits = np.arange(0, 2 ** 32, 211, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    grid = bits[np.isfinite(bits) & (bits <= 0) & (bits >= -110)]
+    special = np.array([-np.inf, np.nan, -0.0, -1e-30, -87.33, -103.97, -103.98, -104.0, -1e30, -3e38], np.float32)
+    cols = 256
+    x = np.concatenate([grid, special])
+    x = np.concatenate([x, np.full(-x.size % (cols - 1), -1.0, np.float32)]).reshape(-1, cols - 1)
+    x = np.concatenate([np.zeros((x.shape[0], 1), np.float32), x], axis=1)
+    g = graph({"x": list(x.shape)}, ["x"], ["e", "y"],
+              [("m", "ReduceMax", ["x"], ["m"], {"axes": [1], "keepdims": 1}), ("d", "Sub", ["x", "m"], ["d"]),
+               ("exp", "Exp", ["d"], ["e"]), ("sum", "ReduceSum", ["e"], ["s"], {"axes": [1], "keepdims": 1}),
+               ("div", "Div", ["e", "s"], ["y"])])
+    plan, prog = _compile(g, [["m", "d", "exp", "sum", "div"]], build, cache, no_avx512_cc, monkeypatch)
+    src = render(plan, g)["model.c"]
+    assert "sf_expsum_from_max(" in src[src.index("static int k0("):]
+    got = prog.run({"x": x}, {})["e"].ravel()
+    x = x.ravel()
+    _, fin, ulp = exp_errors(x, got)
+    assert ulp.max() <= EXP16_ULP, f"max error {ulp.max():.3g} ulp at x = {x[fin][ulp.argmax()]}"
+
+
 def _softmax_graph(lengths, dtype="float"):
     """For each row length n: a Softmax op on x{n} and the exporters' decomposition of it on
     z{n} (ReduceMax, Sub, Exp, ReduceSum, Div); one group each."""

@@ -39,10 +39,19 @@ def _vectorised_lines(files, tmp_path, threads):
 
 def _inner_loops(src: str, trip: int):
     """(first, last) lines (1-based) of the loops of the kernels that run ``trip`` times (or a
-    block of a row of ``trip``: ``i < jb + 256``, ``i < j + 16``) with no loop inside."""
+    block of a row of ``trip``: ``i < jb + 256``, ``i < j + 16``) with no loop inside. Loops in a
+    kernel's ``#if defined(SF_AVX512_TILES)`` branch are left out: the build here has no -march,
+    so that branch is not compiled (its ``#else`` is)."""
     lines = src.splitlines()
     out = []
+    avx512 = False
     for n, ln in enumerate(lines):
+        if ln.startswith("#if defined(SF_AVX512_TILES)"):
+            avx512 = True
+        elif ln.startswith(("#else", "#endif")):
+            avx512 = False
+        if avx512:
+            continue
         m = re.match(r"\s*for \(long (\w+) = [^;]+; \1 < (\w+|jb?\d+ \+ \d+|sf_min\(jb?\d+ \+ \d+, \d+\)); "
                      r"\1\+\+\) \{$", ln)
         if not m:

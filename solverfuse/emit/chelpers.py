@@ -194,6 +194,7 @@ _SIMD_DEFS = """#if defined(SF_AVX512_TILES) && !defined(SF_ROW_SIMD)
 #define SF_MAX16(a, b) _mm512_max_ps(a, b)
 #define SF_MIN16(a, b) _mm512_min_ps(a, b)
 #define SF_PERM16(t, idx) _mm512_permutexvar_ps(_mm512_castps_si512(idx), t)
+#define SF_PERM32(a, idx, b) _mm512_permutex2var_ps(a, _mm512_castps_si512(idx), b)
 #define SF_SCALEF16(a, b) _mm512_scalef_ps(a, b)
 #define SF_STREAM16(p, v) _mm512_stream_ps(p, v)
 #define SF_MASKZ16(m, v) _mm512_maskz_mov_ps(m, v)
@@ -202,6 +203,7 @@ typedef int sf_v16i __attribute__((vector_size(64)));
 #define SF_MAX16(a, b) __builtin_ia32_maxps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
 #define SF_MIN16(a, b) __builtin_ia32_minps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
 #define SF_PERM16(t, idx) __builtin_ia32_permvarsf512_mask((t), (sf_v16i)(idx), SF_ZERO16, (sf_mask16)-1)
+#define SF_PERM32(a, idx, b) __builtin_ia32_vpermt2varps512_mask((sf_v16i)(idx), (a), (b), (sf_mask16)-1)
 #define SF_SCALEF16(a, b) __builtin_ia32_scalefps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
 #define SF_STREAM16(p, v) __builtin_ia32_movntps512((p), (v))
 #define SF_MASKZ16(m, v) __builtin_ia32_movaps512_mask((v), SF_ZERO16, (m))
@@ -229,29 +231,85 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_hsum16(sf_v16 v)
 #: may call: prepend it to their text; it defines itself once per translation unit).
 SF_EXP16 = _SIMD_DEFS + f"""#if defined(SF_AVX512_TILES) && !defined(SF_EXP16_DONE)
 #define SF_EXP16_DONE 1
-/* e^x on 16 float lanes (AVX-512): n = round(16 x / ln 2) by the 1.5 * 2^23 shift; r = x - n ln2/16
-   in two parts (|r| <= ln2/32); e^x = 2^floor(n/16) * T[n mod 16] * (1 + r + r^2/2 + r^3/6), T the
-   16 values 2^(j/16) rounded to float (one vpermps reads T[n mod 16] from the low 4 bits of the
-   shifted value), the last step T + T * (e^r - 1) as one FMA and 2^floor(n/16) by vscalefps
-   (overflow to inf, subnormal results, underflow to 0, in the hardware). x is clamped to [-104,
-   89] (NaN passes the clamps: max/min return their second operand when either is NaN). 13 vector
-   operations against sf_expf's ~28; error at most 1.5 ulp against float64 exp by the sum of the
+/* e^x on 16 float lanes (AVX-512): n/16 = x / ln 2 rounded to a multiple of 1/16 by the
+   1.5 * 2^19 shift (its low 4 bits are n mod 16); r = x - (n/16) ln2 in two parts (|r| <= ln2/32);
+   e^x = 2^floor(n/16) * T[n mod 16] * (1 + r + r^2/2 + r^3/6), T the 16 values 2^(j/16) rounded to
+   float (one vpermps reads T[n mod 16] from the low 4 bits of the shifted value), the last step
+   T + T * (e^r - 1) as one FMA and 2^floor(n/16) by vscalefps of n/16 itself (overflow to inf,
+   subnormal results, underflow to 0, in the hardware; the shift by 2^19, not 2^23, saves the
+   multiply by 1/16, with the same n and r). x is clamped to [-104, 89] (NaN passes the clamps:
+   max/min return their second operand when either is NaN). 12 vector operations against sf_expf's ~28; error at most 1.5 ulp against float64 exp by the sum of the
    table's rounding (0.5 ulp), the FMA's (0.5) and the polynomial's (~0.15); 1.06 measured over
    every 211th float32 in [-110, 110] (tests/test_emit_softmax.py checks <= 1.5); subnormal
    results rounded twice. ``tab``: SF_LOAD16(sf_exp2_16). */
 static const float sf_exp2_16[16] SF_ALIGN64 = {{{_EXP2_16}}};
-__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x, sf_v16 tab)
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16_nonpos(sf_v16 x, sf_v16 tab)
 {{
-    x = SF_MIN16(SF_SET1(89.0f), SF_MAX16(SF_SET1(-104.0f), x));
-    const sf_v16 t = SF_FMA16(x, SF_SET1(0x1.715476p+4f), SF_SET1(12582912.0f));
-    const sf_v16 n = t - SF_SET1(12582912.0f);
-    sf_v16 r = SF_FMA16(n, SF_SET1(-0x1.62e430p-5f), x);
-    r = SF_FMA16(n, SF_SET1(0x1.05c610p-33f), r);
+    x = SF_MAX16(SF_SET1(-104.0f), x);
+    const sf_v16 t = SF_FMA16(x, SF_SET1(0x1.715476p+0f), SF_SET1(786432.0f));
+    const sf_v16 n16 = t - SF_SET1(786432.0f);
+    sf_v16 r = SF_FMA16(n16, SF_SET1(-0x1.62e430p-1f), x);
+    r = SF_FMA16(n16, SF_SET1(0x1.05c610p-29f), r);
     sf_v16 q = SF_FMA16(SF_SET1(0x1.555556p-3f), r, SF_SET1(0.5f));
     q = SF_FMA16(q, r, SF_SET1(1.0f));
     const sf_v16 T = SF_PERM16(tab, t);
-    return SF_SCALEF16(SF_FMA16(T, q * r, T), n * SF_SET1(0.0625f));
+    return SF_SCALEF16(SF_FMA16(T, q * r, T), n16);
 }}
+/* sf_exp16_nonpos: the same for x <= 0 or NaN (a value less its row's max), without the upper clamp
+   (one operation fewer: softmax_rows 5% less time in cache and at 2x the LLC). */
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x, sf_v16 tab)
+{{
+    return sf_exp16_nonpos(SF_MIN16(SF_SET1(89.0f), x), tab);
+}}
+#endif
+"""
+
+#: C text of the AVX-512 GELU of a block of at most 16 floats, ``sf_gelu_block(dst, g, n)`` (the
+#: row loop's output block, :mod:`~solverfuse.emit.rows`); its coefficient table is printed by
+#: benchmarks/gelu_fit.py.
+SF_GELU16 = _SIMD_DEFS + """#if defined(SF_AVX512_TILES) && !defined(SF_GELU16_DONE)
+#define SF_GELU16_DONE 1
+/* Coefficients of r^j (row j) of Phi(x) = 1/2 + erf(x / sqrt 2) / 2 on 32 intervals of x: see sf_gelu16. */
+static const float sf_gelu_tab[5][32] SF_ALIGN64 = {
+    {0x1.9e271ap-25f, 0x1.33cae2p-22f, 0x1.9ae06ap-20f, 0x1.eccf6ap-18f, 0x1.09ad9p-15f, 0x1.01ab6ap-13f, 0x1.c1e7p-12f, 0x1.61de1ap-10f,
+     0x1.f60e36p-9f, 0x1.41a0ecp-7f, 0x1.74bcf4p-6f, 0x1.877f9ep-5f, 0x1.7599e4p-4f, 0x1.44ed0ap-3f, 0x1.028d68p-2f, 0x1.7a4ed4p-2f,
+     0x1p-1f, 0x1.42d896p-1f, 0x1.7eb94cp-1f, 0x1.aec4bep-1f, 0x1.d14cc4p-1f, 0x1.e78806p-1f, 0x1.f45a18p-1f, 0x1.faf97cp-1f,
+     0x1.fe09f2p-1f, 0x1.ff4f1p-1f, 0x1.ffc7c4p-1f, 0x1.ffefe6p-1f, 0x1.fffbdap-1f, 0x1.ffff0ap-1f, 0x1.ffffccp-1f, 0x1.fffff6p-1f},
+    {0x1.1cd712p-22f, 0x1.8eb1f8p-20f, 0x1.f35704p-18f, 0x1.17cbb6p-15f, 0x1.1891ap-13f, 0x1.f77e92p-12f, 0x1.944p-10f, 0x1.226d8cp-8f,
+     0x1.756a58p-7f, 0x1.ad9e92p-6f, 0x1.ba4c66p-5f, 0x1.977696p-4f, 0x1.4fe54ap-3f, 0x1.ef8edap-3f, 0x1.471d4ap-2f, 0x1.827048p-2f,
+     0x1.9883bp-2f, 0x1.827048p-2f, 0x1.471d4ap-2f, 0x1.ef8edap-3f, 0x1.4fe54ap-3f, 0x1.977696p-4f, 0x1.ba4c66p-5f, 0x1.ad9e92p-6f,
+     0x1.756a58p-7f, 0x1.226d8cp-8f, 0x1.944p-10f, 0x1.f77e92p-12f, 0x1.1891ap-13f, 0x1.17cbb6p-15f, 0x1.f35704p-18f, 0x1.8f14dp-20f},
+    {0x1.7c09a2p-21f, 0x1.f29ee8p-19f, 0x1.236456p-16f, 0x1.2f3236p-14f, 0x1.189fccp-12f, 0x1.cd9958p-11f, 0x1.50e79cp-9f, 0x1.b3aa4ap-8f,
+     0x1.f1e6cap-7f, 0x1.f53a84p-6f, 0x1.ba4c7ep-5f, 0x1.538cfap-4f, 0x1.bfdb4cp-4f, 0x1.ef8d6cp-4f, 0x1.b425b8p-4f, 0x1.019f64p-4f,
+     -0x1.fc3a94p-49f, -0x1.019f64p-4f, -0x1.b425b8p-4f, -0x1.ef8d6cp-4f, -0x1.bfdb4cp-4f, -0x1.538cfap-4f, -0x1.ba4c7ep-5f, -0x1.f53a84p-6f,
+     -0x1.f1e6cap-7f, -0x1.b3aa4ap-8f, -0x1.50e79cp-9f, -0x1.cd9958p-11f, -0x1.189fccp-12f, -0x1.2f3236p-14f, -0x1.236456p-16f, -0x1.f12be2p-19f},
+    {0x1.53a0f6p-20f, 0x1.9d1b26p-18f, 0x1.bd4de2p-16f, 0x1.a8ab06p-14f, 0x1.6581cp-12f, 0x1.08e872p-10f, 0x1.582ca2p-9f, 0x1.85c9f6p-8f,
+     0x1.7d83fap-7f, 0x1.3e3a98p-6f, 0x1.b9017ep-6f, 0x1.e01936p-6f, 0x1.58d316p-6f, -0x1.257bep-13f, -0x1.e3cde2p-6f, -0x1.c7e6aap-5f,
+     -0x1.0eec8cp-4f, -0x1.c7e6aap-5f, -0x1.e3cde2p-6f, -0x1.257bep-13f, 0x1.58d316p-6f, 0x1.e01936p-6f, 0x1.b9017ep-6f, 0x1.3e3a98p-6f,
+     0x1.7d83fap-7f, 0x1.85c9f6p-8f, 0x1.582ca2p-9f, 0x1.08e872p-10f, 0x1.6581cp-12f, 0x1.a8ab06p-14f, 0x1.bd4de2p-16f, 0x1.915c1ap-18f},
+    {0x1.9f3a36p-20f, 0x1.d4afd6p-18f, 0x1.d1616cp-16f, 0x1.95196cp-14f, 0x1.33adf8p-12f, 0x1.9514f6p-11f, 0x1.c998a2p-10f, 0x1.b444c8p-9f,
+     0x1.5481a6p-8f, 0x1.961e6ap-8f, 0x1.232b5ap-8f, -0x1.9f2734p-10f, -0x1.6cc182p-7f, -0x1.48fd7cp-6f, -0x1.715d02p-6f, -0x1.ecd9f2p-7f,
+     0x1.93ae92p-43f, 0x1.ecd9f2p-7f, 0x1.715d02p-6f, 0x1.48fd7cp-6f, 0x1.6cc182p-7f, 0x1.9f2734p-10f, -0x1.232b5ap-8f, -0x1.961e6ap-8f,
+     -0x1.5481a6p-8f, -0x1.b444c8p-9f, -0x1.c998a2p-10f, -0x1.9514f6p-11f, -0x1.33adf8p-12f, -0x1.95196cp-14f, -0x1.d1616ap-16f, -0x1.11188ap-17f}
+};
+/* GELU (erf form), x Phi(x), on 16 lanes: x clamped to [-5.5, 5.0911684] (Phi there 1.9e-8 and
+   1 - 1.8e-7, sf_geluf's upper clamp), n = round(3 x) by the 1.5 * 2^23 shift (its low 5 bits,
+   n + 16, pick the interval), r = x - n/3 (|r| <= 1/6), Phi = a degree-4 polynomial in r whose
+   5 coefficients two-table vpermps read per lane (T: the table's 10 rows of 16). 12 vector
+   operations and 5 permutes where sf_geluf's rational fit takes 15 multiplies and FMAs and a
+   division (Zen 4, the LN + GELU output loop in L1: 0.34 -> 0.28 ns per element). Error against
+   float64 within 0.66 of the bound tests/test_emit_erf.py checks (0.5 |x| 3.7e-7 plus 2
+   spacings of the result), the worst at the upper clamp; NaN stays NaN, +-inf -> +-inf. */
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_gelu16(sf_v16 x, const sf_v16 *T)
+{
+    const sf_v16 xc = SF_MIN16(SF_SET1(0x1.45d5b6p+2f), SF_MAX16(SF_SET1(-5.5f), x));
+    const sf_v16 t = SF_FMA16(xc, SF_SET1(3.0f), SF_SET1(12582928.0f));
+    const sf_v16 r = SF_FMA16(t - SF_SET1(12582928.0f), SF_SET1(-0x1.555556p-2f), xc);
+    sf_v16 p = SF_FMA16(SF_PERM32(T[8], t, T[9]), r, SF_PERM32(T[6], t, T[7]));
+    p = SF_FMA16(p, r, SF_PERM32(T[4], t, T[5]));
+    p = SF_FMA16(p, r, SF_PERM32(T[2], t, T[3]));
+    return x * SF_FMA16(p, r, SF_PERM32(T[0], t, T[1]));
+}
 #endif
 """
 
@@ -306,32 +364,60 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_hsum8(__m256 v)
 """
 
 ROW_HELPERS = {
+    "sf_gelu_block": SF_GELU16 + """/* dst[i] = GELU(g[i]) for i < n <= 16: sf_gelu16 (AVX-512; n < 16 masked), else sf_geluf. The
+   table's rows are loads the compiler hoists out of the caller's loop. ``stream``: a whole block
+   at a 64-byte aligned dst is written with a non-temporal store (an output too large for the
+   cache: no read of the line before it is written; the kernel calls sf_stream_fence() after). */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float *dst, const float *g, long n, int stream)
+{
+#if defined(SF_AVX512_TILES)
+    sf_v16 T[10];
+    for (int j = 0; j < 10; j++) T[j] = SF_LOAD16(&sf_gelu_tab[j / 2][16 * (j % 2)]);
+    if (n == 16 && stream && !((uintptr_t)dst & 63)) {
+        SF_STREAM16(dst, sf_gelu16(SF_LOAD16(g), T));
+    } else if (n == 16) {
+        SF_STORE16(dst, sf_gelu16(SF_LOAD16(g), T));
+    } else {
+        const sf_mask16 k = (sf_mask16)((1u << n) - 1);
+        SF_STOREM(dst, k, sf_gelu16(SF_LOADM(k, g), T));
+    }
+#else
+    (void)stream;
+    for (long i = 0; i < n; i++) dst[i] = sf_geluf(g[i]);
+#endif
+}
+""" + _FENCE,
     "sf_expsum": SF_EXP16 + SF_EXP8 + """/* The exponentials of a softmax row block in place, e[i] = e^(e[i] - m) for i < n, returning their
    float sum: sf_exp16 on 16 lanes at a time with two partial sums, the remainder masked, the lanes
    added as a tree (AVX-512; an omp simd reduction adds its lanes one by one, 11% of l1_overflow's
    time with a call per 256 elements); with AVX2 + FMA sf_exp8 on 8 lanes, the last < 16 by sf_expf;
    else the prelude's sf_expf in a loop GCC vectorises.
    sf_expsum_from: e[i] = e^(x[i] - m), from the row x (no copy of x - m first). (No restrict: e
-   and x are one array in sf_expsum; each iteration reads its x before it writes its e.) */
-__attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x)
+   and x are one array in sf_expsum; each iteration reads its x before it writes its e.)
+   The _max forms, for m the max of the values (x - m <= 0 or NaN), take sf_exp16_nonpos. */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x,
+                                                                          int nonpos)
 {
 #if defined(SF_AVX512_TILES)
+#define SF_EXPV(v) (nonpos ? sf_exp16_nonpos((v), tab) : sf_exp16((v), tab))
     long i = 0;
     const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
     sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
     for (; i + 32 <= n; i += 32) {
-        const sf_v16 a = sf_exp16(SF_LOAD16(x + i) - mv, tab), b = sf_exp16(SF_LOAD16(x + i + 16) - mv, tab);
+        const sf_v16 a = SF_EXPV(SF_LOAD16(x + i) - mv), b = SF_EXPV(SF_LOAD16(x + i + 16) - mv);
         SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
         s0 += a; s1 += b;
     }
     for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
         const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
-        const sf_v16 a = SF_MASKZ16(k, sf_exp16(SF_LOADM(k, x + i) - mv, tab));
+        const sf_v16 a = SF_MASKZ16(k, SF_EXPV(SF_LOADM(k, x + i) - mv));
+#undef SF_EXPV
         SF_STOREM(e + i, k, a);
         s0 += a;
     }
     return sf_hsum16(s0 + s1);
 #elif defined(SF_AVX2_TILES)
+    (void)nonpos;
     long i = 0;
     const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m);
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -348,6 +434,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     }
     return s;
 #else
+    (void)nonpos;
     float s = 0;
     #pragma omp simd reduction(+:s)
     for (long j = 0; j < n; j++) {
@@ -360,11 +447,19 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
 /* noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder loop (-Werror builds) */
 SF_NOCLONE SF_UNUSED static float sf_expsum(float *e, float m, long n)
 {
-    return sf_expsum_at(e, m, n, e);
+    return sf_expsum_at(e, m, n, e, 0);
 }
 SF_NOCLONE SF_UNUSED static float sf_expsum_from(float *e, float m, long n, const float *x)
 {
-    return sf_expsum_at(e, m, n, x);
+    return sf_expsum_at(e, m, n, x, 0);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_max(float *e, float m, long n)
+{
+    return sf_expsum_at(e, m, n, e, 1);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_from_max(float *e, float m, long n, const float *x)
+{
+    return sf_expsum_at(e, m, n, x, 1);
 }
 """,
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in

@@ -175,6 +175,8 @@ class Kernel:
         self.n = 0
         self.used: dict[int, str] = {}           # buffer index -> "r"/"w"
         self.scratch: dict[str, str] = {}         # tensor -> C array
+        self.redirect: dict = {}                  # tensor -> (block array, its index, the index stored there)
+        self.redirected: set = set()              # the tensors stored through redirect
         self.slot_decls: list[tuple[str, str, str, int]] = []  # (kind, C type, name, elements)
         self.prepare_lines: list[str] = []        # C run once per set of constants (packs)
         self.packed_sources: list[str] = []       # the constants those packs read
@@ -343,7 +345,14 @@ class Kernel:
             self.line(f"SFG({j}, {linear(self.graph.tensors[node.outputs[0]].shape, idx)});")
 
     def store(self, tensor: str, idx: Sequence[str], value: str) -> None:
-        """Store ``value`` to a global element (counted in instrumented builds)."""
+        """Store ``value`` to a global element (counted in instrumented builds), or, where
+        ``redirect`` names the tensor at this index, to its stack block (written later by a
+        streaming copy, :func:`solverfuse.emit.passes.emit_loop`)."""
+        blk = self.redirect.get(tensor)
+        if blk is not None and tuple(idx) == blk[2]:
+            self.redirected.add(tensor)
+            self.line(f"{blk[0]}[{blk[1]}] = {value};")
+            return
         p = self.ptr(tensor, "w")
         off = linear(self.graph.tensors[tensor].shape, idx)
         target = f"SFW({p}, {self.buffers[tensor]}, {off})" if self.counters else f"{p}[{off}]"

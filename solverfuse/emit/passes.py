@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple, Optional
 
-from . import anchors, conv_tiles, gemm_tiles, gemv_tiles, reductions
+from . import anchors, conv_tiles, gemm_tiles, gemv_tiles, reductions, row_stream
 from .ctile import CHUNK
 from ..ops import numel
+from .cexpr import linear
 from .tiles import MAX_TILE, round_up, tile_rank
 from .channels import flat_band, flat_pass, flat_plane, prime_channel_reads, reads_per_channel
 from .kernel import Kernel
@@ -86,6 +87,40 @@ def last_dim(k: Kernel, n: int, split: int = 0):
         yield j
 
 
+def _streamed_pass(k: Kernel, shape: tuple, body) -> bool:
+    """A pass writing float tensors of ``shape`` too large for the cache (row_stream.streamed: one
+    thread, not instrumented): its rows in blocks of ``STREAM_BLOCK`` whose values the body stores
+    into stack blocks, written by ``sf_stream`` (non-temporal: no read of the output line before
+    it is written; the branches motif's two outputs at 2x the LLC moved 20 bytes per element for
+    the plan's 12). False (nothing emitted) when no written tensor has that form."""
+    outs = [t for t in k.writes if k.shape(t) == tuple(shape) and row_stream.streamed(k, t)]
+    if not outs:
+        return False
+    k.use_helper("sf_stream")
+    n = shape[-1]
+    size = min(n, row_stream.STREAM_BLOCK)
+    with k.loops(shape[:-1]) as outer:
+        mark, ind = len(k.lines), "    " * k.depth
+        blk = {t: k.fresh("O") for t in outs}
+        jb, j = k.fresh("jb"), k.fresh("i")
+        hi = f"{jb} + {size}" if n % size == 0 else f"sf_min({jb} + {size}, {n})"
+        k.redirected = set()
+        with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {size})"):
+            with k.block(f"for (long {j} = {jb}; {j} < {hi}; {j}++)"):
+                idx = tuple(outer) + (j,)
+                k.redirect = {t: (blk[t], f"{j} - {jb}", idx) for t in outs}
+                try:
+                    body(idx)
+                finally:
+                    k.redirect = {}
+            for t in outs:
+                if t in k.redirected:
+                    k.line(f"sf_stream(&{k.ptr(t, 'w')}[{linear(shape, tuple(outer) + (jb,))}], {blk[t]}, {hi} - {jb});")
+        k.lines[mark:mark] = [f"{ind}float {blk[t]}[{size}] SF_ALIGN64;" for t in outs if t in k.redirected]
+    k.line("sf_stream_fence();")
+    return True
+
+
 def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, post: Optional[Post] = None) -> None:
     """One pass: loops over ``shape``; an anchor's tile (its last d dims: a row, or a Conv's
     output plane) is computed before the inner loops that run the fused epilogue. ``split``: the
@@ -122,8 +157,9 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, po
             with k.loops((numel(shape),), parallel=True) as (q,):
                 body(tuple(q if i == last else "0" for i in range(len(shape))))
             return
-        with k.loops(shape, parallel=True) as idx:
-            body(idx)
+        if not _streamed_pass(k, shape, body):
+            with k.loops(shape, parallel=True) as idx:
+                body(idx)
         return
     (t,) = tiled
     node = k.graph.index.node[k.graph.index.producer[t]]

@@ -15,7 +15,7 @@ from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
 from .elementwise import exp_fn, input_specs, stat_type
-from .row_loop import computed, declare_row, lane_sums, row_array, row_array_filled
+from .row_loop import computed, declare_row, lane_max, lane_sums, row_array, row_array_filled
 from .softmax import expsum_blocks, softmax_stats
 
 
@@ -297,6 +297,15 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
             return v
         lane_sums(k, xs[axes[0]], acc, value, (x, row) if row is not None else None)
         return _acc_result(k, node, kind, acc, xs[axes[0]])
+    if kind == "max" and flag is None and k.ct(x) == "float" and at == "float" and len(axes) == 1:
+        # lanes of partial maxima (see lane_max)
+        def value_at(j):
+            v = k.value(x, _input_index(xs, idx, axes, keep, (j,)))
+            if row_copy is not None:
+                k.line(f"{row_copy}[{j}] = {v};")
+            return v
+        lane_max(k, xs[axes[0]], acc, value_at)
+        return _acc_result(k, node, kind, acc, xs[axes[0]])
     with k.loops([xs[a] for a in axes], simd=simd) as red:
         v = k.value(x, _input_index(xs, idx, axes, keep, red))
         if row_copy is not None:
@@ -426,7 +435,7 @@ def _exp_sum_row(k, node, idx, axes, keep, copy, exp, row) -> str:
     shifted = _shifted_row(k, exp.inputs[0], _input_index(xs, idx, axes, keep, ("0",)))
     if shifted is not None:  # exp(z - m) of a row z in memory: no copy of z - m first
         k.line(f"double {acc} = 0;")
-        expsum_blocks(k, copy, shifted[1], n, acc, (node.inputs[0], row), src=shifted[0])
+        expsum_blocks(k, copy, shifted[1], n, acc, (node.inputs[0], row), src=shifted[0], m_is_max=shifted[2])
         return f"({k.ct(node.outputs[0])}){acc}"
     with k.loops([n]) as (j,):
         k.line(f"{copy}[{j}] = {k.value(exp.inputs[0], _input_index(xs, idx, axes, keep, (j,)))};")
@@ -436,9 +445,9 @@ def _exp_sum_row(k, node, idx, axes, keep, copy, exp, row) -> str:
 
 
 def _shifted_row(k, d, at):
-    """(pointer to the row of z at ``at``, C value of m) when ``d`` is ``Sub(z, m)`` in the group,
-    z a float global row of d's shape read in place (not gathered, not counted) and m a row scalar
-    (one value per row); else None."""
+    """(pointer to the row of z at ``at``, C value of m, whether m is the max of z's row) when ``d``
+    is ``Sub(z, m)`` in the group, z a float global row of d's shape read in place (not gathered,
+    not counted) and m a row scalar (one value per row); else None."""
     g = k.graph
     sub = g.index.node.get(g.index.producer.get(d))
     if k.counters or sub is None or sub.op != "Sub" or sub.name not in k.members:
@@ -449,7 +458,11 @@ def _shifted_row(k, d, at):
             or k.shape(z) != k.shape(d) or k.ct(z) != "float" or k.ct(m) != "float" or not ms or ms[-1] != 1:
         return None
     shape = k.shape(d)
-    return f"&{k.ptr(z, 'r')}[{linear(shape, at)}]", k.value(m, bmap(at, shape, ms))
+    mx = g.index.node.get(g.index.producer.get(m))
+    # m with kept dims the max of z's own row: every z - m is <= 0 (or NaN)
+    is_max = mx is not None and mx.op == "ReduceMax" and mx.name in k.members and mx.inputs[0] == z \
+        and reduce_last_axis(k, mx) and ms == k.shape(z)[:-1] + (1,)
+    return f"&{k.ptr(z, 'r')}[{linear(shape, at)}]", k.value(m, bmap(at, shape, ms)), is_max
 
 
 def softmax_normaliser(k, t, e) -> bool:

@@ -145,6 +145,67 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
         k.line(f"{total} += {sp}[0];")
 
 
+def simd_max(k, lo: str, hi: str, m: str, body) -> None:
+    """``m`` = the max of ``m`` and ``body(j)`` for lo <= j < hi: one simd max reduction (NaN
+    never taken: ``v > m`` is false).
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
+    >>> k = whole_graph_kernel(zoo.softmax_rows(2, 8))
+    >>> simd_max(k, "0", "8", "m", lambda j: f"b0[{j}]"); [ln.strip() for ln in k.lines]
+    ['#pragma omp simd reduction(max:m)', 'for (long i1 = 0; i1 < 8; i1++) {', 'if (b0[i1] > m) m = b0[i1];', '}']
+    """
+    mark = len(k.lines)
+    k.line(f"#pragma omp simd reduction(max:{m})")
+    j = k.fresh("i")
+    with k.block(f"for (long {j} = {lo}; {j} < {hi}; {j}++)"):
+        v = body(j)
+        k.line(f"if ({v} > {m}) {m} = {v};")
+    if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
+        del k.lines[mark]
+
+
+def lane_max(k, n: int, m: str, body) -> None:
+    """``m`` = the max of ``m`` and ``body(j)`` for j < n, a float row: ``SUM_LANES`` lanes of
+    partial maxima (4 vector registers: a single simd reduction is one chain of dependent max
+    operations, ~14% of softmax_rows in cache), the last n % SUM_LANES by :func:`simd_max`, the
+    lanes reduced pairwise. ``body(j)`` emits the element's code (it may store) and returns its
+    value (emitted twice when n is not a multiple of SUM_LANES; once for n < SUM_LANES).
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
+    >>> k = whole_graph_kernel(zoo.softmax_rows(2, 8))
+    >>> k.line("float m = -INFINITY;"); lane_max(k, 100, "m", lambda j: f"b0[{j}]")
+    >>> [ln.strip() for ln in k.lines if "b0[" in ln or "m = mp" in ln]
+    ['mp1[l4] = b0[i5] > mp1[l4] ? b0[i5] : mp1[l4];', 'if (b0[i6] > m) m = b0[i6];', 'if (mp1[0] > m) m = mp1[0];']
+    """
+    if n < SUM_LANES:
+        simd_max(k, "0", str(n), m, body)
+        return
+    mp, lane, jc = k.fresh("mp"), k.fresh("l"), k.fresh("jc")
+    k.line(f"float {mp}[{SUM_LANES}];")
+    k.line(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++) {mp}[{lane}] = -INFINITY;")
+    with k.block(f"for (long {jc} = 0; {jc} + {SUM_LANES} <= {n}; {jc} += {SUM_LANES})"):
+        lane, j = k.fresh("l"), k.fresh("i")
+        mark = len(k.lines)
+        k.line("#pragma omp simd")
+        with k.block(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++)"):
+            k.line(f"const long {j} = {jc} + {lane};")
+            v = body(j)
+            k.line(f"{mp}[{lane}] = {v} > {mp}[{lane}] ? {v} : {mp}[{lane}];")
+        if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
+            del k.lines[mark]
+    if n % SUM_LANES:
+        simd_max(k, str(n // SUM_LANES * SUM_LANES), str(n), m, body)
+    w = SUM_LANES // 2
+    while w:
+        lane = k.fresh("l")
+        k.line(f"for (long {lane} = 0; {lane} < {w}; {lane}++) "
+               f"{mp}[{lane}] = {mp}[{lane} + {w}] > {mp}[{lane}] ? {mp}[{lane} + {w}] : {mp}[{lane}];")
+        w //= 2
+    k.line(f"if ({mp}[0] > {m}) {m} = {mp}[0];")
+
+
 def row_streams(k, tensors) -> list:
     """The global tensors the row loop's ``tensors`` stream from (see :func:`output_prefetch`);
     taken before the row's statistics keep any row in an array.

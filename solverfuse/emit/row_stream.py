@@ -124,11 +124,11 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list) -> list:
     decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float *const {arr} = {arr}_s;"]
     if len(decl) != 1 or not k.lines[decl[0] - 1].strip().startswith(f"float {arr}_s[{n}]"):
         return []
-    calls = [i for i, ln in enumerate(k.lines) if f"sf_expsum({arr} + " in ln or f"sf_expsum_from({arr} + " in ln]
+    calls = [i for i, ln in enumerate(k.lines) if re.search(rf"sf_expsum(?:_from)?(?:_max)?\({arr} \+ ", ln)]
     if len(decl) != 1 or not calls:
         return []
-    # sf_expsum(arr + jb, m, size) or sf_expsum_from(arr + jb, m, size, src + jb)
-    blocks = [re.search(r"sf_expsum(?:_from)?\(\w+ \+ (\w+), [^,]+, (.+?)(?:, [^,]+ \+ \w+)?\);$", k.lines[i])
+    # sf_expsum(arr + jb, m, size) or sf_expsum_from(arr + jb, m, size, src + jb) (or their _max forms)
+    blocks = [re.search(r"sf_expsum(?:_from)?(?:_max)?\(\w+ \+ (\w+), [^,]+, (.+?)(?:, [^,]+ \+ \w+)?\);$", k.lines[i])
               for i in calls]
     if None in blocks:
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {k.lines[calls[0]].strip()}")
