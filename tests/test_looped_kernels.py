@@ -44,14 +44,14 @@ def _profile(l1: int):
     return H100.model_copy(update={"name": f"l1-{l1}", "l1_bytes": l1})
 
 
-def _run(g, plan, tmp_path, seed=3):
+def _run(g, plan, tmp_path, seed=3, atol=1e-5):
     """Run the plan's instrumented C against ONNX Runtime; (read, written) bytes per kernel."""
     prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path, counters=True)
     ins, cs = random_inputs(g, seed=seed), constants(g, seed=seed)
     out = prog.run(ins, cs)
     ref = reference_outputs(g, ins, cs, engine="onnxruntime")
     for t in g.outputs:
-        np.testing.assert_allclose(out[t], ref[t], rtol=1e-4, atol=1e-5, err_msg=f"tensor {t!r}")
+        np.testing.assert_allclose(out[t], ref[t], rtol=1e-4, atol=atol, err_msg=f"tensor {t!r}")
     return [(c["read_bytes"], c["written_bytes"]) for c in prog.counters]
 
 
@@ -234,7 +234,10 @@ def row_dag(draw):
 def test_random_row_dags_planned_with_recomputation_count_what_they_charge(tmp_path, g, l1):
     hw = _profile(l1)
     plan = solve_report(g, hw, workers=1, covering=True).plan
-    counts = _run(g, plan, tmp_path)
+    # the random DAGs build ill-conditioned rows: a LayerNorm over x - (x + sum(x)), a row that is
+    # constant up to rounding, normalises the rounding (outputs ~1e-3 apart between any two
+    # correct float32 programs); the byte counts are what this test checks
+    counts = _run(g, plan, tmp_path, atol=5e-3)
     for (r, w), grp in zip(counts, plan.groups):
         assert r + w == cost.kernel_traffic(g, grp.nodes, grp.writes, grp.passes), grp.name
     ops = tuple(g.index.order)
@@ -242,7 +245,7 @@ def test_random_row_dags_planned_with_recomputation_count_what_they_charge(tmp_p
     if passes > 1 and cost.kernel_violation(g, ops, hw, passes) is None:   # the whole DAG, looped
         whole = build_covering_plan(g, hw, [Kernel(ops, tuple(dict.fromkeys(g.outputs)), passes)],
                                     strategy="manual")
-        (rw,) = _run(g, whole, tmp_path)
+        (rw,) = _run(g, whole, tmp_path, atol=5e-3)
         assert sum(rw) == cost.kernel_traffic(g, ops, whole.groups[0].writes, passes)
 
 
