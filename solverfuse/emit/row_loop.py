@@ -183,7 +183,7 @@ def lane_max(k, n: int, m: str, body) -> None:
         simd_max(k, "0", str(n), m, body)
         return
     mp, lane, jc = k.fresh("mp"), k.fresh("l"), k.fresh("jc")
-    k.line(f"float {mp}[{SUM_LANES}];")
+    k.line(f"float {mp}[{SUM_LANES}] SF_ALIGN64;")
     k.line(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++) {mp}[{lane}] = -INFINITY;")
     with k.block(f"for (long {jc} = 0; {jc} + {SUM_LANES} <= {n}; {jc} += {SUM_LANES})"):
         lane, j = k.fresh("l"), k.fresh("i")

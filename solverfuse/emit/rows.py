@@ -99,7 +99,7 @@ def _narrow_rows(k: Kernel, shape: tuple, deps: frozenset, pure: frozenset, row:
             continue
         at = bmap(tuple(row) + ("<j>",), shape, ts)[:-1]
         arr = k.fresh("M")
-        k.line(f"{k.ct(t)} {arr}[{shape[-1]}];")
+        k.line(f"{k.ct(t)} {arr}[{shape[-1]}] SF_ALIGN64;")
         with k.loops(shape[-1:]) as (j,):
             idx = tuple(at) + (j,)
             if node.op == "Where" and all(k.ct(u) == k.ct(t) for u in node.inputs[1:3]):
