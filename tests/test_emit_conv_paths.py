@@ -54,6 +54,11 @@ CASES = [
     ((1, 512, 28, 28), (8, 512, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&"),
     # a strided 1x1 onto a small plane keeps the phase-split copy (slower subsampled, see conv_tiles)
     ((1, 16, 14, 14), (128, 16, 1, 1), {"strides": [2, 2]}, "sf_conv_copy("),
+    # 81 positions: one pass of 48 (conv_helpers.WIDE vectors), one of 32, a masked tail of 1
+    ((1, 12, 9, 9), (16, 12, 1, 1), {}, "sf_conv_tile8(&T"),
+    # 1400 channels on 15x15 (a 4.3 MB copy: blocks of channels, partial sums in the tile) and
+    # 225 = 4 x 48 + 33 positions: the 48- and the 32-position passes restart from the tile
+    ((1, 1400, 15, 15), (8, 1400, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&T"),
 ]
 
 
@@ -154,8 +159,8 @@ def test_blocked_tile_prefetches_the_epilogue_output_and_residual(case):
 
 
 def test_large_input_takes_the_channel_blocked_reduction():
-    """The 512-channel case's input copy is over the tile's blocking threshold (so the blocked
-    reduction is what the numerics test above checked), the others' are not."""
+    """The 512- and 1400-channel cases' input copies are over the tile's blocking threshold (so
+    the blocked reduction is what the numerics test above checked), the others' are not."""
     from solverfuse.plans import build_plan
     limit = 4 * 1024 * 1024
     assert f"({limit // (1024 * 1024)}L*1024*1024)" in CBLOCK_DEFS
@@ -164,4 +169,4 @@ def test_large_input_takes_the_channel_blocked_reduction():
         src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
         call = next(ln for ln in src.splitlines() if "sf_conv_tile" in ln and "(&T" in ln)
         args = call[call.index("(") + 1:call.rindex(")")].split(", ")
-        assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] == 512), call
+        assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] >= 512), call

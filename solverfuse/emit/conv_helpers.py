@@ -98,6 +98,48 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
 
 
 
+#: 16-lane vectors of positions per pass of the position-vectorised tile's main loop (AVX-512):
+#: 8 channels x 3 vectors = 24 accumulators, 3 input vectors, 28 of the 32 zmm registers; per
+#: input (channel, tap) 3 vector loads and 8 broadcasts feed 24 multiply-adds (2 and 8 for 16 at
+#: 2 vectors), and the per-pass start and stores are paid once per 48 positions. The positions
+#: left (fewer than 48) take one 2-vector pass if 32 remain, then the masked tail.
+WIDE = 3
+
+
+def _chunk_pass(mb: int, v: int, loop: str) -> str:
+    """One loop of ``sf_conv_tile<mb>``'s AVX-512 main part: ``mb`` channels x ``v`` 16-lane
+    vectors of positions in registers per pass over the (channel block, tap) reduction; the
+    partial sums of an earlier channel block (cs > 0) restart the accumulators."""
+    decl = " ".join(f"sf_v16 c{i}_0 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q) : SF_SET1(bias ? bias[{i}] : 0.0f);"
+                    + "".join(f" sf_v16 c{i}_{e} = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q + {16 * e}) : c{i}_0;"
+                              for e in range(1, v)) for i in range(mb))
+    xs = ", ".join(f"x{e} = SF_LOAD16(xt + {16 * e})" for e in range(v))
+    pin = ", ".join(f'"+v"(x{e})' for e in range(v))
+    fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); "
+                    + " ".join(f"c{i}_{e} = SF_FMA16(wv, x{e}, c{i}_{e});" for e in range(v)) + " }" for i in range(mb))
+    store = "\n".join("        " + " ".join(f"SF_STORE16(T + {i}*span + q + {16 * e}, c{i}_{e});" for e in range(v))
+                      for i in range(mb))
+    lines = " ".join(f"__builtin_prefetch(pa + {64 * e}, {{rw}}, 3);" for e in range(v))
+    prefetch = "\n".join(f"""        if ({p} && ce == C) for (int a = 0; a < {mb}; a++) {{
+            const char *pa = (const char *)({p} + a*ps + q);
+            {lines.format(rw=rw)}
+        }}""" for p, rw in (("pw", 1), ("pr", 0)))
+    return f"""    {loop} {{
+        {decl}
+        for (long c = cs; c < ce; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict xt = x + c*cplane + off[t] + q;
+                const float *restrict w = wp + (c*taps + t)*{mb};
+                sf_v16 {xs};
+                __asm__("" : {pin});
+{fma}
+            }}
+{store}
+{prefetch}
+    }}
+"""
+
+
 def conv_helper_text(name: str) -> str:
     """C text of the conv helper ``name`` (``sf_conv_tile<mb>``, ``sf_conv_copy*``, ``sf_conv_pack``)."""
     if name == "sf_conv_tile1":
@@ -265,36 +307,14 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 """
         if mb == CM_CHANNELS:
             return _conv_tile_cm(name, conv_body, conv_avx2)
-        decl = " ".join(f"sf_v16 c{i}_0 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q) : SF_SET1(bias ? bias[{i}] : 0.0f), "
-                        f"c{i}_1 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q + 16) : c{i}_0;" for i in range(mb))
-        fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); c{i}_0 = SF_FMA16(wv, x0, c{i}_0); "
-                        f"c{i}_1 = SF_FMA16(wv, x1, c{i}_1); }}" for i in range(mb))
-        store = "\n".join(f"        SF_STORE16(T + {i}*span + q, c{i}_0); SF_STORE16(T + {i}*span + q + 16, c{i}_1);"
-                          for i in range(mb))
-        prefetch = "\n".join(f"""        if ({p} && ce == C) for (int a = 0; a < {mb}; a++) {{
-            const char *pa = (const char *)({p} + a*ps + q);
-            __builtin_prefetch(pa, {rw}, 3); __builtin_prefetch(pa + 64, {rw}, 3);
-        }}""" for p, rw in (("pw", 1), ("pr", 0)))
         avx512 = f"""    /* an input of more than SF_CONV_CBLOCK_MIN bytes (it cannot stay in the L2 while the chunks
        walk over it) in blocks of input channels of SF_CONV_CBLOCK bytes, the partial sums in T */
     long cb = C, q = 0;
     if (C*cplane*4 > SF_CONV_CBLOCK_MIN) {{ cb = SF_CONV_CBLOCK / (cplane*4); if (cb < 16) cb = 16; }}
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;
-    for (q = 0; q + {CHUNK} <= span; q += {CHUNK}) {{
-        {decl}
-        for (long c = cs; c < ce; c++)
-            for (long t = 0; t < taps; t++) {{
-                const float *restrict xt = x + c*cplane + off[t] + q;
-                const float *restrict w = wp + (c*taps + t)*{mb};
-                sf_v16 x0 = SF_LOAD16(xt), x1 = SF_LOAD16(xt + 16);
-                __asm__("" : "+v"(x0), "+v"(x1));
-{fma}
-            }}
-{store}
-{prefetch}
-    }}
-    }}
+    q = 0;
+{_chunk_pass(mb, WIDE, f"for (; q + {16 * WIDE} <= span; q += {16 * WIDE})")}{_chunk_pass(mb, 2, f"for (; q + {CHUNK} <= span; q += {CHUNK})")}    }}
     if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off, bias);
 """
         return CBLOCK_DEFS + tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
