@@ -2,8 +2,8 @@
 with its BatchNormalization, a residual Add and a ReLU (the epilogue runs over the tile): column-
 shifted input copies for every 3-wide kernel with junk columns (stride 1 and 2), the channel-
 vectorised tile on planes that fill 16-lane vectors partly (14 positions per pass, then 7, then
-one at a time), the subsampled copy of a strided 1x1 conv, and channel counts that are not a
-multiple of the tile -- at 1 and 2 threads, under the sanitizers (the portable form) and in the
+one at a time; 13 per pass on planes of a multiple of 13), the subsampled copy of a strided 1x1
+conv, and channel counts that are not a multiple of the tile -- at 1 and 2 threads, under the sanitizers (the portable form) and in the
 AVX2 build. Each case also checks that the path it is about was emitted (else it would prove
 nothing)."""
 from __future__ import annotations
@@ -34,6 +34,8 @@ CASES = [
     ((1, 8, 30, 30), (16, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "sf_conv_copy_cols("),
     # 14x14, 128 channels: the channel-vectorised tile, 196 = 14 passes of 14 positions
     ((1, 24, 14, 14), (128, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
+    # 13x13, 128 channels: the channel-vectorised tile in 13 passes of 13 positions
+    ((1, 20, 13, 13), (128, 20, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
     # 11x11 1x1 in place, 160 channels (5 tiles): 121 = 8 x 14 + 7 + 2 single positions
     ((1, 40, 11, 11), (160, 40, 1, 1), {}, "sf_conv_tile32("),
     # stride-2 3x3 onto 7x7 (column copies, then the channel tile): 49 = 3 x 14 + 7, batch 2

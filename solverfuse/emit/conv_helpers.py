@@ -71,11 +71,14 @@ def _cm_pass(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
 def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
     """``sf_conv_tile32``: with AVX-512 the vectors run across the 32 output channels of the block
     (two weight vectors per tap, one broadcast input per position, CM_POSITIONS per pass,
-    then 7, then one at a time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49
+    then 7, then one at a time; on a plane of a multiple of 13 positions but not of 14 -- 13x13:
+    169 = 12 x 14 + 1, the last pass latency-bound -- 13 per pass: standalone, paired, squeezenet's
+    13x13 convs 0.99 of the time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49
     positions in 4 masked vectors, 77% of the lanes; 14x14: 196 in 13) wastes no lanes; the same packed weights
     ([C][taps][32]) feed the position-vectorised form in 4 blocks of 8 channels on the other targets."""
     p = CM_POSITIONS
-    passes = (_cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True) + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
+    passes = (_cm_pass(p - 1, f"if (span % {p - 1} == 0 && span % {p}) for (; q0 < span; q0 += {p - 1})", prefetch=True)
+              + _cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True) + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
               + _cm_pass(1, "for (; q0 < span; q0++)"))
     return f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
