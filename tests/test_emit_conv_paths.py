@@ -4,8 +4,8 @@ shifted input copies for every 3-wide kernel with junk columns (stride 1 and 2),
 vectorised tile on planes that fill 16-lane vectors partly (14 positions per pass, then 7, then
 one at a time; 13 per pass on planes of a multiple of 13), the subsampled copy of a strided 1x1
 conv, and channel counts that are not a multiple of the tile -- at 1 and 2 threads, under the
-sanitizers (the portable form) and in the AVX2 build. Each case also checks that the path it is about was emitted (else it would prove
-nothing)."""
+sanitizers (the portable form) and in the AVX2 build. Each case also checks that the path it is
+about was emitted (else it would prove nothing)."""
 from __future__ import annotations
 
 import stat
