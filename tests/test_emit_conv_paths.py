@@ -44,9 +44,10 @@ CASES = [
     ((1, 12, 23, 25), (20, 12, 1, 1), {"strides": [2, 2]}, "sf_conv_copy_sub("),
     # strides (2, 3), batch 2, 136 channels on a 12x14 plane (blocks of 8, not the 32-channel tile)
     ((2, 8, 24, 40), (136, 8, 1, 1), {"strides": [2, 3]}, "sf_conv_copy_sub("),
-    # a wide plane (112 columns) with 128 input channels: bands of one row (a band's input copy
-    # within conv_tiles.BAND_BYTES), so the tile is 8 channels x 112 positions
-    ((1, 128, 4, 112), (8, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "[8][112] SF_ALIGN64;"),
+    # a wide plane (112 columns) with 128 input channels: the phase-split copy (2 junk columns
+    # per 112: one copy of the plane, not three), bands of 4 rows of pitch 114 (a band's input
+    # copy within conv_tiles.BAND_BYTES; 2 rows at 2 threads)
+    ((1, 128, 4, 112), (8, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_copy("),
     # 12 and 6 output channels: blocks of 4 and of 2 (the explicit AVX-512 main loop and the
     # masked tail at every block size; batch 2 for the 1x1 read in place)
     ((1, 8, 20, 20), (12, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile4(&"),

@@ -166,8 +166,8 @@ def conv_blocking(k, node):
     convolution (one output channel per group) takes the blocked tile with ``mb = 1``: its taps
     run on contiguous vectors of the padded copy, with no bounds checks.
     On small planes the phase-split copy's junk columns cost up to 30% (13x13 3x3: a row pitch of
-    15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those take
-    column-shifted copies instead (``cols``: one copy per kernel column, shifted by the column's
+    15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those (but not
+    a wide plane at stride 1, whose junk is under 2%) take column-shifted copies instead (``cols``: one copy per kernel column, shifted by the column's
     offset and subsampled by the stride, row pitch = output width; tap (r, kw) reads copy kw).
     A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
     when it is used) rather than the whole input in a pass of its own. On wide planes (``WIDE_PLANE``
@@ -187,7 +187,12 @@ def conv_blocking(k, node):
     cols = 0
     if _subsampled(kernel, st, pb, out):  # one plane of the positions it reads (sf_conv_copy_sub)
         hq, wq = out[2], out[3]
-    junk = 12 * wq > 13 * out[3] or (kernel[1] <= 3 and wq > out[3])
+    # a wide plane at stride 1 keeps the phase-split copy for a kernel up to 3 wide: its junk is
+    # at most 2 columns per 112, and the column copies are 3 copies of the input written and read
+    # through memory (VGG-19's 224x224 64-channel plane: 39 MB); paired in-model CPU times on
+    # VGG-19's 224x224 and 112x112 3x3 convs: 0.83-0.90 of the time
+    narrow = out[3] < WIDE_PLANE or st[1] != 1
+    junk = 12 * wq > 13 * out[3] or (kernel[1] <= 3 and wq > out[3] and narrow)
     if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and junk)):
         # small planes (13x13 3x3: 15 columns computed per 13), strided depthwise convs, and any
         # kernel up to 3 wide with junk columns (in ResNet-50, paired in-model CPU times: 28x28
