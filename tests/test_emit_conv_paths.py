@@ -36,6 +36,9 @@ CASES = [
     ((1, 24, 14, 14), (128, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
     # 13x13, 128 channels: the channel-vectorised tile in 13 passes of 13 positions
     ((1, 20, 13, 13), (128, 20, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
+    # 504 channels on 7x7: the channel-vectorised tile with its last block of 32 part padding
+    # (504 = 15 x 32 + 24; the epilogue and bias stop at the real channels)
+    ((1, 8, 7, 7), (504, 8, 1, 1), {}, "sf_conv_tile32("),
     # 11x11 1x1 in place, 160 channels (5 tiles): 121 = 8 x 14 + 7 + 2 single positions
     ((1, 40, 11, 11), (160, 40, 1, 1), {}, "sf_conv_tile32("),
     # stride-2 3x3 onto 7x7 (column copies, then the channel tile): 49 = 3 x 14 + 7, batch 2
