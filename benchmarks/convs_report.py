@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     for spec in args.models:
         r = subprocess.run([sys.executable, str(HERE / "conv_ab.py"), spec, "--before", args.before,
                             "--rounds", str(args.rounds), "--top", str(args.top)],
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(HERE.parent)}, check=False)
+                           capture_output=True, text=True, check=False,
+                           env={**os.environ, "PYTHONPATH": str(HERE.parent)})
         body = r.stdout.strip() if r.returncode == 0 else f"failed:\n```\n{r.stderr[-1500:]}\n```"
         parts.append(f"## {spec}\n\n{body}\n")
         print(parts[-1], flush=True)

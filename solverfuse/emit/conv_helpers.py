@@ -107,7 +107,8 @@ def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
     ([C][taps][32]) feed the position-vectorised form in 4 blocks of 8 channels on the other targets."""
     p = CM_POSITIONS
     passes = (_cm_pass(p - 1, f"if (span % {p - 1} == 0 && span % {p}) for (; q0 < span; q0 += {p - 1})", prefetch=True)
-              + _cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True) + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
+              + _cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True)
+              + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
               + _cm_pass(1, "for (; q0 < span; q0++)"))
     return f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
@@ -339,6 +340,7 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 """
         if mb == CM_CHANNELS:
             return _conv_tile_cm(name, conv_body, conv_avx2)
+        wide = _chunk_pass(mb, WIDE, f"for (; q + {16 * WIDE} <= span; q += {16 * WIDE})")
         avx512 = f"""    /* an input of more than SF_CONV_CBLOCK_MIN bytes (it cannot stay in the L2 while the chunks
        walk over it) in blocks of input channels of SF_CONV_CBLOCK bytes, the partial sums in T */
     long cb = C, q = 0;
@@ -346,12 +348,13 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;
     q = 0;
-{_chunk_pass(mb, WIDE, f"for (; q + {16 * WIDE} <= span; q += {16 * WIDE})")}{_chunk_pass(mb, 2, f"for (; q + {CHUNK} <= span; q += {CHUNK})")}    }}
+{wide}{_chunk_pass(mb, 2, f"for (; q + {CHUNK} <= span; q += {CHUNK})")}    }}
     if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off, bias);
 """
         return CBLOCK_DEFS + tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
-   registers (AVX-512: explicit vector operations, the two input vectors pinned in registers -- GCC
+   registers (AVX-512: {16 * WIDE} positions per pass, then one pass of {CHUNK}; explicit vector operations,
+   the input vectors pinned in registers -- GCC
    else folds them into each multiply-add as a memory operand; paired against the auto-vectorised
    form, standalone: a 3-channel 3x3 stem 0.88 of the time, a 64-channel 1x1 0.94, 64-channel 3x3
    0.98); the positions past the last whole chunk with masked loads and stores, so a small

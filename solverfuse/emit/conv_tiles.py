@@ -1,6 +1,6 @@
 """Conv in C: the per-element form (a window dot product), the plain plane tile, and the
-register-blocked tile (:func:`conv_blocking`): ``mb`` output channels x 32 positions of
-accumulators in vector registers through the whole reduction, in the shared helper
+register-blocked tile (:func:`conv_blocking`): ``mb`` output channels x 32 (AVX-512: 48) positions
+of accumulators in vector registers through the whole reduction, in the shared helper
 ``sf_conv_tile<mb>`` (on small planes 32 channels x 14 positions, vectorised across the
 channels). Filters are packed once at load by output-channel block; the tile reads a zero-padded
 input copy split by stride phase, or one copy per kernel column (small planes, kernels up to 3
@@ -167,8 +167,9 @@ def conv_blocking(k, node):
     run on contiguous vectors of the padded copy, with no bounds checks.
     On small planes the phase-split copy's junk columns cost up to 30% (13x13 3x3: a row pitch of
     15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those (but not
-    a wide plane at stride 1, whose junk is under 2%) take column-shifted copies instead (``cols``: one copy per kernel column, shifted by the column's
-    offset and subsampled by the stride, row pitch = output width; tap (r, kw) reads copy kw).
+    a wide plane at stride 1, whose junk is under 2%) take column-shifted copies instead
+    (``cols``: one copy per kernel column, shifted by the column's offset and subsampled by the
+    stride, row pitch = output width; tap (r, kw) reads copy kw).
     A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
     when it is used) rather than the whole input in a pass of its own. On wide planes (``WIDE_PLANE``
     columns and more) a band's input copy is kept within ``BAND_BYTES``. With threads, the rows are
