@@ -24,14 +24,16 @@ def _commit(tree: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="the base tree (its solverfuse and benchmarks)")
+    ap.add_argument("--label", default="", help="what the base tree is (default: its git commit)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--out", default=str(HERE / "results" / "convs.md"))
+    ap.add_argument("--append", action="store_true", help="add the tables as a further run to --out")
     args = ap.parse_args(argv)
     parts = ["# Conv kernels at 1 thread: paired before/after (helper convs)\n",
              f"`benchmarks/convs_report.py`: `conv_ab.py` per model, {args.rounds} alternating rounds, each kernel's "
-             f"fastest CPU time of the calling thread; before = `{args.before}` ({_commit(args.before)}), after = this "
+             f"fastest CPU time of the calling thread; before = `{args.before}` ({args.label or _commit(args.before)}), after = this "
              f"tree ({_commit(str(HERE.parent))}). The machine has 2 cores shared with other jobs: per-kernel ratios "
              "move by a few percent between runs; the load is in each table's first line.\n"]
     for spec in args.models:
@@ -42,7 +44,12 @@ def main(argv=None) -> int:
         body = r.stdout.strip() if r.returncode == 0 else f"failed:\n```\n{r.stderr[-1500:]}\n```"
         parts.append(f"## {spec}\n\n{body}\n")
         print(parts[-1], flush=True)
-    Path(args.out).write_text("\n".join(parts))
+    if args.append:
+        parts[0] = f"# A further run ({', '.join(args.models)})\n"
+        with open(args.out, "a") as f:
+            f.write("\n" + "\n".join(parts))
+    else:
+        Path(args.out).write_text("\n".join(parts))
     return 0
 
 
