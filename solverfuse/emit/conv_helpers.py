@@ -71,10 +71,24 @@ def _cm_pass(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
 """
 
 
+#: A two-vector shuffle with constant lane indices: ``__builtin_shufflevector`` (clang, GCC 12+),
+#: else GCC's ``__builtin_shuffle`` with an index vector (GCC 11 has no __builtin_shufflevector).
+SHUF_DEFS = """#if defined(SF_AVX512_TILES) && !defined(SF_SHUF16)
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define SF_SHUF16(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int sf_v16_lanes __attribute__((vector_size(64)));
+#define SF_SHUF16(a, b, ...) __builtin_shuffle(a, b, (sf_v16_lanes){__VA_ARGS__})
+#endif
+#endif
+"""
+
+
 def _transposed_store(p: int) -> str:
     """The C lines storing a pass's ``p`` positions (7 <= p <= 16) x 32 channels (``c<i>_<h>``:
     position i, channels 16h..16h+15) into the channel-major tile ``T[a*span + q0 + i]``: each half
-    transposed in registers (a 16x16 butterfly, 4 stages of 16 two-vector shuffles; rows past
+    transposed in registers (a 16x16 butterfly, 4 stages of 16 two-vector shuffles, ``SF_SHUF16``
+    of :data:`SHUF_DEFS`; rows past
     ``p`` are filler whose lanes are not stored), then one masked store of ``p`` positions per
     channel. Standalone tile against the former per-position scatter through a stack array (32
     scalar stores per position): squeezenet's 13x13 3x3 convs 0.98 of the time, 1x1 0.90."""
@@ -90,8 +104,8 @@ def _transposed_store(p: int) -> str:
                 lo = ", ".join(str(16 + q - b if q & b else q) for q in range(16))
                 hi = ", ".join(str(16 + q if q & b else q + b) for q in range(16))
                 new[i], new[j] = f"r{h}_{stage}_{i}", f"r{h}_{stage}_{j}"
-                lines.append(f"        const sf_v16 {new[i]} = __builtin_shufflevector({rows[i]}, {rows[j]}, {lo});")
-                lines.append(f"        const sf_v16 {new[j]} = __builtin_shufflevector({rows[i]}, {rows[j]}, {hi});")
+                lines.append(f"        const sf_v16 {new[i]} = SF_SHUF16({rows[i]}, {rows[j]}, {lo});")
+                lines.append(f"        const sf_v16 {new[j]} = SF_SHUF16({rows[i]}, {rows[j]}, {hi});")
             rows = new
         lines += [f"        SF_STOREM(T + {16 * h + a}*span + q0, mp, {rows[a]});" for a in range(16)]
     return "\n".join(lines)
@@ -110,7 +124,7 @@ def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
               + _cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True)
               + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
               + _cm_pass(1, "for (; q0 < span; q0++)"))
-    return f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
+    return SHUF_DEFS + f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
    bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps.
    Not specialised per call site: GCC 12's clones for a known span flagged the remainder passes
