@@ -2,10 +2,10 @@
 with its BatchNormalization, a residual Add and a ReLU (the epilogue runs over the tile): column-
 shifted input copies for every 3-wide kernel with junk columns (stride 1 and 2), the channel-
 vectorised tile on planes that fill 16-lane vectors partly (14 positions per pass, then 7, then
-one at a time), the subsampled copy of a strided 1x1 conv, and channel counts that are not a
-multiple of the tile -- at 1 and 2 threads, under the sanitizers (the portable form) and in the
-AVX2 build. Each case also checks that the path it is about was emitted (else it would prove
-nothing)."""
+one at a time; 13 per pass on planes of a multiple of 13), the subsampled copy of a strided 1x1
+conv, and channel counts that are not a multiple of the tile -- at 1 and 2 threads, under the
+sanitizers (the portable form) and in the AVX2 build. Each case also checks that the path it is
+about was emitted (else it would prove nothing)."""
 from __future__ import annotations
 
 import stat
@@ -34,6 +34,11 @@ CASES = [
     ((1, 8, 30, 30), (16, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "sf_conv_copy_cols("),
     # 14x14, 128 channels: the channel-vectorised tile, 196 = 14 passes of 14 positions
     ((1, 24, 14, 14), (128, 24, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
+    # 13x13, 128 channels: the channel-vectorised tile in 13 passes of 13 positions
+    ((1, 20, 13, 13), (128, 20, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
+    # 504 channels on 7x7: the channel-vectorised tile with its last block of 32 part padding
+    # (504 = 15 x 32 + 24; the epilogue and bias stop at the real channels)
+    ((1, 8, 7, 7), (504, 8, 1, 1), {}, "sf_conv_tile32("),
     # 11x11 1x1 in place, 160 channels (5 tiles): 121 = 8 x 14 + 7 + 2 single positions
     ((1, 40, 11, 11), (160, 40, 1, 1), {}, "sf_conv_tile32("),
     # stride-2 3x3 onto 7x7 (column copies, then the channel tile): 49 = 3 x 14 + 7, batch 2
@@ -42,9 +47,10 @@ CASES = [
     ((1, 12, 23, 25), (20, 12, 1, 1), {"strides": [2, 2]}, "sf_conv_copy_sub("),
     # strides (2, 3), batch 2, 136 channels on a 12x14 plane (blocks of 8, not the 32-channel tile)
     ((2, 8, 24, 40), (136, 8, 1, 1), {"strides": [2, 3]}, "sf_conv_copy_sub("),
-    # a wide plane (112 columns) with 128 input channels: bands of one row (a band's input copy
-    # within conv_tiles.BAND_BYTES), so the tile is 8 channels x 112 positions
-    ((1, 128, 4, 112), (8, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "[8][112] SF_ALIGN64;"),
+    # a wide plane (112 columns) with 128 input channels: the phase-split copy (2 junk columns
+    # per 112: one copy of the plane, not three), bands of 4 rows of pitch 114 (a band's input
+    # copy within conv_tiles.BAND_BYTES; 2 rows at 2 threads)
+    ((1, 128, 4, 112), (8, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_copy("),
     # 12 and 6 output channels: blocks of 4 and of 2 (the explicit AVX-512 main loop and the
     # masked tail at every block size; batch 2 for the 1x1 read in place)
     ((1, 8, 20, 20), (12, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile4(&"),
@@ -54,6 +60,11 @@ CASES = [
     ((1, 512, 28, 28), (8, 512, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&"),
     # a strided 1x1 onto a small plane keeps the phase-split copy (slower subsampled, see conv_tiles)
     ((1, 16, 14, 14), (128, 16, 1, 1), {"strides": [2, 2]}, "sf_conv_copy("),
+    # 81 positions: one pass of 48 (conv_helpers.WIDE vectors), one of 32, a masked tail of 1
+    ((1, 12, 9, 9), (16, 12, 1, 1), {}, "sf_conv_tile8(&T"),
+    # 1400 channels on 15x15 (a 4.3 MB copy: blocks of channels, partial sums in the tile) and
+    # 225 = 4 x 48 + 33 positions: the 48- and the 32-position passes restart from the tile
+    ((1, 1400, 15, 15), (8, 1400, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&T"),
 ]
 
 
@@ -154,8 +165,8 @@ def test_blocked_tile_prefetches_the_epilogue_output_and_residual(case):
 
 
 def test_large_input_takes_the_channel_blocked_reduction():
-    """The 512-channel case's input copy is over the tile's blocking threshold (so the blocked
-    reduction is what the numerics test above checked), the others' are not."""
+    """The 512- and 1400-channel cases' input copies are over the tile's blocking threshold (so
+    the blocked reduction is what the numerics test above checked), the others' are not."""
     from solverfuse.plans import build_plan
     limit = 4 * 1024 * 1024
     assert f"({limit // (1024 * 1024)}L*1024*1024)" in CBLOCK_DEFS
@@ -164,4 +175,4 @@ def test_large_input_takes_the_channel_blocked_reduction():
         src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
         call = next(ln for ln in src.splitlines() if "sf_conv_tile" in ln and "(&T" in ln)
         args = call[call.index("(") + 1:call.rindex(")")].split(", ")
-        assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] == 512), call
+        assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] >= 512), call

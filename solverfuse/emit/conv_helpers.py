@@ -44,8 +44,11 @@ def _cm_pass(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
     acc = " ".join(f"sf_v16 c{i}_0 = b0, c{i}_1 = b1;" for i in range(p))
     fma = "\n".join(f"                {{ const sf_v16 xb = SF_SET1(xt[{i}]); c{i}_0 = SF_FMA16(xb, w0, c{i}_0); "
                     f"c{i}_1 = SF_FMA16(xb, w1, c{i}_1); }}" for i in range(p))
-    store = "\n".join(f"        SF_STORE16(o, c{i}_0); SF_STORE16(o + 16, c{i}_1); "
-                      f"for (int a = 0; a < 32; a++) T[a*span + q0 + {i}] = o[a];" for i in range(p))
+    if p >= 7:
+        store = _transposed_store(p)
+    else:
+        store = "\n".join(f"        SF_STORE16(o, c{i}_0); SF_STORE16(o + 16, c{i}_1); "
+                          f"for (int a = 0; a < 32; a++) T[a*span + q0 + {i}] = o[a];" for i in range(p))
     pf_decl = pf_step = ""
     if prefetch:
         pf_decl = f"""
@@ -68,16 +71,60 @@ def _cm_pass(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
 """
 
 
+#: A two-vector shuffle with constant lane indices: ``__builtin_shufflevector`` (clang, GCC 12+),
+#: else GCC's ``__builtin_shuffle`` with an index vector (GCC 11 has no __builtin_shufflevector).
+SHUF_DEFS = """#if defined(SF_AVX512_TILES) && !defined(SF_SHUF16)
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define SF_SHUF16(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int sf_v16_lanes __attribute__((vector_size(64)));
+#define SF_SHUF16(a, b, ...) __builtin_shuffle(a, b, (sf_v16_lanes){__VA_ARGS__})
+#endif
+#endif
+"""
+
+
+def _transposed_store(p: int) -> str:
+    """The C lines storing a pass's ``p`` positions (7 <= p <= 16) x 32 channels (``c<i>_<h>``:
+    position i, channels 16h..16h+15) into the channel-major tile ``T[a*span + q0 + i]``: each half
+    transposed in registers (a 16x16 butterfly, 4 stages of 16 two-vector shuffles, ``SF_SHUF16``
+    of :data:`SHUF_DEFS`; rows past
+    ``p`` are filler whose lanes are not stored), then one masked store of ``p`` positions per
+    channel. Standalone tile against the former per-position scatter through a stack array (32
+    scalar stores per position): squeezenet's 13x13 3x3 convs 0.98 of the time, 1x1 0.90."""
+    lines = [f"        const sf_mask16 mp = (sf_mask16){(1 << p) - 1}u;"]
+    for h in range(2):
+        rows = [f"c{i if i < p else 0}_{h}" for i in range(16)]
+        for stage, b in enumerate((8, 4, 2, 1)):
+            new = list(rows)
+            for i in range(16):
+                if i & b:
+                    continue
+                j = i + b
+                lo = ", ".join(str(16 + q - b if q & b else q) for q in range(16))
+                hi = ", ".join(str(16 + q if q & b else q + b) for q in range(16))
+                new[i], new[j] = f"r{h}_{stage}_{i}", f"r{h}_{stage}_{j}"
+                lines.append(f"        const sf_v16 {new[i]} = SF_SHUF16({rows[i]}, {rows[j]}, {lo});")
+                lines.append(f"        const sf_v16 {new[j]} = SF_SHUF16({rows[i]}, {rows[j]}, {hi});")
+            rows = new
+        lines += [f"        SF_STOREM(T + {16 * h + a}*span + q0, mp, {rows[a]});" for a in range(16)]
+    return "\n".join(lines)
+
+
 def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
     """``sf_conv_tile32``: with AVX-512 the vectors run across the 32 output channels of the block
     (two weight vectors per tap, one broadcast input per position, CM_POSITIONS per pass,
-    then 7, then one at a time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49
+    then 7, then one at a time; on a plane of a multiple of 13 positions but not of 14 -- 13x13:
+    169 = 12 x 14 + 1, the last pass latency-bound -- 13 per pass: standalone, paired, squeezenet's
+    13x13 convs 0.99 of the time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49
     positions in 4 masked vectors, 77% of the lanes; 14x14: 196 in 13) wastes no lanes; the same packed weights
     ([C][taps][32]) feed the position-vectorised form in 4 blocks of 8 channels on the other targets."""
     p = CM_POSITIONS
-    passes = (_cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True) + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
+    passes = (_cm_pass(p - 1, f"if (span % {p - 1} == 0 && span % {p}) for (; q0 < span; q0 += {p - 1})", prefetch=True)
+              + _cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True)
+              + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
               + _cm_pass(1, "for (; q0 < span; q0++)"))
-    return f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
+    return SHUF_DEFS + f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
    bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps.
    Not specialised per call site: GCC 12's clones for a known span flagged the remainder passes
@@ -96,6 +143,48 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
 }}
 """
 
+
+
+#: 16-lane vectors of positions per pass of the position-vectorised tile's main loop (AVX-512):
+#: 8 channels x 3 vectors = 24 accumulators, 3 input vectors, 28 of the 32 zmm registers; per
+#: input (channel, tap) 3 vector loads and 8 broadcasts feed 24 multiply-adds (2 and 8 for 16 at
+#: 2 vectors), and the per-pass start and stores are paid once per 48 positions. The positions
+#: left (fewer than 48) take one 2-vector pass if 32 remain, then the masked tail.
+WIDE = 3
+
+
+def _chunk_pass(mb: int, v: int, loop: str) -> str:
+    """One loop of ``sf_conv_tile<mb>``'s AVX-512 main part: ``mb`` channels x ``v`` 16-lane
+    vectors of positions in registers per pass over the (channel block, tap) reduction; the
+    partial sums of an earlier channel block (cs > 0) restart the accumulators."""
+    decl = " ".join(f"sf_v16 c{i}_0 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q) : SF_SET1(bias ? bias[{i}] : 0.0f);"
+                    + "".join(f" sf_v16 c{i}_{e} = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q + {16 * e}) : c{i}_0;"
+                              for e in range(1, v)) for i in range(mb))
+    xs = ", ".join(f"x{e} = SF_LOAD16(xt + {16 * e})" for e in range(v))
+    pin = ", ".join(f'"+v"(x{e})' for e in range(v))
+    fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); "
+                    + " ".join(f"c{i}_{e} = SF_FMA16(wv, x{e}, c{i}_{e});" for e in range(v)) + " }" for i in range(mb))
+    store = "\n".join("        " + " ".join(f"SF_STORE16(T + {i}*span + q + {16 * e}, c{i}_{e});" for e in range(v))
+                      for i in range(mb))
+    lines = " ".join(f"__builtin_prefetch(pa + {64 * e}, {{rw}}, 3);" for e in range(v))
+    prefetch = "\n".join(f"""        if ({p} && ce == C) for (int a = 0; a < {mb}; a++) {{
+            const char *pa = (const char *)({p} + a*ps + q);
+            {lines.format(rw=rw)}
+        }}""" for p, rw in (("pw", 1), ("pr", 0)))
+    return f"""    {loop} {{
+        {decl}
+        for (long c = cs; c < ce; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict xt = x + c*cplane + off[t] + q;
+                const float *restrict w = wp + (c*taps + t)*{mb};
+                sf_v16 {xs};
+                __asm__("" : {pin});
+{fma}
+            }}
+{store}
+{prefetch}
+    }}
+"""
 
 
 def conv_helper_text(name: str) -> str:
@@ -265,41 +354,21 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 """
         if mb == CM_CHANNELS:
             return _conv_tile_cm(name, conv_body, conv_avx2)
-        decl = " ".join(f"sf_v16 c{i}_0 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q) : SF_SET1(bias ? bias[{i}] : 0.0f), "
-                        f"c{i}_1 = cs ? (sf_v16)SF_LOAD16(T + {i}*span + q + 16) : c{i}_0;" for i in range(mb))
-        fma = "\n".join(f"                {{ const sf_v16 wv = SF_SET1(w[{i}]); c{i}_0 = SF_FMA16(wv, x0, c{i}_0); "
-                        f"c{i}_1 = SF_FMA16(wv, x1, c{i}_1); }}" for i in range(mb))
-        store = "\n".join(f"        SF_STORE16(T + {i}*span + q, c{i}_0); SF_STORE16(T + {i}*span + q + 16, c{i}_1);"
-                          for i in range(mb))
-        prefetch = "\n".join(f"""        if ({p} && ce == C) for (int a = 0; a < {mb}; a++) {{
-            const char *pa = (const char *)({p} + a*ps + q);
-            __builtin_prefetch(pa, {rw}, 3); __builtin_prefetch(pa + 64, {rw}, 3);
-        }}""" for p, rw in (("pw", 1), ("pr", 0)))
+        wide = _chunk_pass(mb, WIDE, f"for (; q + {16 * WIDE} <= span; q += {16 * WIDE})")
         avx512 = f"""    /* an input of more than SF_CONV_CBLOCK_MIN bytes (it cannot stay in the L2 while the chunks
        walk over it) in blocks of input channels of SF_CONV_CBLOCK bytes, the partial sums in T */
     long cb = C, q = 0;
     if (C*cplane*4 > SF_CONV_CBLOCK_MIN) {{ cb = SF_CONV_CBLOCK / (cplane*4); if (cb < 16) cb = 16; }}
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;
-    for (q = 0; q + {CHUNK} <= span; q += {CHUNK}) {{
-        {decl}
-        for (long c = cs; c < ce; c++)
-            for (long t = 0; t < taps; t++) {{
-                const float *restrict xt = x + c*cplane + off[t] + q;
-                const float *restrict w = wp + (c*taps + t)*{mb};
-                sf_v16 x0 = SF_LOAD16(xt), x1 = SF_LOAD16(xt + 16);
-                __asm__("" : "+v"(x0), "+v"(x1));
-{fma}
-            }}
-{store}
-{prefetch}
-    }}
-    }}
+    q = 0;
+{wide}{_chunk_pass(mb, 2, f"for (; q + {CHUNK} <= span; q += {CHUNK})")}    }}
     if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off, bias);
 """
         return CBLOCK_DEFS + tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
-   registers (AVX-512: explicit vector operations, the two input vectors pinned in registers -- GCC
+   registers (AVX-512: {16 * WIDE} positions per pass, then one pass of {CHUNK}; explicit vector operations,
+   the input vectors pinned in registers -- GCC
    else folds them into each multiply-add as a memory operand; paired against the auto-vectorised
    form, standalone: a 3-channel 3x3 stem 0.88 of the time, a 64-channel 1x1 0.94, 64-channel 3x3
    0.98); the positions past the last whole chunk with masked loads and stores, so a small

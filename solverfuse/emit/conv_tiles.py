@@ -1,6 +1,6 @@
 """Conv in C: the per-element form (a window dot product), the plain plane tile, and the
-register-blocked tile (:func:`conv_blocking`): ``mb`` output channels x 32 positions of
-accumulators in vector registers through the whole reduction, in the shared helper
+register-blocked tile (:func:`conv_blocking`): ``mb`` output channels x 32 (AVX-512: 48) positions
+of accumulators in vector registers through the whole reduction, in the shared helper
 ``sf_conv_tile<mb>`` (on small planes 32 channels x 14 positions, vectorised across the
 channels). Filters are packed once at load by output-channel block; the tile reads a zero-padded
 input copy split by stride phase, or one copy per kernel column (small planes, kernels up to 3
@@ -166,9 +166,10 @@ def conv_blocking(k, node):
     convolution (one output channel per group) takes the blocked tile with ``mb = 1``: its taps
     run on contiguous vectors of the padded copy, with no bounds checks.
     On small planes the phase-split copy's junk columns cost up to 30% (13x13 3x3: a row pitch of
-    15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those take
-    column-shifted copies instead (``cols``: one copy per kernel column, shifted by the column's
-    offset and subsampled by the stride, row pitch = output width; tap (r, kw) reads copy kw).
+    15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those (but not
+    a wide plane at stride 1, whose junk is under 2%) take column-shifted copies instead
+    (``cols``: one copy per kernel column, shifted by the column's offset and subsampled by the
+    stride, row pitch = output width; tap (r, kw) reads copy kw).
     A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
     when it is used) rather than the whole input in a pass of its own. On wide planes (``WIDE_PLANE``
     columns and more) a band's input copy is kept within ``BAND_BYTES``. With threads, the rows are
@@ -187,7 +188,12 @@ def conv_blocking(k, node):
     cols = 0
     if _subsampled(kernel, st, pb, out):  # one plane of the positions it reads (sf_conv_copy_sub)
         hq, wq = out[2], out[3]
-    junk = 12 * wq > 13 * out[3] or (kernel[1] <= 3 and wq > out[3])
+    # a wide plane at stride 1 keeps the phase-split copy for a kernel up to 3 wide: its junk is
+    # at most 2 columns per 112, and the column copies are 3 copies of the input written and read
+    # through memory (VGG-19's 224x224 64-channel plane: 39 MB); paired in-model CPU times on
+    # VGG-19's 224x224 and 112x112 3x3 convs: 0.83-0.90 of the time
+    narrow = out[3] < WIDE_PLANE or st[1] != 1
+    junk = 12 * wq > 13 * out[3] or (kernel[1] <= 3 and wq > out[3] and narrow)
     if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and junk)):
         # small planes (13x13 3x3: 15 columns computed per 13), strided depthwise convs, and any
         # kernel up to 3 wide with junk columns (in ResNet-50, paired in-model CPU times: 28x28
@@ -209,7 +215,11 @@ def conv_blocking(k, node):
     even = [r for r in fits if (tiles * (out[2] // r)) % k.threads == 0 or tiles * (out[2] // r) >= 8 * k.threads]
     rows = max(even or fits)
     span = rows * wq
-    if mg % CM_CHANNELS == 0 and out[1] >= 4 * CM_CHANNELS and rows == out[2] and CM_POSITIONS <= span <= 256 \
+    # an ungrouped conv may pad its last block of 32 channels by up to 1/32 (squeezenet's 1000-channel
+    # classifier on 13x13: 32 tiles of 32 channels; standalone tile, paired: 0.98 of the time
+    # of 125 position-vectorised tiles of 8, with 2.4% more multiply-adds)
+    whole = mg % CM_CHANNELS == 0 or (group == 1 and CM_CHANNELS * round_up(mg, CM_CHANNELS) <= 33 * mg)
+    if whole and out[1] >= 4 * CM_CHANNELS and rows == out[2] and CM_POSITIONS <= span <= 256 \
             and wq == out[3] and span % 16 and CM_CHANNELS * span <= MAX_TILE:
         # a small plane that fills 16-lane vectors of positions partly (7x7: 49 positions in 4
         # masked vectors; 14x14: 196 in 13): the channel-vectorised tile (sf_conv_tile32), at
