@@ -488,6 +488,7 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("conv", "Conv tiles at 1 thread before/after (`benchmarks/conv_speed.sh`)"),
           ("fcgemv", "Matrix-vector Gemm, Concat slices and the cold build before/after (`benchmarks/fcgemv.py`)"),
           ("convk", "Conv micro-kernels: paired per-kernel A/B and shapes vs MLAS (`benchmarks/convk_results.sh`, `benchmarks/conv_ab.py`)"),
+          ("convs", "Conv tiles at 1 thread, per model before/after: 48-position passes, 13-position and padded 32-channel tiles (`benchmarks/convs_report.py`, `benchmarks/conv_ab.py`)"),
           ("concat", "Concat + BatchNorm passes, one-position convs, same-size pooling before/after (`benchmarks/concat_speed.py`)"),
           ("fused", "Fused vs unfused C before/after: inlined conv copies, math materialised at its own shape (`benchmarks/fused_ab.py`, `benchmarks/fused_groups.py`)"),
           ("motifs", "Motifs' compute per element: lane sums, GELU, shared-input parts before/after (`benchmarks/motif_ab.py`, `benchmarks/motifbw.py`)"),
