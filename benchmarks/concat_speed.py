@@ -34,7 +34,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 import numpy as np  # noqa: E402
 
 from bound import Lib, interleaved, medians  # noqa: E402  (benchmarks/bound.py)
-from run import ort_model_session  # noqa: E402
 
 
 def worker(spec: str, threads: int, cache: str, probe: bool = True) -> dict:
@@ -100,6 +99,8 @@ def models(spec: str, threads: int, before: str, after: str, rounds: int, cache:
     """Median seconds per run of before, after and ONNX Runtime, interleaved (the calling
     thread's CPU time at 1 thread: all three compute on it; wall time at 2)."""
     from emit_speed_cases import make_graph
+    from run import ort_model_session  # here, not at the top: run.py puts its own tree first on
+    # sys.path, and the --worker processes must import the tree on their PYTHONPATH
 
     from solverfuse.emit.data import constants, random_inputs
     from solverfuse.emit.reference import to_onnx

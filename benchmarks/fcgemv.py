@@ -28,7 +28,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 
 
 from bound import Lib, interleaved, medians  # noqa: E402  (benchmarks/bound.py)
-from run import ort_model_session  # noqa: E402
 
 
 def worker(spec: str, threads: int, strategy: str, cache: str) -> dict:
@@ -74,6 +73,8 @@ def measure(spec: str, threads: int, before: str, after: str, rounds: int, strat
     out the time other jobs of a loaded machine held the core)."""
     now = time.thread_time if clock == "cpu" and threads == 1 else time.perf_counter
     from emit_speed_cases import make_graph
+    from run import ort_model_session  # here, not at the top: run.py puts its own tree first on
+    # sys.path, and the --worker processes must import the tree on their PYTHONPATH
 
     from solverfuse.emit.data import constants, random_inputs
     from solverfuse.emit.reference import to_onnx
