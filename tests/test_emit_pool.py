@@ -73,11 +73,15 @@ def test_pool_separable_rows(op, shape, attrs, cache):
     ("AveragePool", (1, 3, 7, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
                                    "count_include_pad": 1, "ceil_mode": 1}),
     ("AveragePool", (2, 2, 28, 28), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    # column stride 2, rows of 16+ outputs: the vector blocks, taps shifted by up to 2 columns
+    ("MaxPool", (1, 2, 9, 75), {"kernel_shape": [3, 5], "strides": [2, 2], "pads": [1, 2, 1, 2]}),
+    ("AveragePool", (1, 2, 8, 70), {"kernel_shape": [2, 4], "strides": [2, 2]}),
 ])
 def test_pool_plane_helper(op, shape, attrs, cache):
     """sf_pool2d (a whole 2-D plane: the window's rows first, then its columns at the stride) with
     stride > kernel side, asymmetric pads, ceil_mode, windows wholly in the padding (AveragePool:
-    output 0) and count_include_pad; matches ONNX Runtime, also under the sanitizers."""
+    output 0), count_include_pad, and at column stride 2 the AVX-512 blocks of 16 outputs (38 and
+    34 wide: two blocks and a scalar tail); matches ONNX Runtime, also under the sanitizers."""
     t = {"x": list(shape)}
     g = graph(t, ["x"], ["y"], [("p", op, ["x"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")

@@ -64,7 +64,7 @@ def tile_pool(k, t, outer, d=1):
         # a whole plane: sf_pool2d (rows of the window first, contiguous; then columns in L1)
         vw = max(pb[1] + x[3], (out[3] - 1) * st[1] + kernel[1])
         v = k.fresh("V")
-        k.line(f"float {v}[{vw}] SF_ALIGN64;")
+        k.line(f"float {v}[{vw} + SF_POOL_SLACK] SF_ALIGN64;")
         k.use_helper("sf_pool2d")
         plane = _linear(x, (nn, c, "0", "0"))
         k.line(f"sf_pool2d({arr}, {k.ptr(node.inputs[0], 'r')} + {plane}, {x[2]}, {x[3]}, {out[2]}, {out[3]}, "
