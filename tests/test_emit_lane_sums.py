@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from solverfuse import zoo
+from solverfuse.emit.program import render
 
 from .emit_helpers import check, fuse_greedily, graph
 
@@ -48,3 +49,36 @@ def test_float64_rows_match_the_reference(n, cache):
               [("a", "Add", ["x", "r"], ["h"]), ("m", "ReduceMean", ["h"], ["c"], {"axes": [1], "keepdims": 1}),
                ("d", "Sub", ["h", "c"], ["y"]), ("s", "Softmax", ["h"], ["z"], {"axis": -1})])
     check(g, [["a", "m", "d", "s"]], cache, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("op,shape,scale", [
+    ("GlobalAveragePool", (2, 6, 13, 13), None),       # 169: chunks of lanes and a remainder
+    ("ReduceSum", (2, 3, 5, 7), None),                 # 35: one simd reduction
+    ("GlobalAveragePool", (1, 4, 9, 9), (1, 1, 9, 9)),  # a scale of the plane's own shape
+    ("GlobalAveragePool", (1, 4, 9, 9), (1, 1, 9, 1)),  # a scale per row: the nested loops
+])
+def test_sums_over_trailing_axes_as_one_loop_match_onnxruntime(op, shape, scale, cache):
+    """A sum/mean over the trailing axes (reductions.flat_trailing) that later ops of its group
+    read (here a Softmax over the channels, as in SqueezeNet's classifier) runs as ONE loop over
+    the reduced elements when every op computed inline reads the plane's own trailing shape or
+    ones (a ReLU, a Mul by a same-shape scale); a Mul by a [.., 9, 1] scale keeps a loop per axis."""
+    t = {"x": list(shape)}
+    nodes = [("r", "Relu", ["x"], ["h"])]
+    if scale is not None:
+        t["s"] = {"shape": list(scale), "constant": True}
+        nodes.append(("m", "Mul", ["h", "s"], ["h2"]))
+    src = nodes[-1][3][0]
+    if op == "ReduceSum":
+        t["ax"] = {"shape": [2], "dtype": "int64", "constant": True, "value": [2, 3]}
+        nodes.append(("p", op, [src, "ax"], ["z"], {"keepdims": 1}))
+    else:
+        nodes.append(("p", op, [src], ["z"]))
+    nodes.append(("o", "Softmax", ["z"], ["y"], {"axis": 1}))
+    g = graph(t, ["x"], ["y"], nodes)
+    plan, _, _ = check(g, [[n[0] for n in nodes]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
+    body = render(plan, g)["model.c"]
+    body = body[body.index("/* pass: " + op):]
+    body = body[:body.index("/* pass:", 1)]
+    plane = shape[2] * shape[3]
+    flat = scale is None or scale[-1] == shape[-1]
+    assert (f"< {plane}" in body or f", {plane})" in body) == flat, body

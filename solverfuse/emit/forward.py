@@ -14,8 +14,8 @@ from typing import Optional
 from ..ops import OPS, transpose_perm
 from . import anchors
 from .cexpr import attr_str, lit, reshape_index
-from .kernel import Kernel
-from .passes import emit_loop, inline_deps
+from .kernel import Kernel, inline_deps
+from .passes import emit_loop
 
 LAYOUT_MAPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
 

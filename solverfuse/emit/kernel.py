@@ -529,3 +529,17 @@ class Kernel:
             const = "const " if kind == "packed" else ""
             head.append(f"    {const}{ct} *restrict {name} = ({const}{ct} *)B[{self.first_slot + j}]; (void){name};")
         return "\n".join(head + body + ["    return 0;", "}"])
+
+
+def inline_deps(k: Kernel, tensor: str, memo: dict) -> frozenset:
+    """In-group tensors evaluated inline when ``tensor`` is requested (materialised ones stop)."""
+    if tensor in memo:
+        return memo[tensor]
+    p = k.graph.index.producer.get(tensor)
+    if not tensor or p not in k.members or p in k.materialised:
+        out = frozenset()
+    else:
+        node = k.graph.index.node[p]
+        out = frozenset([tensor]).union(*(inline_deps(k, t, memo) for t in node.inputs if t))
+    memo[tensor] = out
+    return out

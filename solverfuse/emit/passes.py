@@ -27,20 +27,6 @@ MATERIALISED_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Reduce
 STATS_OPS = frozenset(reductions.STATS)
 
 
-def inline_deps(k: Kernel, tensor: str, memo: dict) -> frozenset:
-    """In-group tensors evaluated inline when ``tensor`` is requested (materialised ones stop)."""
-    if tensor in memo:
-        return memo[tensor]
-    p = k.graph.index.producer.get(tensor)
-    if not tensor or p not in k.members or p in k.materialised:
-        out = frozenset()
-    else:
-        node = k.graph.index.node[p]
-        out = frozenset([tensor]).union(*(inline_deps(k, t, memo) for t in node.inputs if t))
-    memo[tensor] = out
-    return out
-
-
 def anchors_for(k: Kernel, shape: tuple, deps: frozenset) -> list[str]:
     """The anchor output of this pass's shape that gets a tile (vectorisable inner loops)."""
     out = []

@@ -14,7 +14,9 @@ from ..mapping import within
 from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
+from .channels import POINTWISE
 from .elementwise import exp_fn, input_specs, stat_type
+from .kernel import Kernel, inline_deps
 from .row_loop import computed, declare_row, lane_max, lane_sums, row_array, row_array_filled
 from .softmax import expsum_blocks, softmax_stats
 
@@ -297,6 +299,12 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
             return v
         lane_sums(k, xs[axes[0]], acc, value, (x, row) if row is not None else None)
         return _acc_result(k, node, kind, acc, xs[axes[0]])
+    if kind in ("sum", "mean") and k.ct(x) == "float" and flat_trailing(k, x, axes):
+        # one loop over the trailing axes as one run (a 13x13 plane in a 169 loop, not 13 of 13)
+        n = numel([xs[a] for a in axes])
+        lead = ("0",) * (len(axes) - 1)
+        lane_sums(k, n, acc, lambda j: k.value(x, _input_index(xs, idx, axes, keep, lead + (j,))))
+        return _acc_result(k, node, kind, acc, n)
     if kind == "max" and flag is None and k.ct(x) == "float" and at == "float" and len(axes) == 1:
         # lanes of partial maxima (see lane_max)
         def value_at(j):
@@ -312,6 +320,39 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
             k.line(f"{row_copy}[{red[-1]}] = {v};")
         _acc_step(k, kind, acc, at, flag, v)
     return _acc_result(k, node, kind, acc, numel([xs[a] for a in axes]))
+
+
+def flat_trailing(k: Kernel, x: str, axes: list) -> bool:
+    """Whether a reduction of ``x`` over ``axes`` may run as ONE loop over them (index 0 on every
+    reduced axis but the last, which runs to their element count: the row-major offset of every
+    reduced element): ``axes`` are the last two or more axes of ``x``, and every op computing ``x``
+    inline is pointwise, each tensor it reads having ``x``'s trailing sizes there or ones.
+    SqueezeNet's GlobalAveragePool pass (1000 13x13 planes after a ReLU), the emitted loops alone:
+    0.087-0.092 ms as 13 loops of 13, 0.030-0.034 as one loop of 169 (its whole kernel, 1.77 ms,
+    did not move beyond noise).
+
+    >>> from solverfuse.graph import load_graph
+    >>> from solverfuse.emit.lowering import code_for_op
+    >>> g = load_graph({"tensors": {"x": {"shape": [1, 8, 5, 5]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["h"]},
+    ...               {"name": "p", "op": "GlobalAveragePool", "inputs": ["h"], "outputs": ["y"]}]})
+    >>> k = Kernel(g, ["r", "p"], 0, {"x": 0, "y": 1}, counters=False, threads=1, lower=code_for_op)
+    >>> flat_trailing(k, "h", [2, 3]), flat_trailing(k, "h", [3]), flat_trailing(k, "h", [1, 2])
+    (True, False, False)
+    """
+    xs = k.shape(x)
+    m = len(axes)
+    if m < 2 or list(axes) != list(range(len(xs) - m, len(xs))):
+        return False
+    tail = tuple(xs[-m:])
+    for d in inline_deps(k, x, {}):
+        node = k.graph.index.node[k.graph.index.producer[d]]
+        if node.op not in POINTWISE or tuple(k.shape(d)[-m:]) != tail:
+            return False
+        for u in node.inputs:
+            if u and (((1,) * m + tuple(k.shape(u)))[-m:] not in (tail, (1,) * m)):
+                return False
+    return True
 
 
 def reduce_pass_shared(k, nodes, stores=(), computes=()) -> None:

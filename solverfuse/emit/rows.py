@@ -18,8 +18,8 @@ from . import anchors, gemm_tiles, reductions, row_loop, row_stream
 from .tiles import MAX_TILE
 from .cexpr import attr_str, bmap, linear
 from .elementwise import erf_gelu
-from .kernel import Kernel
-from .passes import MATERIALISED_OPS, STATS_OPS, anchors_for, emit_loop, inline_deps
+from .kernel import Kernel, inline_deps
+from .passes import MATERIALISED_OPS, STATS_OPS, anchors_for, emit_loop
 
 def row_fusable(k: Kernel) -> Optional[tuple]:
     """The shape S when the whole group can run as ONE loop over the rows S[:-1]: every written

@@ -32,10 +32,10 @@ from ..ops import OPS, numel, transpose_perm
 from . import reductions
 from .cexpr import ctype, linear
 from .forward import LAYOUT_MAPS, emit_forward, forward_chain
-from .kernel import Kernel, UntiledRead
+from .kernel import Kernel, UntiledRead, inline_deps
 from .lowering import SUPPORTED
 from .channels import POINTWISE
-from .passes import MATERIALISED_OPS, STATS_OPS, Post, anchors_for, emit_loop, inline_deps
+from .passes import MATERIALISED_OPS, STATS_OPS, Post, anchors_for, emit_loop
 from .rows import emit_rows, row_fusable
 from .tiles import tile_rank
 
