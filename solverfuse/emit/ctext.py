@@ -195,13 +195,18 @@ static inline float sf_erff(float x)
    CPU time here, the row loop being FMA-bound). Within 0.80 of the GELU bound that
    tests/test_emit_erf.py checks against float64 (0.5 |x| sf_erff's bound + 2 spacings; the
    clamp's tail sets it: 1/2 + erf/2 at the clamp is 1.8e-7, not 0) where the 15-operation form
-   reached 0.97; a NaN carried by x, +inf -> +inf. Without FMA, h * (erf + 1), h = x / 2, with
-   sf_erff's fit: the sum is exact where it cancels (erf in [-1, -1/2]). */
+   reached 0.97; a NaN carried by x, +inf -> +inf. Without FMA, x * (erf + 1) / 2 with
+   sf_erff's fit: the sum is exact where it cancels (erf in [-1, -1/2]). Below x = -5.5 (and at
+   -inf) Phi is taken as 0, as float64 and ONNX Runtime have it there: -0 for a finite x (the
+   clamped fit left x Phi(-5.09) = -4e-6 at x = -30) and NaN for -inf (-inf * 0), not -inf. The
+   test is one unsigned compare of x's bits (above those of -5.5: negative and larger in
+   magnitude), so the loop stays a vector loop. */
 static inline float sf_geluf(float x)
 {
-#if defined(__FMA__)
-    union { float f; uint32_t u; } a;
+    union { float f; uint32_t u; } a, phi;
     a.f = x;
+    const uint32_t keep = a.u > 0xC0B00000u ? 0u : 0xFFFFFFFFu;
+#if defined(__FMA__)
     const uint32_t sign = a.u & 0x80000000u, mag = a.u & 0x7FFFFFFFu;
     a.u = mag < 0x40A2EADBu ? mag : 0x40A2EADBu;     /* |x| <= 5.091169f (inf, NaN: 5.091169f) */
     const float z = a.f * a.f;
@@ -212,13 +217,14 @@ static inline float sf_geluf(float x)
     p = fmaf(p, z, 0x1.91e644p-5f); q = fmaf(q, z, 0x1.6f48bcp-2f);
     p = fmaf(p, z, 0x1.20dd72p-1f); q = fmaf(q, z, 0x1.6a09e6p+0f);
     a.u |= sign;
-    return x * fmaf(a.f, p / q, 0.5f);
+    phi.f = fmaf(a.f, p / q, 0.5f);
 #else
     union { float f; uint32_t u; } s;
     s.f = x * 0.707106781f;
-    const float h = 0.5f * x, e = sf_erf_fit(s.u & 0x7FFFFFFFu, s.u & 0x80000000u);
-    return h * (e + 1.0f);
+    phi.f = 0.5f * (sf_erf_fit(s.u & 0x7FFFFFFFu, s.u & 0x80000000u) + 1.0f);
 #endif
+    phi.u &= keep;
+    return x * phi.f;
 }
 """
 
