@@ -1,5 +1,5 @@
 """The coefficient table of the emitted C's AVX-512 GELU (``sf_gelu_tab`` in
-solverfuse/emit/chelpers.py): prints it, and the fit's error against float64 over a dense sweep
+solverfuse/emit/row_helpers.py): prints it, and the fit's error against float64 over a dense sweep
 simulated in float32 (the same operations as ``sf_gelu16``).
 
 Phi(x) = 1/2 + erf(x / sqrt 2) / 2 on x clamped to [-5.5, 5.0911684] (Phi is 1.9e-8 at the lower

@@ -1,4 +1,4 @@
-"""The row loop's softmax helpers (emit/chelpers.py ``sf_expsum``: the AVX-512 vector exp
+"""The row loop's softmax helpers (emit/row_helpers.py ``sf_expsum``: the AVX-512 vector exp
 ``sf_exp16``, the AVX2 ``sf_exp8``, else the prelude's ``sf_expf``; ``sf_divq``; ``sf_stream`` and
 ``sf_drain``: non-temporal stores of large outputs) against references that share no code with
 them: the exponentials against NumPy's float64 exp, softmax rows against ONNX Runtime and NumPy
@@ -21,7 +21,7 @@ from solverfuse.plans import build_plan
 
 from .emit_helpers import HW, exp_errors, graph
 
-#: Stated in emit/chelpers.py: sf_exp16's and sf_exp8's max error in float32 ulps of the true
+#: Stated in emit/row_helpers.py: sf_exp16's and sf_exp8's max error in float32 ulps of the true
 #: value (measured 1.06 and 0.89 over every 211th float32 in [-110, 110]); sf_expf's (the portable
 #: build) is 1.25.
 EXP16_ULP = 1.5

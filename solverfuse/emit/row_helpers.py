@@ -1,0 +1,366 @@
+"""C text of the row helpers (used through ``Kernel.use_helper``, one copy per translation unit):
+the AVX-512 / AVX2 vector exps ``sf_exp16`` / ``sf_exp8``, the AVX-512 GELU block
+``sf_gelu_block``, the softmax row helpers ``sf_expsum*``, ``sf_divq`` and ``sf_drain``, and the
+non-temporal row stores ``sf_stream`` with their fence; and :data:`SIMD_DEFS`, the AVX-512
+operations they use beyond the prelude's (GCC builtins, no ``<immintrin.h>``). Each is one
+standalone C text; :func:`~solverfuse.emit.chelpers.helper_text` serves them with the others.
+
+>>> sorted(ROW_HELPERS)[:3], "sf_exp16" in ROW_HELPERS["sf_expsum"]
+(['sf_divq', 'sf_drain', 'sf_expsum'], True)
+"""
+from __future__ import annotations
+
+# ---- row helpers of the softmax (helper `softmax`): a vector exp and non-temporal row stores.
+# Kept apart from helper_text's dict: each is one standalone C text, used through Kernel.use_helper.
+
+#: 2^(j/16), j < 16, rounded to float: the table of sf_exp16's range reduction.
+_EXP2_16 = ("0x1p+0f, 0x1.0b5586p+0f, 0x1.172b84p+0f, 0x1.2387a6p+0f, 0x1.306fe0p+0f, 0x1.3dea64p+0f, "
+            "0x1.4bfdaep+0f, 0x1.5ab07ep+0f, 0x1.6a09e6p+0f, 0x1.7a1148p+0f, 0x1.8ace54p+0f, 0x1.9c4918p+0f, "
+            "0x1.ae89fap+0f, 0x1.c199bep+0f, 0x1.d5818ep+0f, 0x1.ea4afap+0f")
+
+#: AVX-512 operations the row helpers use beyond the prelude's (GCC: builtins, no <immintrin.h>).
+SIMD_DEFS = """#if defined(SF_AVX512_TILES) && !defined(SF_ROW_SIMD)
+#define SF_ROW_SIMD 1
+#if defined(__clang__)
+#define SF_MAX16(a, b) _mm512_max_ps(a, b)
+#define SF_MIN16(a, b) _mm512_min_ps(a, b)
+#define SF_PERM16(t, idx) _mm512_permutexvar_ps(_mm512_castps_si512(idx), t)
+#define SF_PERM32(a, idx, b) _mm512_permutex2var_ps(a, _mm512_castps_si512(idx), b)
+#define SF_SCALEF16(a, b) _mm512_scalef_ps(a, b)
+#define SF_STREAM16(p, v) _mm512_stream_ps(p, v)
+#define SF_MASKZ16(m, v) _mm512_maskz_mov_ps(m, v)
+#define SF_GE16(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
+#else
+typedef int sf_v16i __attribute__((vector_size(64)));
+#define SF_MAX16(a, b) __builtin_ia32_maxps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
+#define SF_MIN16(a, b) __builtin_ia32_minps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
+#define SF_PERM16(t, idx) __builtin_ia32_permvarsf512_mask((t), (sf_v16i)(idx), SF_ZERO16, (sf_mask16)-1)
+#define SF_PERM32(a, idx, b) __builtin_ia32_vpermt2varps512_mask((sf_v16i)(idx), (a), (b), (sf_mask16)-1)
+#define SF_SCALEF16(a, b) __builtin_ia32_scalefps512_mask((a), (b), SF_ZERO16, (sf_mask16)-1, 4)
+#define SF_STREAM16(p, v) __builtin_ia32_movntps512((p), (v))
+#define SF_MASKZ16(m, v) __builtin_ia32_movaps512_mask((v), SF_ZERO16, (m))
+#define SF_GE16(a, b) ((sf_mask16)__builtin_ia32_cmpps512_mask((a), (b), 29, (sf_mask16)-1, 4))  /* _CMP_GE_OQ */
+#endif
+/* The sum of 16 lanes as a tree of halves (4 dependent adds; a loop over the lanes is 16). */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_hsum16(sf_v16 v)
+{
+#if defined(__clang__) || __GNUC__ >= 12
+    typedef float sf_v8h __attribute__((vector_size(32)));
+    typedef float sf_v4h __attribute__((vector_size(16)));
+    const sf_v8h h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+                   + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const sf_v4h q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
+#else
+    float s = 0;
+    for (int l = 0; l < 16; l++) s += v[l];
+    return s;
+#endif
+}
+#endif
+"""
+
+#: C text of the AVX-512 vector exp ``sf_exp16(x, table)`` (a building block other vector helpers
+#: may call: prepend it to their text; it defines itself once per translation unit).
+SF_EXP16 = SIMD_DEFS + f"""#if defined(SF_AVX512_TILES) && !defined(SF_EXP16_DONE)
+#define SF_EXP16_DONE 1
+/* e^x on 16 float lanes (AVX-512): n/16 = x / ln 2 rounded to a multiple of 1/16 by the
+   1.5 * 2^19 shift (its low 4 bits are n mod 16); r = x - (n/16) ln2 in two parts (|r| <= ln2/32);
+   e^x = 2^floor(n/16) * T[n mod 16] * (1 + r + r^2/2 + r^3/6), T the 16 values 2^(j/16) rounded to
+   float (one vpermps reads T[n mod 16] from the low 4 bits of the shifted value), the last step
+   T + T * (e^r - 1) as one FMA and 2^floor(n/16) by vscalefps of n/16 itself (overflow to inf,
+   subnormal results, underflow to 0, in the hardware; the shift by 2^19, not 2^23, saves the
+   multiply by 1/16, with the same n and r). x is clamped to [-104, 89] (NaN passes the clamps:
+   max/min return their second operand when either is NaN). 12 vector operations against sf_expf's ~28; error at most 1.5 ulp against float64 exp by the sum of the
+   table's rounding (0.5 ulp), the FMA's (0.5) and the polynomial's (~0.15); 1.06 measured over
+   every 211th float32 in [-110, 110] (tests/test_emit_softmax.py checks <= 1.5); subnormal
+   results rounded twice. ``tab``: SF_LOAD16(sf_exp2_16). */
+static const float sf_exp2_16[16] SF_ALIGN64 = {{{_EXP2_16}}};
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16_nonpos(sf_v16 x, sf_v16 tab)
+{{
+    x = SF_MAX16(SF_SET1(-104.0f), x);
+    const sf_v16 t = SF_FMA16(x, SF_SET1(0x1.715476p+0f), SF_SET1(786432.0f));
+    const sf_v16 n16 = t - SF_SET1(786432.0f);
+    sf_v16 r = SF_FMA16(n16, SF_SET1(-0x1.62e430p-1f), x);
+    r = SF_FMA16(n16, SF_SET1(0x1.05c610p-29f), r);
+    sf_v16 q = SF_FMA16(SF_SET1(0x1.555556p-3f), r, SF_SET1(0.5f));
+    q = SF_FMA16(q, r, SF_SET1(1.0f));
+    const sf_v16 T = SF_PERM16(tab, t);
+    return SF_SCALEF16(SF_FMA16(T, q * r, T), n16);
+}}
+/* sf_exp16_nonpos: the same for x <= 0 or NaN (a value less its row's max), without the upper clamp
+   (one operation fewer: softmax_rows 5% less time in cache and at 2x the LLC). */
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_exp16(sf_v16 x, sf_v16 tab)
+{{
+    return sf_exp16_nonpos(SF_MIN16(SF_SET1(89.0f), x), tab);
+}}
+#endif
+"""
+
+#: C text of the AVX-512 GELU of a block of at most 16 floats, ``sf_gelu_block(dst, g, n)`` (the
+#: row loop's output block, :mod:`~solverfuse.emit.rows`); its coefficient table is printed by
+#: benchmarks/gelu_fit.py.
+SF_GELU16 = SIMD_DEFS + """#if defined(SF_AVX512_TILES) && !defined(SF_GELU16_DONE)
+#define SF_GELU16_DONE 1
+/* Coefficients of r^j (row j) of Phi(x) = 1/2 + erf(x / sqrt 2) / 2 on 32 intervals of x: see sf_gelu16. */
+static const float sf_gelu_tab[5][32] SF_ALIGN64 = {
+    {0x1.9e271ap-25f, 0x1.33cae2p-22f, 0x1.9ae06ap-20f, 0x1.eccf6ap-18f, 0x1.09ad9p-15f, 0x1.01ab6ap-13f, 0x1.c1e7p-12f, 0x1.61de1ap-10f,
+     0x1.f60e36p-9f, 0x1.41a0ecp-7f, 0x1.74bcf4p-6f, 0x1.877f9ep-5f, 0x1.7599e4p-4f, 0x1.44ed0ap-3f, 0x1.028d68p-2f, 0x1.7a4ed4p-2f,
+     0x1p-1f, 0x1.42d896p-1f, 0x1.7eb94cp-1f, 0x1.aec4bep-1f, 0x1.d14cc4p-1f, 0x1.e78806p-1f, 0x1.f45a18p-1f, 0x1.faf97cp-1f,
+     0x1.fe09f2p-1f, 0x1.ff4f1p-1f, 0x1.ffc7c4p-1f, 0x1.ffefe6p-1f, 0x1.fffbdap-1f, 0x1.ffff0ap-1f, 0x1.ffffccp-1f, 0x1.fffff6p-1f},
+    {0x1.1cd712p-22f, 0x1.8eb1f8p-20f, 0x1.f35704p-18f, 0x1.17cbb6p-15f, 0x1.1891ap-13f, 0x1.f77e92p-12f, 0x1.944p-10f, 0x1.226d8cp-8f,
+     0x1.756a58p-7f, 0x1.ad9e92p-6f, 0x1.ba4c66p-5f, 0x1.977696p-4f, 0x1.4fe54ap-3f, 0x1.ef8edap-3f, 0x1.471d4ap-2f, 0x1.827048p-2f,
+     0x1.9883bp-2f, 0x1.827048p-2f, 0x1.471d4ap-2f, 0x1.ef8edap-3f, 0x1.4fe54ap-3f, 0x1.977696p-4f, 0x1.ba4c66p-5f, 0x1.ad9e92p-6f,
+     0x1.756a58p-7f, 0x1.226d8cp-8f, 0x1.944p-10f, 0x1.f77e92p-12f, 0x1.1891ap-13f, 0x1.17cbb6p-15f, 0x1.f35704p-18f, 0x1.8f14dp-20f},
+    {0x1.7c09a2p-21f, 0x1.f29ee8p-19f, 0x1.236456p-16f, 0x1.2f3236p-14f, 0x1.189fccp-12f, 0x1.cd9958p-11f, 0x1.50e79cp-9f, 0x1.b3aa4ap-8f,
+     0x1.f1e6cap-7f, 0x1.f53a84p-6f, 0x1.ba4c7ep-5f, 0x1.538cfap-4f, 0x1.bfdb4cp-4f, 0x1.ef8d6cp-4f, 0x1.b425b8p-4f, 0x1.019f64p-4f,
+     -0x1.fc3a94p-49f, -0x1.019f64p-4f, -0x1.b425b8p-4f, -0x1.ef8d6cp-4f, -0x1.bfdb4cp-4f, -0x1.538cfap-4f, -0x1.ba4c7ep-5f, -0x1.f53a84p-6f,
+     -0x1.f1e6cap-7f, -0x1.b3aa4ap-8f, -0x1.50e79cp-9f, -0x1.cd9958p-11f, -0x1.189fccp-12f, -0x1.2f3236p-14f, -0x1.236456p-16f, -0x1.f12be2p-19f},
+    {0x1.53a0f6p-20f, 0x1.9d1b26p-18f, 0x1.bd4de2p-16f, 0x1.a8ab06p-14f, 0x1.6581cp-12f, 0x1.08e872p-10f, 0x1.582ca2p-9f, 0x1.85c9f6p-8f,
+     0x1.7d83fap-7f, 0x1.3e3a98p-6f, 0x1.b9017ep-6f, 0x1.e01936p-6f, 0x1.58d316p-6f, -0x1.257bep-13f, -0x1.e3cde2p-6f, -0x1.c7e6aap-5f,
+     -0x1.0eec8cp-4f, -0x1.c7e6aap-5f, -0x1.e3cde2p-6f, -0x1.257bep-13f, 0x1.58d316p-6f, 0x1.e01936p-6f, 0x1.b9017ep-6f, 0x1.3e3a98p-6f,
+     0x1.7d83fap-7f, 0x1.85c9f6p-8f, 0x1.582ca2p-9f, 0x1.08e872p-10f, 0x1.6581cp-12f, 0x1.a8ab06p-14f, 0x1.bd4de2p-16f, 0x1.915c1ap-18f},
+    {0x1.9f3a36p-20f, 0x1.d4afd6p-18f, 0x1.d1616cp-16f, 0x1.95196cp-14f, 0x1.33adf8p-12f, 0x1.9514f6p-11f, 0x1.c998a2p-10f, 0x1.b444c8p-9f,
+     0x1.5481a6p-8f, 0x1.961e6ap-8f, 0x1.232b5ap-8f, -0x1.9f2734p-10f, -0x1.6cc182p-7f, -0x1.48fd7cp-6f, -0x1.715d02p-6f, -0x1.ecd9f2p-7f,
+     0x1.93ae92p-43f, 0x1.ecd9f2p-7f, 0x1.715d02p-6f, 0x1.48fd7cp-6f, 0x1.6cc182p-7f, 0x1.9f2734p-10f, -0x1.232b5ap-8f, -0x1.961e6ap-8f,
+     -0x1.5481a6p-8f, -0x1.b444c8p-9f, -0x1.c998a2p-10f, -0x1.9514f6p-11f, -0x1.33adf8p-12f, -0x1.95196cp-14f, -0x1.d1616ap-16f, -0x1.11188ap-17f}
+};
+/* GELU (erf form), x Phi(x), on 16 lanes: x clamped to [-5.5, 5.0911684] (Phi there 1.9e-8 and
+   1 - 1.8e-7, sf_geluf's upper clamp), n = round(3 x) by the 1.5 * 2^23 shift (its low 5 bits,
+   n + 16, pick the interval), r = x - n/3 (|r| <= 1/6), Phi = a degree-4 polynomial in r whose
+   5 coefficients two-table vpermps read per lane (T: the table's 10 rows of 16). 12 vector
+   operations and 5 permutes where sf_geluf's rational fit takes 15 multiplies and FMAs and a
+   division (Zen 4, the LN + GELU output loop in L1: 0.34 -> 0.28 ns per element). Error against
+   float64 within 0.66 of the bound tests/test_emit_erf.py checks (0.5 |x| 3.7e-7 plus 2
+   spacings of the result), the worst at the upper clamp; NaN stays NaN, +inf -> +inf; below
+   -5.5 Phi is 0, as in sf_geluf (-0 for a finite x, NaN for -inf, as ONNX Runtime gives). */
+__attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_gelu16(sf_v16 x, const sf_v16 *T)
+{
+    const sf_v16 xc = SF_MIN16(SF_SET1(0x1.45d5b6p+2f), SF_MAX16(SF_SET1(-5.5f), x));
+    const sf_v16 t = SF_FMA16(xc, SF_SET1(3.0f), SF_SET1(12582928.0f));
+    const sf_v16 r = SF_FMA16(t - SF_SET1(12582928.0f), SF_SET1(-0x1.555556p-2f), xc);
+    sf_v16 p = SF_FMA16(SF_PERM32(T[8], t, T[9]), r, SF_PERM32(T[6], t, T[7]));
+    p = SF_FMA16(p, r, SF_PERM32(T[4], t, T[5]));
+    p = SF_FMA16(p, r, SF_PERM32(T[2], t, T[3]));
+    /* x >= -5.5 (false for NaN too: NaN * 0 is NaN); the zero-masked move folds into the multiply */
+    return x * SF_MASKZ16(SF_GE16(x, SF_SET1(-5.5f)), SF_FMA16(p, r, SF_PERM32(T[0], t, T[1])));
+}
+#endif
+"""
+
+#: ``sf_stream_fence()``: orders the non-temporal stores before it (once per translation unit).
+_FENCE = """#if !defined(SF_FENCE_DONE)
+#define SF_FENCE_DONE 1
+SF_UNUSED static inline void sf_stream_fence(void)
+{
+#if defined(SF_AVX512_TILES)
+    __builtin_ia32_sfence();
+#endif
+}
+#endif
+"""
+
+#: C text of the AVX2 vector exp ``sf_exp8(x, table)`` (hosts with AVX2 and FMA, no AVX-512).
+SF_EXP8 = """#if defined(SF_AVX2_TILES) && !defined(SF_EXP8_DONE)
+#define SF_EXP8_DONE 1
+/* e^x on 8 float lanes (AVX2 + FMA): as sf_exp16 with 8 table entries, n = round(8 x / ln 2),
+   |r| <= ln2/16, e^r - 1 to degree 4, and 2^floor(n/8) built by integer shifts in two factors
+   2^(k/2) (so subnormal results round once, at the last product; overflow to inf, underflow to 0).
+   22 vector operations against sf_expf's ~28; error at most 1.5 ulp against float64 exp (the
+   table's 0.5 plus the FMA's 0.5), 0.89 measured (tests/test_emit_softmax.py checks <= 1.5). ``tab``: _mm256_load_ps(sf_exp2_8). */
+static const float sf_exp2_8[8] __attribute__((aligned(32))) = {
+    0x1.0p+0f, 0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f, 0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f,
+    0x1.d5818ep+0f};
+__attribute__((always_inline)) SF_UNUSED static inline __m256 sf_exp8(__m256 x, __m256 tab)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+3f), _mm256_set1_ps(12582912.0f));
+    const __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.62e430p-4f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(0x1.05c610p-32f), r);
+    __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555556p-5f), r, _mm256_set1_ps(0x1.555556p-3f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    const __m256 T = _mm256_permutevar8x32_ps(tab, _mm256_castps_si256(t));
+    const __m256 y = _mm256_fmadd_ps(T, _mm256_mul_ps(q, r), T);
+    const __m256i k = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)), 3);
+    const __m256i h = _mm256_srai_epi32(k, 1), e127 = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, e127), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(k, h), e127), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+}
+__attribute__((always_inline)) SF_UNUSED static inline float sf_hsum8(__m256 v)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+#endif
+"""
+
+ROW_HELPERS = {
+    "sf_gelu_block": SF_GELU16 + """/* dst[i] = GELU(g[i]) for i < n <= 16: sf_gelu16 (AVX-512; n < 16 masked), else sf_geluf. The
+   table's rows are loads the compiler hoists out of the caller's loop. ``stream``: a whole block
+   at a 64-byte aligned dst is written with a non-temporal store (an output too large for the
+   cache: no read of the line before it is written; the kernel calls sf_stream_fence() after). */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float *dst, const float *g, long n, int stream)
+{
+#if defined(SF_AVX512_TILES)
+    sf_v16 T[10];
+    for (int j = 0; j < 10; j++) T[j] = SF_LOAD16(&sf_gelu_tab[j / 2][16 * (j % 2)]);
+    if (n == 16 && stream && !((uintptr_t)dst & 63)) {
+        SF_STREAM16(dst, sf_gelu16(SF_LOAD16(g), T));
+    } else if (n == 16) {
+        SF_STORE16(dst, sf_gelu16(SF_LOAD16(g), T));
+    } else {
+        const sf_mask16 k = (sf_mask16)((1u << n) - 1);
+        SF_STOREM(dst, k, sf_gelu16(SF_LOADM(k, g), T));
+    }
+#else
+    (void)stream;
+    for (long i = 0; i < n; i++) dst[i] = sf_geluf(g[i]);
+#endif
+}
+""" + _FENCE,
+    "sf_expsum": SF_EXP16 + SF_EXP8 + """/* The exponentials of a softmax row block in place, e[i] = e^(e[i] - m) for i < n, returning their
+   float sum: sf_exp16 on 16 lanes at a time with two partial sums, the remainder masked, the lanes
+   added as a tree (AVX-512; an omp simd reduction adds its lanes one by one, 11% of l1_overflow's
+   time with a call per 256 elements); with AVX2 + FMA sf_exp8 on 8 lanes, the last < 16 by sf_expf;
+   else the prelude's sf_expf in a loop GCC vectorises.
+   sf_expsum_from: e[i] = e^(x[i] - m), from the row x (no copy of x - m first). (No restrict: e
+   and x are one array in sf_expsum; each iteration reads its x before it writes its e.)
+   The _max forms, for m the max of the values (x - m <= 0 or NaN), take sf_exp16_nonpos. */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x,
+                                                                          int nonpos)
+{
+#if defined(SF_AVX512_TILES)
+#define SF_EXPV(v) (nonpos ? sf_exp16_nonpos((v), tab) : sf_exp16((v), tab))
+    long i = 0;
+    const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
+    sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
+    for (; i + 32 <= n; i += 32) {
+        const sf_v16 a = SF_EXPV(SF_LOAD16(x + i) - mv), b = SF_EXPV(SF_LOAD16(x + i + 16) - mv);
+        SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
+        s0 += a; s1 += b;
+    }
+    for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
+        const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
+        const sf_v16 a = SF_MASKZ16(k, SF_EXPV(SF_LOADM(k, x + i) - mv));
+#undef SF_EXPV
+        SF_STOREM(e + i, k, a);
+        s0 += a;
+    }
+    return sf_hsum16(s0 + s1);
+#elif defined(SF_AVX2_TILES)
+    (void)nonpos;
+    long i = 0;
+    const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m);
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), tab);
+        const __m256 b = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv), tab);
+        _mm256_storeu_ps(e + i, a); _mm256_storeu_ps(e + i + 8, b);
+        s0 = _mm256_add_ps(s0, a); s1 = _mm256_add_ps(s1, b);
+    }
+    float s = sf_hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) {
+        const float v = sf_expf(x[i] - m);
+        e[i] = v; s += v;
+    }
+    return s;
+#else
+    (void)nonpos;
+    float s = 0;
+    #pragma omp simd reduction(+:s)
+    for (long j = 0; j < n; j++) {
+        const float v = sf_expf(x[j] - m);
+        e[j] = v; s += v;
+    }
+    return s;
+#endif
+}
+/* noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder loop (-Werror builds) */
+SF_NOCLONE SF_UNUSED static float sf_expsum(float *e, float m, long n)
+{
+    return sf_expsum_at(e, m, n, e, 0);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_from(float *e, float m, long n, const float *x)
+{
+    return sf_expsum_at(e, m, n, x, 0);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_max(float *e, float m, long n)
+{
+    return sf_expsum_at(e, m, n, e, 1);
+}
+SF_NOCLONE SF_UNUSED static float sf_expsum_from_max(float *e, float m, long n, const float *x)
+{
+    return sf_expsum_at(e, m, n, x, 1);
+}
+""",
+    "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in
+   [0, 1] or NaN: q = a r, then one FMA remainder step q + r (a - q b) (Markstein), the remainder
+   exact by the FMA. Equal to the division (0.5 ulp) wherever the quotient is >= 1e-30
+   (tests/test_emit_softmax.py: 20M quotients); below, where the remainder is subnormal, within
+   1 ulp of it. Without FMA hardware the plain division. */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_divq(float a, float b, float r)
+{
+#if defined(__FMA__)
+    const float q = a * r;
+    return fmaf(fmaf(-q, b, a), r, q);
+#else
+    (void)r;
+    return a / b;
+#endif
+}
+""",
+    "sf_drain": SIMD_DEFS + """/* A row's softmax output left pending (emit/row_stream.py): dst[j] = src[j] * r, or (div) src[j] / s
+   as sf_divq computes it (r = 1 / s), written block by block with non-temporal stores while the
+   next row computes. The kernel calls sf_stream_fence() after its last sf_drain. */
+typedef struct { float *dst; const float *src; float s, r; int div; } sf_pend;
+SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
+{
+    if (!p->dst) return;
+    float *restrict d = p->dst + j0;
+    const float *restrict e = p->src + j0;
+    const float s = p->s, r = p->r;
+    long i = 0;
+#if defined(SF_AVX512_TILES)
+    for (; i < len && ((uintptr_t)(d + i) & 63); i++) {
+        const float q = e[i] * r;
+        d[i] = p->div ? fmaf(fmaf(-q, s, e[i]), r, q) : q;
+    }
+    const sf_v16 sv = SF_SET1(s), rv = SF_SET1(r);
+    if (p->div)
+        for (; i + 16 <= len; i += 16) {
+            const sf_v16 v = SF_LOAD16(e + i), q = v * rv;
+            SF_STREAM16(d + i, SF_FMA16(SF_FMA16(-q, sv, v), rv, q));
+        }
+    else
+        for (; i + 16 <= len; i += 16) SF_STREAM16(d + i, SF_LOAD16(e + i) * rv);
+#endif
+    if (p->div) {
+#if defined(__FMA__)
+        for (; i < len; i++) { const float q = e[i] * r; d[i] = fmaf(fmaf(-q, s, e[i]), r, q); }
+#else
+        for (; i < len; i++) d[i] = e[i] / s;
+#endif
+    } else {
+        for (; i < len; i++) d[i] = e[i] * r;
+    }
+}
+"""  + _FENCE,
+    "sf_stream": SIMD_DEFS + """/* dst[i] = src[i], i < n, with non-temporal stores where the target has them (AVX-512): a large
+   output that the kernel does not read again goes to memory without first being read into the
+   cache (a third of a plain store's traffic). Ends unordered: the kernel calls sf_stream_fence()
+   after its last sf_stream. */
+SF_UNUSED static void sf_stream(float *restrict dst, const float *restrict src, long n)
+{
+    long i = 0;
+#if defined(SF_AVX512_TILES)
+    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];
+    for (; i + 16 <= n; i += 16) SF_STREAM16(dst + i, SF_LOAD16(src + i));
+#endif
+    for (; i < n; i++) dst[i] = src[i];
+}
+"""  + _FENCE,
+}
