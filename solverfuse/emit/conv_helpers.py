@@ -308,9 +308,8 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
                               f"_mm256_storeu_ps(T + (a0 + {i})*span + q + 8, c{i}_1);" for i in range(rows))
             mstore = "\n".join(f"            _mm256_maskstore_ps(T + (a0 + {i})*span + q, m0, c{i}_0); "
                                f"_mm256_maskstore_ps(T + (a0 + {i})*span + q + 8, m1, c{i}_1);" for i in range(rows))
-            return f"""    long q = 0;
-    for (; q + 16 <= span; q += 16)
-        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
+            def blocks(decl, fma, store):  # the chunk's output channels, {rows} at a time
+                return f"""        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
 {decl}
             for (long c = 0; c < C; c++)
                 for (long t = 0; t < taps; t++) {{
@@ -319,22 +318,16 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
 {fma}
                 }}
 {store}
-        }}
+        }}"""
+            return f"""    long q = 0;
+    for (; q + 16 <= span; q += 16)
+{blocks(decl, fma, store)}
     if (q < span) {{
         /* the last partial chunk: masked loads and stores */
         const __m256i n = _mm256_set1_epi32((int)(span - q));
         const __m256i m0 = _mm256_cmpgt_epi32(n, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         const __m256i m1 = _mm256_cmpgt_epi32(n, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
-        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
-{mdecl}
-            for (long c = 0; c < C; c++)
-                for (long t = 0; t < taps; t++) {{
-                    const float *restrict xt = x + c*cplane + off[t] + q;
-                    const float *restrict w = wp + (c*taps + t)*{mb} + a0;
-{mfma}
-                }}
-{mstore}
-        }}
+{blocks(mdecl, mfma, mstore)}
     }}
 """
         tail_fn = f"""#if defined(SF_AVX512_TILES)
