@@ -6,7 +6,7 @@ Why: with ``OMP_WAIT_POLICY=passive`` (how the benchmarks run, ONNX Runtime not 
 every ``#pragma omp parallel`` wakes a sleeping worker through a futex and puts it back to sleep at
 the end -- 16-22 us per region measured on the benchmark host, 47 regions per SqueezeNet run (3-4%
 of its 2-thread time, and the reason it got slower at 2 threads than at 1). In one region the
-threads meet at :data:`SYNC`'s ``sf_sync``, a barrier that spins (then yields) while the run is
+threads meet at :data:`SYNC`'s ``sf_sync``, a barrier that spins (then sleeps) while the run is
 in progress; between runs the workers sleep as before.
 
 A kernel body fit for this (:func:`team_body`) is rewritten for every thread of the team to run
@@ -58,12 +58,14 @@ SYNC = r"""
 #else
 #define SF_PAUSE() ((void)0)
 #endif
-/* At most this many spins (~25 ns a pause on the benchmark host: ~50 us) before a waiting thread
-   sleeps. The bound adapts: halved after every wait that ended in sleep (down to 1/32 of it,
-   ~1.6 us), raised by a quarter after every wait a spin ended -- on a loaded machine (the other
-   thread descheduled) spinning only takes the core from the thread waited for, and the barrier
-   soon sleeps almost at once, like OMP_WAIT_POLICY=passive. */
-#define SF_SPINS 2048
+/* A waiting thread spins with a pause instruction up to SF_SPINS times (~29 ns a pause on the
+   benchmark host: ~120 us) before it sleeps on a futex; a team larger than the processors it may
+   run on spins SF_SPINS / 64 times (the thread waited for may need the spinning thread's core).
+   The bound is fixed: one that halved after every wait ended in sleep fell to ~2 us after a few
+   long waits (a kernel's uneven last tile, a serial tail on thread 0), and from then on every
+   barrier of the run slept and paid a futex wake-up (~36 us on the benchmark host): Inception v2
+   at 2 threads 14.1 -> 12.7 ms, SqueezeNet 3.0 -> 2.35 ms without it. */
+#define SF_SPINS 4096
 #if defined(__linux__)
 #include <sys/syscall.h>
 #endif
@@ -77,7 +79,7 @@ static void sf_wake(int *p) { syscall(SYS_futex, p, 129, 0x7fffffff, (void *)0, 
 static void sf_sleep(int *p, int v) { (void)p; (void)v; sched_yield(); }
 static void sf_wake(int *p) { (void)p; }
 #endif
-static struct { int count SF_ALIGN64; int gen SF_ALIGN64; int sleepers; int flag[2] SF_ALIGN64; int spins SF_ALIGN64; } sf_team = {.spins = SF_SPINS};
+static struct { int count SF_ALIGN64; int gen SF_ALIGN64; int sleepers; int flag[2] SF_ALIGN64; int procs; } sf_team;
 static SF_UNUSED int sf_sync(int flag)
 {
     const int nt = omp_get_num_threads();
@@ -91,14 +93,14 @@ static SF_UNUSED int sf_sync(int flag)
         __atomic_store_n(&sf_team.gen, gen + 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&sf_team.sleepers, __ATOMIC_SEQ_CST)) sf_wake(&sf_team.gen);
     } else {
-        const int limit = __atomic_load_n(&sf_team.spins, __ATOMIC_RELAXED);
+        /* omp_get_num_procs() asks the kernel for the affinity mask: once per process */
+        int procs = __atomic_load_n(&sf_team.procs, __ATOMIC_RELAXED);
+        if (!procs) __atomic_store_n(&sf_team.procs, procs = omp_get_num_procs(), __ATOMIC_RELAXED);
+        const int limit = nt <= procs ? SF_SPINS : SF_SPINS / 64;
         for (int spin = 0; spin < limit && __atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) == gen; spin++)
             SF_PAUSE();
-        if (__atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) != gen) {
-            if (limit < SF_SPINS) __atomic_store_n(&sf_team.spins, limit + limit / 4, __ATOMIC_RELAXED);
-        } else {
+        if (__atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) == gen) {
             /* a long wait (the other thread descheduled, or running a serial kernel): sleep */
-            if (limit > SF_SPINS / 32) __atomic_store_n(&sf_team.spins, limit / 2, __ATOMIC_RELAXED);
             __atomic_add_fetch(&sf_team.sleepers, 1, __ATOMIC_SEQ_CST);
             while (__atomic_load_n(&sf_team.gen, __ATOMIC_SEQ_CST) == gen) sf_sleep(&sf_team.gen, gen);
             __atomic_sub_fetch(&sf_team.sleepers, 1, __ATOMIC_RELAXED);
