@@ -41,6 +41,8 @@ from solverfuse.emit.build import compile_plan  # noqa: E402
 from solverfuse.emit.data import constants, random_inputs  # noqa: E402
 from solverfuse.hardware import load_hardware  # noqa: E402
 from solverfuse.plans import save_plan  # noqa: E402
+# every node joins the latest group it can legally join: the emitter tests' independent rule
+from tests.emit_helpers import fuse_greedily as fuse_where_legal  # noqa: E402
 
 HW = load_hardware("nvidia-h100")
 
@@ -62,27 +64,6 @@ files = render(plan, g, threads=threads)
 table = json.loads(files.pop("buffers.json"))
 print(json.dumps({"lib": str(build(files, threads=threads, cache_dir=cache)), "buffers": table["buffers"]}))
 """
-
-
-def fuse_where_legal(g):
-    """Every node joins the latest group it can legally join (the same rule as the emitter tests)."""
-    from solverfuse import cost
-    from solverfuse.plans import order_groups
-    groups: list[list[str]] = []
-    for v in g.index.order:
-        for grp in reversed(groups):
-            cand = grp + [v]
-            if cost.group_violation(g, cand, HW):
-                continue
-            try:
-                order_groups(g, [x for x in groups if x is not grp] + [cand])
-            except Exception:
-                continue
-            grp.append(v)
-            break
-        else:
-            groups.append([v])
-    return groups
 
 
 class OldProgram:
