@@ -31,10 +31,10 @@ def h100():
 @pytest.fixture
 def small_kernels_parallel(monkeypatch):
     """Kernels of 2^18 work (flops + elements) and more run on the threads, as before
-    ``kernel.PARALLEL_MIN_WORK`` rose to 2^20: the 2-thread tests that use it check the threaded
+    ``sharing.PARALLEL_MIN_WORK`` rose to 2^20: the 2-thread tests that use it check the threaded
     code paths (shared loops, the team's barriers, column shares) on kernels small enough to
     build and run fast, each kernel in a parallel region however small the region
-    (``kernel.REGION_MIN_WORK``); the thresholds are speed choices, measured in benchmarks/."""
-    from solverfuse.emit import kernel
-    monkeypatch.setattr(kernel, "PARALLEL_MIN_WORK", 1 << 18)
-    monkeypatch.setattr(kernel, "REGION_MIN_WORK", 0)
+    (``sharing.REGION_MIN_WORK``); the thresholds are speed choices, measured in benchmarks/."""
+    from solverfuse.emit import sharing
+    monkeypatch.setattr(sharing, "PARALLEL_MIN_WORK", 1 << 18)
+    monkeypatch.setattr(sharing, "REGION_MIN_WORK", 0)

@@ -36,7 +36,7 @@ def _concat_bn_relu(n: int, h: int, w: int):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_batchnorm_pass_loads_statistics_per_channel(threads, cache):
-    g = _concat_bn_relu(2, 64, 80)  # enough work for the threads (kernel.PARALLEL_MIN_WORK)
+    g = _concat_bn_relu(2, 64, 80)  # enough work for the threads (sharing.PARALLEL_MIN_WORK)
     groups = [["cat", "bn", "mul", "r"]]
     plan, _, _ = check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=threads)
     src = render(plan, g, threads=threads)["model.c"]

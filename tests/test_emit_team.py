@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from solverfuse.emit import kernel as kernel_module
+from solverfuse.emit import sharing
 from solverfuse.emit.kernel import Kernel
 from solverfuse.emit.program import render
 from solverfuse.emit.reference import reference_outputs
@@ -71,7 +71,7 @@ def test_a_multi_kernel_plan_opens_one_region_per_run(cache):
 def test_errors_from_any_thread_end_the_run_and_the_next_run_is_right(cache):
     g = _net()
     plan, prog, out, ins, cs = run_plan(g, GROUPS, cache, threads=2)
-    assert kernel_module.PARALLEL_MIN_WORK <= 300 * 1024  # the Gather is shared among the threads
+    assert sharing.PARALLEL_MIN_WORK <= 300 * 1024  # the Gather is shared among the threads
     with pytest.raises(EmitError, match="parameter tensor differs"):
         prog.run(ins, dict(cs, sh=np.array([784, 32])))
     for bad in (0, 299):  # an index out of range in the first thread's rows, then in the last's
@@ -229,9 +229,9 @@ def test_a_region_with_too_little_work_in_all_runs_serial(cache, monkeypatch):
     g = _net(gather=False)
     work = 2 * 32 * 16 * 9 * 28 * 28  # the conv's flops, counted here from its shape
     groups = [["c", "r"], ["rs"], ["ex"], ["ad"]]
-    monkeypatch.setattr(kernel_module, "PARALLEL_MIN_WORK", 1 << 10)
+    monkeypatch.setattr(sharing, "PARALLEL_MIN_WORK", 1 << 10)
     for region, pragmas in ((2 * work, 0), (work // 2, 1)):
-        monkeypatch.setattr(kernel_module, "REGION_MIN_WORK", region)
+        monkeypatch.setattr(sharing, "REGION_MIN_WORK", region)
         src = render(build_plan(g, HW, groups, strategy="t"), g, threads=2)["model.c"]
         assert src.count("#pragma omp parallel") == pragmas and ("#pragma omp" in src) == bool(pragmas)
         check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)

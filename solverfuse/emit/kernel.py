@@ -27,63 +27,11 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from .. import cost
 from ..graph import Graph
-from ..ops import numel
 from ..rules import gather_data_reader
+from . import sharing
 from .cexpr import ctype, is_simple, linear, lit
+from .sharing import kernel_work, parallel_dims
 from .team import team_body
-
-#: Below this much work (flops + elements read and written) a kernel runs on one thread: waking
-#: a sleeping worker costs 16-22 us on the benchmark host (passive waits, a KVM guest), so a kernel
-#: of a few microseconds gains little from a second thread. At 2^18, fused kernels of small models
-#: crossed it where their unfused parts did not: EfficientNet's optimal plan ran 1.96x its unfused
-#: plan at 2 threads, 1.07x at 2^20 (same run conditions); the light models did not slow down.
-PARALLEL_MIN_WORK = 1 << 20
-
-#: Below this much work in all, a run of consecutive parallel kernels (one parallel region of
-#: :mod:`~.team`, one worker wake-up) runs serial too: a region pays the 16-22 us wake once, and
-#: saves half its kernels' time. A tiny model with one kernel just over PARALLEL_MIN_WORK (ResNet
-#: from a transformers config: one 1.2e6-work stem conv) ran 44 us at 1 thread, 71-124 us at 2.
-REGION_MIN_WORK = 1 << 22
-
-
-def parallel_groups(works: Sequence[int], views: Sequence[bool], threads: int) -> list[bool]:
-    """Which groups of a plan run on the threads, from each group's :func:`kernel_work` and
-    whether it is a view group (no kernel; it does not end a region): those of at least
-    ``PARALLEL_MIN_WORK`` whose run of consecutive parallel groups does at least
-    ``REGION_MIN_WORK`` in all.
-
-    >>> parallel_groups([1 << 21, 5, 1 << 21, 1 << 21], [False, True, False, False], 2)
-    [True, False, True, True]
-    >>> parallel_groups([1 << 21, 5, 1 << 21], [False, False, False], 2)
-    [False, False, False]
-    """
-    big = [threads > 1 and not v and w >= PARALLEL_MIN_WORK for w, v in zip(works, views)]
-    out = [False] * len(big)
-    i = 0
-    while i < len(big):
-        if not big[i]:
-            i += 1
-            continue
-        end = i
-        while end < len(big) and (big[end] or views[end]):
-            end += 1
-        if sum(w for w, b in zip(works[i:end], big[i:end]) if b) >= REGION_MIN_WORK:
-            out[i:end] = big[i:end]
-        i = end
-    return out
-
-
-def kernel_work(graph: Graph, nodes: Sequence[str]) -> int:
-    """Flops plus elements read and written of a group: what decides whether threads pay off.
-
-    >>> from solverfuse.graph import load_graph
-    >>> g = load_graph({"tensors": {"x": {"shape": [8, 16]}}, "inputs": ["x"], "outputs": ["y"],
-    ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
-    >>> kernel_work(g, ["r"])
-    384
-    """
-    tensors = list(cost.group_reads(graph, nodes)) + list(cost.group_writes(graph, nodes))
-    return cost.group_flops(graph, nodes) + sum(numel(graph.tensors[t].shape) for t in tensors)
 
 #: ``lower(kernel, node, output position, index) -> C expression`` of one output element.
 Lowering = Callable[..., str]
@@ -159,7 +107,7 @@ class Kernel:
         self.writes = cost.group_writes(graph, nodes) if writes is None else list(writes)
         self.counters = counters
         # a kernel with too little work to share runs serial: no parallel region at all
-        self.threads = threads if threads > 1 and kernel_work(graph, nodes) >= PARALLEL_MIN_WORK else 1
+        self.threads = threads if threads > 1 and kernel_work(graph, nodes) >= sharing.PARALLEL_MIN_WORK else 1
         self.gathered = gathered_reads(graph, nodes)
         self.lower = lower
         self.first_slot = first_slot   # arena slots of this kernel: B[first_slot], B[first_slot + 1], ...
@@ -240,7 +188,7 @@ class Kernel:
                 v = self.fresh("i")
                 idx.append(v)
                 dims.append((v, d))
-        outer = self._parallel_dims(dims) if parallel and self.threads > 1 else 0
+        outer = parallel_dims([d for _, d in dims], self.threads, dynamic) if parallel and self.threads > 1 else 0
         mark = None
         with contextlib.ExitStack() as stack:
             if outer and dynamic:
@@ -275,21 +223,6 @@ class Kernel:
             yield tuple(idx)
         if mark is not None and any("#pragma omp" in ln for ln in self.lines[mark + 1:]):
             del self.lines[mark]  # no OpenMP construct may be nested in a simd loop
-
-    def _parallel_dims(self, dims: list) -> int:
-        """How many leading loops of a parallel nest the threads share: the outermost alone when
-        its trip count gives every thread work, else as many leading loops as it takes -- never
-        the innermost of several (collapsing it into the parallel index stops vectorisation);
-        a single loop is split into per-thread chunks. 0: too few iterations to share."""
-        if not dims:
-            return 0
-        if len(dims) == 1:
-            return 1 if dims[0][1] >= 2 * self.threads else 0
-        n, trips = 0, 1
-        while n < len(dims) - 1 and trips < 2 * self.threads:
-            trips *= dims[n][1]
-            n += 1
-        return n if trips >= self.threads else 0
 
     def tmp(self, ct: str, expr: str, prefix: str = "v", may_be_unused: bool = False) -> str:
         """``expr`` as a const temporary of type ``ct`` (itself when already simple);

@@ -65,7 +65,8 @@ from .arena import Slot, layout, slot_bytes
 from .cexpr import CSIZES, ctype
 from .chelpers import helper_text
 from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header
-from .kernel import Kernel, kernel_work, parallel_groups, param_check
+from .kernel import Kernel, param_check
+from .sharing import kernel_work, parallel_groups
 from .lowering import code_for_op
 from .looped import render_looped, streams_in_one_loop
 from .schedule import render_kernel

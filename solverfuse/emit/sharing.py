@@ -1,0 +1,102 @@
+"""How the threads share a program's work: which kernels run on them (a group's work,
+:func:`kernel_work`, against ``PARALLEL_MIN_WORK``; a run of parallel kernels against
+``REGION_MIN_WORK``: :func:`parallel_groups`) and how many leading loops of a parallel loop
+nest they share (:func:`parallel_dims`). The thresholds are speed choices, measured in
+``benchmarks/``; :class:`~solverfuse.emit.kernel.Kernel` and
+:func:`~solverfuse.emit.program.render` read them here at the time they run.
+
+>>> parallel_dims([5, 24], 2, dynamic=True), parallel_dims([5, 24], 2)
+(2, 1)
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .. import cost
+from ..graph import Graph
+from ..ops import numel
+
+#: Below this much work (flops + elements read and written) a kernel runs on one thread: waking
+#: a sleeping worker costs 16-22 us on the benchmark host (passive waits, a KVM guest), so a kernel
+#: of a few microseconds gains little from a second thread. At 2^18, fused kernels of small models
+#: crossed it where their unfused parts did not: EfficientNet's optimal plan ran 1.96x its unfused
+#: plan at 2 threads, 1.07x at 2^20 (same run conditions); the light models did not slow down.
+PARALLEL_MIN_WORK = 1 << 20
+
+#: Below this much work in all, a run of consecutive parallel kernels (one parallel region of
+#: :mod:`~.team`, one worker wake-up) runs serial too: a region pays the 16-22 us wake once, and
+#: saves half its kernels' time. A tiny model with one kernel just over PARALLEL_MIN_WORK (ResNet
+#: from a transformers config: one 1.2e6-work stem conv) ran 44 us at 1 thread, 71-124 us at 2.
+REGION_MIN_WORK = 1 << 22
+
+
+def parallel_groups(works: Sequence[int], views: Sequence[bool], threads: int) -> list[bool]:
+    """Which groups of a plan run on the threads, from each group's :func:`kernel_work` and
+    whether it is a view group (no kernel; it does not end a region): those of at least
+    ``PARALLEL_MIN_WORK`` whose run of consecutive parallel groups does at least
+    ``REGION_MIN_WORK`` in all.
+
+    >>> parallel_groups([1 << 21, 5, 1 << 21, 1 << 21], [False, True, False, False], 2)
+    [True, False, True, True]
+    >>> parallel_groups([1 << 21, 5, 1 << 21], [False, False, False], 2)
+    [False, False, False]
+    """
+    big = [threads > 1 and not v and w >= PARALLEL_MIN_WORK for w, v in zip(works, views)]
+    out = [False] * len(big)
+    i = 0
+    while i < len(big):
+        if not big[i]:
+            i += 1
+            continue
+        end = i
+        while end < len(big) and (big[end] or views[end]):
+            end += 1
+        if sum(w for w, b in zip(works[i:end], big[i:end]) if b) >= REGION_MIN_WORK:
+            out[i:end] = big[i:end]
+        i = end
+    return out
+
+
+def kernel_work(graph: Graph, nodes: Sequence[str]) -> int:
+    """Flops plus elements read and written of a group: what decides whether threads pay off.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [8, 16]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})
+    >>> kernel_work(g, ["r"])
+    384
+    """
+    tensors = list(cost.group_reads(graph, nodes)) + list(cost.group_writes(graph, nodes))
+    return cost.group_flops(graph, nodes) + sum(numel(graph.tensors[t].shape) for t in tensors)
+
+
+def parallel_dims(trips: Sequence[int], threads: int, dynamic: bool = False) -> int:
+    """How many leading loops of a parallel nest (trip counts ``trips``, outermost first) the
+    threads share: the outermost alone when its trip count gives every thread work, else as many
+    leading loops as it takes -- never the innermost of several (collapsing it into the parallel
+    index stops vectorisation); a single loop is split into per-thread chunks. 0: too few
+    iterations to share. ``dynamic`` (every iteration of the nest a whole tile, no vector loop
+    among them, the threads taking them one at a time): as many leading loops as it takes for
+    the shares to come out even -- a trip count that is a multiple of the threads, or at least 8
+    per thread. Inception v1's 55x55 3x3 conv has 5 bands of rows x 24 blocks of channels: 5
+    bands on 2 threads are 3 + 2 (the kernel took 0.6 of its 1-thread time), 120 tiles 60 + 60.
+
+    >>> parallel_dims([64, 3136], 2), parallel_dims([3, 3136], 2), parallel_dims([3], 2)
+    (1, 1, 0)
+    >>> parallel_dims([1 * 32, 8], 2, dynamic=True), parallel_dims([7, 3], 4, dynamic=True)
+    (1, 2)
+    """
+    if not trips:
+        return 0
+    if len(trips) == 1:
+        return 1 if trips[0] >= 2 * threads else 0
+    n, total = 0, 1
+    if dynamic:
+        while n < len(trips) and not (n and (total % threads == 0 or total >= 8 * threads)):
+            total *= trips[n]
+            n += 1
+        return n if total >= threads else 0
+    while n < len(trips) - 1 and total < 2 * threads:
+        total *= trips[n]
+        n += 1
+    return n if total >= threads else 0
