@@ -59,13 +59,22 @@ SYNC = r"""
 #define SF_PAUSE() ((void)0)
 #endif
 /* A waiting thread spins with a pause instruction up to SF_SPINS times (~29 ns a pause on the
-   benchmark host: ~120 us) before it sleeps on a futex; a team larger than the processors it may
-   run on spins SF_SPINS / 64 times (the thread waited for may need the spinning thread's core).
-   The bound is fixed: one that halved after every wait ended in sleep fell to ~2 us after a few
-   long waits (a kernel's uneven last tile, a serial tail on thread 0), and from then on every
-   barrier of the run slept and paid a futex wake-up (~36 us on the benchmark host): Inception v2
-   at 2 threads 14.1 -> 12.7 ms, SqueezeNet 3.0 -> 2.35 ms without it. */
+   benchmark host: ~120 us) before it sleeps on a futex. Every 256 pauses (~7 us) it yields its
+   core: when that took over SF_YIELD_NS (another thread ran there) or the pauses took over
+   SF_PREEMPTED_NS (it was preempted), other jobs want the cores, and it sleeps at once; for the
+   next SF_LOADED_NS every wait of the process spins SF_SPINS / 64 times only, as does a team
+   larger than the processors it may run on. A waiting thread that spins on a loaded machine holds
+   a core that the thread it waits for (or another job) needs, where one asleep is woken first; on
+   an idle machine sleeping pays a futex wake-up (~36 us on the benchmark host). Paired, 2 threads
+   (benchmarks/barrier_load.py): against the earlier bound that halved after every wait ended in
+   sleep (it fell to ~2 us after a few long waits -- a kernel's uneven last tile, a serial tail on
+   thread 0 -- and then every barrier slept), 0.85-0.92 of the time idle, 0.73-1.02 with one or two
+   busy processes beside the run, where a fixed spin without the yields took 1.19-2.24 of it
+   (SqueezeNet, Inception v1/v2, ResNet-50; results/omp.md). */
 #define SF_SPINS 4096
+#define SF_PREEMPTED_NS 100000L
+#define SF_YIELD_NS 200000L
+#define SF_LOADED_NS 100000000L
 #if defined(__linux__)
 #include <sys/syscall.h>
 #endif
@@ -79,7 +88,13 @@ static void sf_wake(int *p) { syscall(SYS_futex, p, 129, 0x7fffffff, (void *)0, 
 static void sf_sleep(int *p, int v) { (void)p; (void)v; sched_yield(); }
 static void sf_wake(int *p) { (void)p; }
 #endif
-static struct { int count SF_ALIGN64; int gen SF_ALIGN64; int sleepers; int flag[2] SF_ALIGN64; int procs; } sf_team;
+static struct { int count SF_ALIGN64; int gen SF_ALIGN64; int sleepers; int flag[2] SF_ALIGN64; int procs; long loaded_until; } sf_team;
+static long sf_clock_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+}
 static SF_UNUSED int sf_sync(int flag)
 {
     const int nt = omp_get_num_threads();
@@ -96,9 +111,23 @@ static SF_UNUSED int sf_sync(int flag)
         /* omp_get_num_procs() asks the kernel for the affinity mask: once per process */
         int procs = __atomic_load_n(&sf_team.procs, __ATOMIC_RELAXED);
         if (!procs) __atomic_store_n(&sf_team.procs, procs = omp_get_num_procs(), __ATOMIC_RELAXED);
-        const int limit = nt <= procs ? SF_SPINS : SF_SPINS / 64;
-        for (int spin = 0; spin < limit && __atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) == gen; spin++)
+        long last = sf_clock_ns();
+        const int loaded = last < __atomic_load_n(&sf_team.loaded_until, __ATOMIC_RELAXED);
+        const int limit = nt <= procs && !loaded ? SF_SPINS : SF_SPINS / 64;
+        for (int spin = 0; spin < limit && __atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) == gen; spin++) {
             SF_PAUSE();
+            if ((spin & 255) == 255) {
+                /* preempted, or the core wanted by another thread: see SF_SPINS */
+                const long before = sf_clock_ns();
+                sched_yield();
+                const long now = sf_clock_ns();
+                if (before - last > SF_PREEMPTED_NS || now - before > SF_YIELD_NS) {
+                    __atomic_store_n(&sf_team.loaded_until, now + SF_LOADED_NS, __ATOMIC_RELAXED);
+                    break;
+                }
+                last = now;
+            }
+        }
         if (__atomic_load_n(&sf_team.gen, __ATOMIC_ACQUIRE) == gen) {
             /* a long wait (the other thread descheduled, or running a serial kernel): sleep */
             __atomic_add_fetch(&sf_team.sleepers, 1, __ATOMIC_SEQ_CST);
