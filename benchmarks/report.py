@@ -484,7 +484,7 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("motifbw", "Memory-bound motifs vs the STREAM triad, and their compute per element (`benchmarks/motifbw.py`)"),
           ("softmax", "Softmax rows: vector exps, streamed outputs, before/after (`benchmarks/motifbw.py`, `benchmarks/gemm_speed.py`)"),
           ("gelu", "LayerNorm + GELU rows: erf, two-pass statistics, prefetch, before/after (`benchmarks/motifbw.py`)"),
-          ("omp", "One OpenMP region per run, its barrier, the tile loops' thread shares: light models at 1 and 2 threads before/after (`benchmarks/omp_speed.py`, `benchmarks/concat_speed.py`)"),
+          ("omp", "One OpenMP region per run, its barrier, the tile loops' thread shares: light models at 1 and 2 threads before/after (`benchmarks/omp_speed.py`, `benchmarks/concat_speed.py`, `benchmarks/barrier_load.py`)"),
           ("conv", "Conv tiles at 1 thread before/after (`benchmarks/conv_speed.sh`)"),
           ("fcgemv", "Matrix-vector Gemm, Concat slices and the cold build before/after (`benchmarks/fcgemv.py`)"),
           ("convk", "Conv micro-kernels: paired per-kernel A/B and shapes vs MLAS (`benchmarks/convk_results.sh`, `benchmarks/conv_ab.py`)"),
