@@ -235,3 +235,15 @@ def test_a_region_with_too_little_work_in_all_runs_serial(cache, monkeypatch):
         src = render(build_plan(g, HW, groups, strategy="t"), g, threads=2)["model.c"]
         assert src.count("#pragma omp parallel") == pragmas and ("#pragma omp" in src) == bool(pragmas)
         check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)
+
+
+def test_tile_loops_with_few_bands_are_shared_tile_by_tile(cache):
+    """A 3x3 conv on a 55x55 plane into 64 channels: 5 bands of 11 rows x 8 blocks of 8 channels.
+    Its tile loops collapse (5 bands alone would split 3 + 2 between 2 threads); every tile is
+    computed once, by one thread: the output matches ONNX Runtime."""
+    g = graph({"x": [1, 16, 55, 55], "w": {"shape": [64, 16, 3, 3], "constant": True}}, ["x"], ["y"],
+              [("c", "Conv", ["x", "w"], ["h"], {"pads": [1, 1, 1, 1]}), ("r", "Relu", ["h"], ["y"])])
+    src = render(build_plan(g, HW, [["c", "r"]], strategy="t"), g, threads=2)["model.c"]
+    assert re.search(r"#pragma omp for collapse\(2\) schedule\(dynamic\) nowait\n\s*for \(long \w+ = 0; \w+ < 5;", src), \
+        re.findall(r"#pragma omp.*", src)
+    check(g, [["c", "r"]], cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from .. import cost
 from ..graph import Graph
 from ..rules import gather_data_reader
-from . import sharing
+from . import sharing  # its thresholds are read when a kernel is built (tests patch them)
 from .cexpr import ctype, is_simple, linear, lit
 from .sharing import kernel_work, parallel_dims
 from .team import team_body
