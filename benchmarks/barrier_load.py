@@ -53,10 +53,12 @@ def measure(spec: str, syncs: dict, hogs: int, rounds: int) -> dict:
     plan = api.plan(g, HW)
     x, c = random_inputs(g, seed=0), constants(g, seed=0)
     progs = {}
-    for name, text in syncs.items():
-        program.SYNC = text  # render() reads the barrier text from program's namespace
-        progs[name] = compile_plan(plan, g, threads=2)
-    program.SYNC = team.SYNC
+    try:
+        for name, text in syncs.items():
+            program.SYNC = text  # render() reads the barrier text from program's namespace
+            progs[name] = compile_plan(plan, g, threads=2)
+    finally:
+        program.SYNC = team.SYNC
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:
         time.sleep(0.2)
