@@ -7,12 +7,13 @@ row loop that keeps no exponentials) use it. Float64 rows keep their double loop
 checked too."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from solverfuse import zoo
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, fuse_greedily, graph
+from .emit_helpers import check, fuse_greedily, graph, run_plan
 
 #: < 64, 64 * k, 64 * k + r, > 1,024 with a remainder (l1_overflow's 4,912 is of this kind)
 LENGTHS = [7, 128, 77, 2113]
@@ -82,3 +83,34 @@ def test_sums_over_trailing_axes_as_one_loop_match_onnxruntime(op, shape, scale,
     plane = shape[2] * shape[3]
     flat = scale is None or scale[-1] == shape[-1]
     assert (f"< {plane}" in body or f", {plane})" in body) == flat, body
+
+
+def _lane_order_mean(x: np.ndarray) -> np.float32:
+    """The row mean as lane_sums documents its order, in NumPy float32/float64 arithmetic: per
+    block of 1,024 values, 64 float lanes each adding its values in row order, the lanes added
+    pairwise (l and l + 32, then l + 16, ... 1), each block's float added to a double."""
+    total = 0.0
+    for jb in range(0, x.size, 1024):
+        lanes = np.zeros(64, np.float32)
+        for chunk in x[jb:jb + 1024].reshape(-1, 64):
+            lanes = lanes + chunk
+        w = 32
+        while w:
+            lanes = lanes[:w] + lanes[w:2 * w]
+            w //= 2
+        total += float(lanes[0])
+    return np.float32(total / x.size)
+
+
+def test_row_sum_lanes_are_added_in_their_documented_order(cache):
+    """sf_lanesum64 (AVX-512: vector adds and sf_hsum16) adds the 64 lanes in the order of one loop
+    per level, so the row mean -- and x - mean, bit for bit -- is the one NumPy computes in that
+    order; values of mixed magnitudes make a different order round differently."""
+    n = 33 * 64  # two whole blocks and one chunk: no simd-reduction remainder
+    g = zoo.center(3, n)
+    _, prog, _, _, _ = run_plan(g, [[v.name for v in g.nodes]], cache)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, n)) * 10.0 ** rng.integers(-3, 4, size=(3, n))).astype(np.float32)
+    want = np.stack([row - _lane_order_mean(row) for row in x])
+    np.testing.assert_array_equal(prog.run({"x": x})["y"], want)
+    assert not np.array_equal(np.stack([row - row.mean(dtype=np.float32) for row in x]), want)

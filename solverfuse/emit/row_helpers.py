@@ -199,6 +199,24 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_hsum8(__m256 v)
 """
 
 ROW_HELPERS = {
+    "sf_lanesum64": SIMD_DEFS + """/* The 64 float partial sums of a row sum (emit/row_loop.py: lane_sums) added as a tree of halves:
+   lanes l and l + 32, then l + 16, ..., 1, the order of one loop per level, so the float result is
+   the same. AVX-512 (and sf_hsum16's tree): four vector loads, two levels of vector adds and
+   sf_hsum16; the loops per level became ~60 scalar adds and shuffles per 1,024 values in GCC's
+   code (4% of the l1_overflow motif's time in cache). */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_lanesum64(const float *p)
+{
+#if defined(SF_AVX512_TILES) && (defined(__clang__) || __GNUC__ >= 12)
+    return sf_hsum16((SF_LOAD16(p) + SF_LOAD16(p + 32)) + (SF_LOAD16(p + 16) + SF_LOAD16(p + 48)));
+#else
+    float t[32];
+    for (int l = 0; l < 32; l++) t[l] = p[l] + p[l + 32];
+    for (int w = 16; w; w /= 2)
+        for (int l = 0; l < w; l++) t[l] += t[l + w];
+    return t[0];
+#endif
+}
+""",
     "sf_gelu_block": SF_GELU16 + """/* dst[i] = GELU(g[i]) for i < n <= 16: sf_gelu16 (AVX-512; n < 16 masked), else sf_geluf. The
    table's rows are loads the compiler hoists out of the caller's loop. ``stream``: a whole block
    at a 64-byte aligned dst is written with a non-temporal store (an output too large for the

@@ -74,7 +74,7 @@ def next_row(k, t, row, at: str):
 #: where one accumulator waits on each add's latency (and GCC then added its 16 lanes one by one
 #: per SUM_BLOCK): LayerNorm statistics of the residual_layernorm_gelu motif took ~0.8 of its 1.7
 #: cycles per element in L1 here.
-SUM_LANES = 64
+SUM_LANES = 64  # the lane count sf_lanesum64 (row_helpers.py) adds
 #: Values of a row sum added in float (SUM_LANES lanes of 16) before they go to the double total.
 LANE_BLOCK = 1024
 
@@ -84,8 +84,8 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
     reduction into a float (the lanes' zeroing and tree cost more than they save: the bert and vit
     exports, LayerNorm rows of 32, ran 7.8 -> 9.7 us at 2 threads with them); else ``SUM_LANES``
     float partial sums (a loop of whole chunks of lanes the compiler keeps in vector registers,
-    then the last n % SUM_LANES by a simd reduction), the lanes added pairwise and then to
-    ``total`` every ``LANE_BLOCK`` values.
+    then the last n % SUM_LANES by a simd reduction), the lanes added pairwise (``sf_lanesum64``)
+    and then to ``total`` every ``LANE_BLOCK`` values.
     ``body(j)`` emits the element's code and returns its C value (it is emitted twice when n is
     not a multiple of SUM_LANES). ``prefetch`` (x, row): each chunk of lanes first prefetches the
     next row's lines of x's inputs at its position.
@@ -96,7 +96,7 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
     >>> k = whole_graph_kernel(g)
     >>> k.line("double s = 0;"); lane_sums(k, 100, "s", lambda j: f"b0[{j}]")
     >>> [ln.strip() for ln in k.lines if "+=" in ln and "for" not in ln]
-    ['sp2[l4] += b0[i5];', 'st6 += b0[i7];', 'sp2[0] += st6;', 's += sp2[0];']
+    ['sp2[l4] += b0[i5];', 'st6 += b0[i7];', 'sp2[0] += st6;', 's += sf_lanesum64(sp2);']
     """
     if n < SUM_LANES:  # no whole chunk: one simd reduction (a lane array and its tree cost more)
         if prefetch is not None:
@@ -137,12 +137,8 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
             if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
                 del k.lines[mark]
             k.line(f"{sp}[0] += {part};")
-        w = SUM_LANES // 2
-        while w:  # the lanes added pairwise (each step a vector add)
-            lane = k.fresh("l")
-            k.line(f"for (long {lane} = 0; {lane} < {w}; {lane}++) {sp}[{lane}] += {sp}[{lane} + {w}];")
-            w //= 2
-        k.line(f"{total} += {sp}[0];")
+        k.use_helper("sf_lanesum64")  # the lanes added pairwise
+        k.line(f"{total} += sf_lanesum64({sp});")
 
 
 def simd_max(k, lo: str, hi: str, m: str, body) -> None:
