@@ -2,7 +2,7 @@
 whole chunks of 64 lanes, then the row's last n % 64 by a simd reduction, blocks of 1,024 added
 in double) against ONNX Runtime, at row lengths that take every path: shorter than a chunk, whole
 chunks only, chunks and a remainder, and more than one block with a remainder; the LayerNorm
-statistics (its two passes), a ReduceMean row (the center motif) and a LogSoftmax's exp sum (a
+statistics (its one shifted pass with two sums), a ReduceMean row (the center motif) and a LogSoftmax's exp sum (a
 row loop that keeps no exponentials) use it. Float64 rows keep their double loops and are
 checked too."""
 from __future__ import annotations

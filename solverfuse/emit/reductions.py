@@ -2,7 +2,8 @@
 own into scratch arrays indexed by row, or scalars inside a row loop) and the expression of each
 output element from them (``STATS``, ``STATS_EXPR``); Reduce* and global pooling as a pass over
 the reduced output (:func:`reduce_pass`) or a row scalar (:func:`reduce_row`). Softmax statistics live in
-:mod:`~solverfuse.emit.softmax`, the row-loop building blocks in :mod:`~solverfuse.emit.row_loop`.
+:mod:`~solverfuse.emit.softmax`, LayerNorm and VarMean statistics in :mod:`~solverfuse.emit.norm_stats`,
+the row-loop building blocks in :mod:`~solverfuse.emit.row_loop`.
 
 >>> sorted(STATS), sorted(REDUCE_OPS)[:3]
 (['LayerNormalization', 'LogSoftmax', 'ScaledDotProductAttention', 'Softmax', 'VarMean'], ['GlobalAveragePool', 'GlobalMaxPool', 'ReduceL2'])
@@ -14,132 +15,16 @@ from ..mapping import within
 from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
 from .cexpr import bmap, linear
-from .elementwise import NARY, STRUCTURED, UNARY, exp_fn, input_specs, stat_type
+from .elementwise import NARY, STRUCTURED, UNARY, exp_fn, input_specs
 from .kernel import Kernel, inline_deps
-from .row_loop import computed, declare_row, lane_max, lane_sums, row_array, row_array_filled
+from .norm_stats import input_index, layernorm_stats, varmean_setup, varmean_stats
+from .row_loop import computed, lane_max, lane_sums, row_array, row_array_filled
 from .softmax import expsum_blocks, softmax_stats
 
 
 # ---- reductions: statistics passes and reduced outputs
 def _row_index(k, node, idx, rshape):
     return linear(rshape, tuple("0" if d == 1 else i for i, d in zip(idx, rshape)))
-
-
-def _ln_row(k, x, idx, axis, shape, eps, row_copy=None):
-    """Mean and 1/stddev over shape[axis:] at row ``idx``: C expressions (double accumulation).
-    A float row over the last axis alone: :func:`_ln_float_row`."""
-    n = numel(shape[axis:])
-    if k.ct(x) == "float" and axis == len(shape) - 1:
-        return _ln_float_row(k, x, idx, n, eps, row_copy)
-    s, q, mu = k.fresh("s"), k.fresh("q"), k.fresh("mu")
-    k.line(f"double {s} = 0, {q} = 0;")
-    with k.loops(shape[axis:], simd=f"reduction(+:{s},{q})") as inner:
-        v = k.value(x, tuple(idx[:axis]) + tuple(inner))
-        k.line(f"{s} += {v}; {q} += (double){v} * {v};")
-    k.line(f"const double {mu} = {s} / {n};")
-    st = stat_type(k, x)
-    return f"({st}){mu}", f"({st})(1.0 / sqrt(fmax({q} / {n} - {mu} * {mu}, 0.0) + {eps!r}))"
-
-
-def _ln_float_row(k, x, idx, n, eps, row_copy=None):
-    """Mean and 1/stddev of a float row of ``n``: the sum, then the sum of squares about the
-    mean (two passes: no cancellation however large the mean is against the spread), each in
-    float lanes added to a double (:func:`lane_sums`), the second pass over the row in L1.
-    ``row_copy`` (an array) receives each value in the first pass; the second pass and the row's
-    output loop read it there."""
-    s, q, mu, mf = k.fresh("s"), k.fresh("q"), k.fresh("mu"), k.fresh("mf")
-    k.line(f"double {s} = 0, {q} = 0;")
-
-    def value(j):
-        v = k.value(x, tuple(idx[:-1]) + (j,))
-        if row_copy is not None:
-            k.line(f"{row_copy}[{j}] = {v};")
-        return v
-
-    def square(j):
-        v = f"{row_copy}[{j}]" if row_copy is not None else k.value(x, tuple(idx[:-1]) + (j,))
-        d = k.tmp("float", f"{v} - {mf}", "d")
-        return f"{d} * {d}"
-    lane_sums(k, n, s, value)
-    k.line(f"const double {mu} = {s} / {n};")
-    k.line(f"const float {mf} = (float){mu};")
-    lane_sums(k, n, q, square)
-    return mf, f"(float)(1.0 / sqrt({q} / {n} + {eps!r}))"
-
-
-def layernorm_stats(k, node, row=None):
-    """Row mean and 1/stddev of a LayerNormalization (scratch arrays, or scalars in a row loop;
-    there a float input computed in the group is kept in a row array for the output loop)."""
-    x = node.inputs[0]
-    shape = k.shape(x)
-    axis = node.attributes.get("axis", -1) % len(shape)
-    rshape = tuple(shape[:axis]) + (1,) * (len(shape) - axis)
-    eps = node.attributes.get("epsilon", 1e-5)
-    if row is not None:
-        copy = None
-        if k.ct(x) == "float" and axis == len(shape) - 1 and computed(k, x):
-            copy = k.fresh("R")
-            declare_row(k, "float", copy, shape[-1])
-        mexpr, iexpr = _ln_row(k, x, tuple(row) + ("0",) * (len(shape) - len(row)), axis, shape, eps, copy)
-        a, b = k.fresh("rmean"), k.fresh("ristd")
-        k.line(f"const {stat_type(k, x)} {a} = {mexpr}, {b} = {iexpr};")
-        row_array_filled(k, x, row, copy)
-        k.stats[node.name] = {"a": a, "b": b, "row": True}
-        return
-    st = stat_type(k, x)
-    mean, inv = k.alloc(st, numel(rshape), "row mean"), k.alloc(st, numel(rshape), "row 1/stddev")
-    k.line("/* pass: LayerNormalization row statistics */")
-    with k.loops(rshape, parallel=True) as idx:
-        mexpr, iexpr = _ln_row(k, x, idx, axis, shape, eps)
-        r = linear(rshape, idx)
-        k.line(f"{mean}[{r}] = {mexpr};")
-        k.line(f"{inv}[{r}] = {iexpr};")
-    k.stats[node.name] = {"a": mean, "b": inv, "shape": rshape}
-
-
-def _varmean_setup(k, node):
-    """(input shape, reduced axes, keepdims, correction) of a VarMean (aten.var_mean) node."""
-    xs = k.shape(node.inputs[0])
-    axes = sorted({int(a) % len(xs) for a in node.attributes.get("axes", range(len(xs)))})
-    return xs, axes, node.attributes.get("keepdims", 0), float(node.attributes.get("correction", 1))
-
-
-def _varmean_value(k, node, idx):
-    """Variance and mean (C expressions of the output type) at output index ``idx``: one loop
-    over the reduced axes accumulating sum and sum of squares in double, as LayerNormalization."""
-    x, ct = node.inputs[0], k.ct(node.outputs[0])
-    xs, axes, keep, corr = _varmean_setup(k, node)
-    n = numel([xs[a] for a in axes])
-    s, q, mu = k.fresh("s"), k.fresh("q"), k.fresh("mu")
-    k.line(f"double {s} = 0, {q} = 0;")
-    with k.loops([xs[a] for a in axes], simd=f"reduction(+:{s},{q})") as red:
-        v = k.value(x, _input_index(xs, idx, axes, keep, red))
-        k.line(f"{s} += {v}; {q} += (double){v} * {v};")
-    k.line(f"const double {mu} = {s} / {max(n, 1)};")
-    # Bessel-style correction: divide by n - correction (0/0 is NaN, as in torch)
-    return f"({ct})(fmax({q} - {s} * {mu}, 0.0) / {float(n - corr)!r})", f"({ct}){mu}"
-
-
-def varmean_stats(k, node, row=None):
-    """VarMean: variance and mean into scratch arrays of the (reduced) output shape, or -- ``row``
-    given (reduction over the last axis only, inside a row loop) -- two scalars of that row."""
-    out = node.outputs[0]
-    oshape, ct = k.shape(out), k.ct(out)
-    if row is not None:
-        keep = node.attributes.get("keepdims", 0)
-        vexpr, mexpr = _varmean_value(k, node, tuple(row) + (("0",) if keep else ()))
-        a, b = k.fresh("rvar"), k.fresh("rmean")
-        k.line(f"const {ct} {a} = {vexpr}, {b} = {mexpr};")
-        k.stats[node.name] = {"a": a, "b": b, "row": True}
-        return
-    var, mean = k.alloc(ct, numel(oshape), "var"), k.alloc(ct, numel(oshape), "mean")
-    k.line("/* pass: VarMean statistics */")
-    with k.loops(oshape, parallel=True) as idx:
-        vexpr, mexpr = _varmean_value(k, node, idx)
-        r = linear(oshape, idx)
-        k.line(f"{var}[{r}] = {vexpr};")
-        k.line(f"{mean}[{r}] = {mexpr};")
-    k.stats[node.name] = {"a": var, "b": mean, "shape": oshape}
 
 
 def stats_last_axis(k, node) -> bool:
@@ -158,7 +43,7 @@ def stats_last_axis(k, node) -> bool:
     """
     rank = len(k.shape(node.inputs[0]))
     if node.op == "VarMean":
-        return _varmean_setup(k, node)[1] == [rank - 1]
+        return varmean_setup(k, node)[1] == [rank - 1]
     if node.op in ATTENTION_STATS:
         return False
     return node.attributes.get("axis", -1) % rank == rank - 1
@@ -269,18 +154,6 @@ def _acc_result(k, node, kind, acc, n):
     return {"mean": f"({ct})({acc} / {max(n, 1)})", "l2": f"({ct})sqrt({acc})"}.get(kind, f"({ct}){acc}")
 
 
-def _input_index(xs, idx, axes, keep, red):
-    """The input index of output index ``idx`` at reduced-axes index ``red``."""
-    if keep:
-        full = [None if i in axes else idx[i] for i in range(len(xs))]
-    else:
-        it = iter(idx)
-        full = [None if i in axes else next(it) for i in range(len(xs))]
-    for a, r in zip(axes, red):
-        full[a] = r
-    return tuple(full)
-
-
 def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
     """Accumulate the reduction at output index ``idx`` (an inner loop over the reduced axes);
     returns the C expression of the reduced value. ``row_copy`` (an array) also receives each
@@ -292,7 +165,7 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
     if kind in ("sum", "mean") and k.ct(x) == "float" and len(axes) == 1:
         # float lanes, added in double (see lane_sums)
         def value(j):
-            v = k.value(x, _input_index(xs, idx, axes, keep, (j,)))
+            v = k.value(x, input_index(xs, idx, axes, keep, (j,)))
             if row_copy is not None:
                 k.line(f"{row_copy}[{j}] = {v};")
             return v
@@ -302,19 +175,19 @@ def _reduce_value(k, node, idx, axes, keep, kind, row_copy=None, row=None):
         # one loop over the trailing axes as one run (a 13x13 plane in a 169 loop, not 13 of 13)
         n = numel([xs[a] for a in axes])
         lead = ("0",) * (len(axes) - 1)
-        lane_sums(k, n, acc, lambda j: k.value(x, _input_index(xs, idx, axes, keep, lead + (j,))))
+        lane_sums(k, n, acc, lambda j: k.value(x, input_index(xs, idx, axes, keep, lead + (j,))))
         return _acc_result(k, node, kind, acc, n)
     if kind == "max" and flag is None and k.ct(x) == "float" and at == "float" and len(axes) == 1:
         # lanes of partial maxima (see lane_max)
         def value_at(j):
-            v = k.value(x, _input_index(xs, idx, axes, keep, (j,)))
+            v = k.value(x, input_index(xs, idx, axes, keep, (j,)))
             if row_copy is not None:
                 k.line(f"{row_copy}[{j}] = {v};")
             return v
         lane_max(k, xs[axes[0]], acc, value_at)
         return _acc_result(k, node, kind, acc, xs[axes[0]])
     with k.loops([xs[a] for a in axes], simd=simd) as red:
-        v = k.value(x, _input_index(xs, idx, axes, keep, red))
+        v = k.value(x, input_index(xs, idx, axes, keep, red))
         if row_copy is not None:
             k.line(f"{row_copy}[{red[-1]}] = {v};")
         _acc_step(k, kind, acc, at, flag, v)
@@ -391,7 +264,7 @@ def reduce_pass_shared(k, nodes, stores=(), computes=()) -> None:
         clauses = [a[3] for a in accs]
         simd = " ".join(clauses) if all(clauses) else None
         with k.loops([xs[a] for a in axes], simd=simd) as red:
-            at_x = _input_index(xs, idx, axes, keep, red)
+            at_x = input_index(xs, idx, axes, keep, red)
             for t in stores:
                 k.store_within(t, xs, at_x)
             for t in computes:
@@ -472,13 +345,13 @@ def _exp_sum_row(k, node, idx, axes, keep, copy, exp, row) -> str:
     xs = k.shape(node.inputs[0])
     n = xs[axes[0]]
     acc = k.fresh("acc")
-    shifted = _shifted_row(k, exp.inputs[0], _input_index(xs, idx, axes, keep, ("0",)))
+    shifted = _shifted_row(k, exp.inputs[0], input_index(xs, idx, axes, keep, ("0",)))
     if shifted is not None:  # exp(z - m) of a row z in memory: no copy of z - m first
         k.line(f"double {acc} = 0;")
         expsum_blocks(k, copy, shifted[1], n, acc, (node.inputs[0], row), src=shifted[0], m_is_max=shifted[2])
         return f"({k.ct(node.outputs[0])}){acc}"
     with k.loops([n]) as (j,):
-        k.line(f"{copy}[{j}] = {k.value(exp.inputs[0], _input_index(xs, idx, axes, keep, (j,)))};")
+        k.line(f"{copy}[{j}] = {k.value(exp.inputs[0], input_index(xs, idx, axes, keep, (j,)))};")
     k.line(f"double {acc} = 0;")
     expsum_blocks(k, copy, "0.0f", n, acc, (node.inputs[0], row))
     return f"({k.ct(node.outputs[0])}){acc}"

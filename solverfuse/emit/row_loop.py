@@ -79,7 +79,7 @@ SUM_LANES = 64  # the lane count sf_lanesum64 (row_helpers.py) adds
 LANE_BLOCK = 1024
 
 
-def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
+def lane_sums(k, n: int, total, body, prefetch=None) -> None:
     """Add ``body(j)`` for j < n to the double ``total``: for n under ``SUM_LANES`` one simd
     reduction into a float (the lanes' zeroing and tree cost more than they save: the bert and vit
     exports, LayerNorm rows of 32, ran 7.8 -> 9.7 us at 2 threads with them); else ``SUM_LANES``
@@ -88,7 +88,8 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
     and then to ``total`` every ``LANE_BLOCK`` values.
     ``body(j)`` emits the element's code and returns its C value (it is emitted twice when n is
     not a multiple of SUM_LANES). ``prefetch`` (x, row): each chunk of lanes first prefetches the
-    next row's lines of x's inputs at its position.
+    next row's lines of x's inputs at its position. Several sums in one loop: ``total`` a tuple
+    of doubles and ``body(j)`` a tuple of as many values, each added to its own lanes.
 
     >>> from solverfuse import zoo
     >>> from solverfuse.emit.lowering import whole_graph_kernel
@@ -97,24 +98,40 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
     >>> k.line("double s = 0;"); lane_sums(k, 100, "s", lambda j: f"b0[{j}]")
     >>> [ln.strip() for ln in k.lines if "+=" in ln and "for" not in ln]
     ['sp2[l4] += b0[i5];', 'st6 += b0[i7];', 'sp2[0] += st6;', 's += sf_lanesum64(sp2);']
+    >>> k.lines.clear(); lane_sums(k, 100, ("s", "q"), lambda j: (f"b0[{j}]", f"b0[{j}] * b0[{j}]"))
+    >>> [ln.strip() for ln in k.lines if "+=" in ln and "for" not in ln][0]
+    'sp9[l12] += b0[i13]; sp10[l12] += b0[i13] * b0[i13];'
     """
+    totals = (total,) if isinstance(total, str) else tuple(total)
+
+    def values(j) -> tuple:
+        v = body(j)
+        return (v,) if isinstance(v, str) else tuple(v)
+
+    def simd_sums(lo: str, hi: str, into) -> None:
+        """The values of lo <= j < hi by one simd reduction into float parts, then ``into(i, part)``."""
+        parts, j = [k.fresh("st") for _ in totals], k.fresh("i")
+        k.line(f"float {' = 0, '.join(parts)} = 0;")
+        mark = len(k.lines)
+        k.line(f"#pragma omp simd reduction(+:{','.join(parts)})")
+        with k.block(f"for (long {j} = {lo}; {j} < {hi}; {j}++)"):
+            k.line(" ".join(f"{p} += {v};" for p, v in zip(parts, values(j))))
+        if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
+            del k.lines[mark]
+        for i, p in enumerate(parts):
+            into(i, p)
+
     if n < SUM_LANES:  # no whole chunk: one simd reduction (a lane array and its tree cost more)
         if prefetch is not None:
             prefetch_next_row(k, prefetch[0], prefetch[1], "0")
-        part, j = k.fresh("st"), k.fresh("i")
-        k.line(f"float {part} = 0;")
-        mark = len(k.lines)
-        k.line(f"#pragma omp simd reduction(+:{part})")
-        with k.block(f"for (long {j} = 0; {j} < {n}; {j}++)"):
-            k.line(f"{part} += {body(j)};")
-        if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
-            del k.lines[mark]
-        k.line(f"{total} += {part};")
+        simd_sums("0", str(n), lambda i, p: k.line(f"{totals[i]} += {p};"))
         return
-    jb, sp = k.fresh("jb"), k.fresh("sp")
+    jb = k.fresh("jb")
     with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {LANE_BLOCK})"):
         hi = f"{jb} + {LANE_BLOCK}" if n % LANE_BLOCK == 0 else f"sf_min({jb} + {LANE_BLOCK}, {n})"
-        k.line(f"float {sp}[{SUM_LANES}] SF_ALIGN64 = {{0}};")
+        sps = [k.fresh("sp") for _ in totals]
+        for sp in sps:
+            k.line(f"float {sp}[{SUM_LANES}] SF_ALIGN64 = {{0}};")
         jc, lane, j = k.fresh("jc"), k.fresh("l"), k.fresh("i")
         with k.block(f"for (long {jc} = {jb}; {jc} + {SUM_LANES} <= {hi}; {jc} += {SUM_LANES})"):
             if prefetch is not None:
@@ -123,22 +140,15 @@ def lane_sums(k, n: int, total: str, body, prefetch=None) -> None:
             k.line("#pragma omp simd")
             with k.block(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++)"):
                 k.line(f"const long {j} = {jc} + {lane};")
-                k.line(f"{sp}[{lane}] += {body(j)};")
+                k.line(" ".join(f"{sp}[{lane}] += {v};" for sp, v in zip(sps, values(j))))
             if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
                 del k.lines[mark]  # no OpenMP construct may be nested in a simd loop
         if n % SUM_LANES:
-            part, j = k.fresh("st"), k.fresh("i")
-            k.line(f"float {part} = 0;")
-            mark = len(k.lines)
-            k.line(f"#pragma omp simd reduction(+:{part})")
-            start = f"{jb} + ({hi} - {jb}) / {SUM_LANES} * {SUM_LANES}"
-            with k.block(f"for (long {j} = {start}; {j} < {hi}; {j}++)"):
-                k.line(f"{part} += {body(j)};")
-            if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
-                del k.lines[mark]
-            k.line(f"{sp}[0] += {part};")
+            simd_sums(f"{jb} + ({hi} - {jb}) / {SUM_LANES} * {SUM_LANES}", hi,
+                      lambda i, p: k.line(f"{sps[i]}[0] += {p};"))
         k.use_helper("sf_lanesum64")  # the lanes added pairwise
-        k.line(f"{total} += sf_lanesum64({sp});")
+        for t, sp in zip(totals, sps):
+            k.line(f"{t} += sf_lanesum64({sp});")
 
 
 def simd_max(k, lo: str, hi: str, m: str, body) -> None:
