@@ -23,9 +23,11 @@ schedule changes goes through a method here (``line``/``open``/``close``/``block
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Callable, Iterator, Optional, Sequence
 
 from .. import cost
+from ..errors import InternalError
 from ..graph import Graph
 from ..rules import gather_data_reader
 from . import sharing  # its thresholds are read when a kernel is built (tests patch them)
@@ -117,6 +119,7 @@ class Kernel:
     def reset(self) -> None:
         """Forget everything written so far (the schedule renders the group again)."""
         self.lines: list[str] = []
+        self.invariants: list[tuple[str, str]] = []  # (line, declaration after it): see invariant
         self.depth = 1
         self.cache: dict = {}
         self.saved: list[dict] = []               # caches of the blocks opened with open()
@@ -231,6 +234,44 @@ class Kernel:
             return expr
         name = self.fresh(prefix)
         self.line(f"{'SF_UNUSED ' if may_be_unused else ''}const {ct} {name} = {expr};")
+        return name
+
+    def invariant(self, ct: str, array: str, index: str) -> str:
+        """``array[index]``, an index naming enclosing loop variables only, as a const temporary
+        declared right after the innermost of those variables is defined (after a collapsed nest
+        of loops, never inside it), not at the current line: a row statistic read in a loop over
+        the row is loaded once per row. GCC left such loads in the loop and did not vectorise it
+        (gpt2's Gemm + Add + LayerNorm output pass ran scalar).
+
+        >>> from solverfuse import zoo
+        >>> from solverfuse.emit.lowering import whole_graph_kernel
+        >>> k = whole_graph_kernel(zoo.softmax_rows(2, 8))
+        >>> with k.loops((4, 8)) as (i, j):
+        ...     k.line(f"y[{i}*8 + {j}] = x[{i}*8 + {j}] - {k.invariant('float', 'm', i)};")
+        >>> [ln.strip() for ln in k._body()]
+        ['for (long i1 = 0; i1 < 4; i1++) {', 'SF_UNUSED const float v3 = m[i1];', 'for (long i2 = 0; i2 < 8; i2++) {', 'y[i1*8 + i2] = x[i1*8 + i2] - v3;', '}', '}']
+        """
+        defs = {}
+        for i, ln in enumerate(self.lines):
+            m = re.match(r"\s*(?:for \(long|const long(?: SF_UNUSED)?|long) ([a-z]+\d+) = ", ln)
+            if m:
+                defs[m.group(1)] = i
+        names = set(re.findall(r"\b[a-z]+\d+\b", index))
+        if not names or not names <= defs.keys():
+            return self.tmp(ct, f"{array}[{index}]", may_be_unused=True)
+        at = top = max(defs[v] for v in names)
+        while top > 0 and self.lines[top - 1].lstrip().startswith("for ("):
+            top -= 1
+        c = re.search(r"collapse\((\d+)\)", self.lines[top - 1]) if top > 0 else None
+        if c and self.lines[at].lstrip().startswith("for (") and at < top + int(c.group(1)) - 1:
+            at = top + int(c.group(1)) - 1  # the collapsed loops stay perfectly nested
+        line = self.lines[at]
+        indent = line[:len(line) - len(line.lstrip())] + ("    " if line.rstrip().endswith("{") else "")
+        name = self.fresh("v")
+        # inserted when the function is assembled, after that line (unique: it defines a fresh
+        # name), not now: builders keep line indices (marks) into self.lines while they emit.
+        # SF_UNUSED: a caller may take both of a row's statistics and use one (VarMean's outputs)
+        self.invariants.append((line, f"{indent}SF_UNUSED const {ct} {name} = {array}[{index}];"))
         return name
 
     def index(self, expr: str) -> str:
@@ -427,7 +468,20 @@ class Kernel:
     # ---- the function
     def assemble(self) -> str:
         """The C function ``k<gid>``: buffer pointers, parameter checks, arena slots, the body."""
-        return self._function(self.lines)
+        return self._function(self._body())
+
+    def _body(self) -> list[str]:
+        """The body's lines with the :meth:`invariant` declarations after their lines."""
+        after: dict[str, list[str]] = {}
+        for line, decl in self.invariants:
+            after.setdefault(line, []).append(decl)
+        out = []
+        for ln in self.lines:
+            out.append(ln)
+            out += after.pop(ln, [])
+        if after:
+            raise InternalError(f"kernel {self.gid}: the line of a hoisted load is gone: {next(iter(after))!r}")
+        return out
 
     def team_text(self) -> Optional[str]:
         """The C function ``k<gid>`` for every thread of the run's team to call
@@ -435,7 +489,7 @@ class Kernel:
         body does not fit (it then runs outside the team, as :meth:`assemble` has it)."""
         if self.threads < 2:
             return None
-        body = team_body(self.lines)
+        body = team_body(self._body())
         return None if body is None else self._function(body)
 
     def _function(self, body: list[str]) -> str:

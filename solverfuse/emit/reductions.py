@@ -58,8 +58,8 @@ def _stat(k, node, idx):
     st = k.stats[node.name]
     if st.get("row"):
         return st["a"], st.get("b")
-    r = k.index(_row_index(k, node, idx, st["shape"]))
-    return f"{st['a']}[{r}]", f"{st['b']}[{r}]"
+    r = _row_index(k, node, idx, st["shape"])
+    return k.invariant(st["ct"], st["a"], r), k.invariant(st["ct"], st["b"], r)
 
 
 def _softmax_expr(k, node, pos, idx):

@@ -121,6 +121,6 @@ def softmax_stats(k, node, row=None):
             k.line(f"{mx}[{r}] = {m}; {sm}[{r}] = ({st})(1.0 / {s});")
         else:
             k.line(f"{mx}[{r}] = ({st})((double){m} + log({s}));")
-    k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape}
+    k.stats[node.name] = {"a": mx, "b": sm, "shape": rshape, "ct": st}
 
 
