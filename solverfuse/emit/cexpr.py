@@ -1,5 +1,6 @@
 """C expressions and types: dtype -> C type, literals, row-major strides and offsets, broadcast
-index maps. The leaf of the emitter: every other emit module builds on it, it builds on none.
+index maps, a parameter's run-time check, where a loop-invariant load is declared. The leaf of
+the emitter: every other emit module builds on it, it builds on none.
 
 >>> linear((4, 1, 8), ("i0", "0", "j")), lit(0.5, "float"), bmap(("i", "j"), (2, 3), (3,))
 ('i0*8 + j', '0.5f', ('j',))
@@ -7,7 +8,8 @@ index maps. The leaf of the emitter: every other emit module builds on it, it bu
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import re
+from typing import Optional, Sequence
 
 from ..errors import EmitError
 from ..graph import Graph
@@ -155,3 +157,50 @@ def attr_str(v, default: str) -> str:
     if v is None:
         return default
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def param_check(graph: Graph, tensor: str, b: int, load: str) -> list[str]:
+    """C lines that return 1 when parameter ``tensor`` (buffer ``b``, element ``q`` read by the C
+    expression ``load``) differs from the value the program was built with.
+
+    >>> from solverfuse.graph import load_graph
+    >>> g = load_graph({"tensors": {"x": {"shape": [2, 3]}, "s": {"shape": [1], "dtype": "int64",
+    ...     "constant": True, "value": [6]}}, "inputs": ["x"], "outputs": ["y"],
+    ...     "nodes": [{"name": "r", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["y"]}]})
+    >>> param_check(g, "s", 1, "b1[q]")
+    ['static const int64_t p1[1] = {6};', 'for (long q = 0; q < 1; q++) if (b1[q] != p1[q]) return 1;']
+    """
+    flat = graph.constant_value(tensor).reshape(-1)
+    ct = ctype(graph, tensor)
+    return [f"static const {ct} p{b}[{max(len(flat), 1)}] = {{{', '.join(lit(x, ct) for x in flat.tolist()) or '0'}}};",
+            f"for (long q = 0; q < {len(flat)}; q++) if ({load} != p{b}[q]) return 1;"]
+
+
+def hoist_point(lines: Sequence[str], index: str) -> Optional[tuple[str, str]]:
+    """Where a load at C index ``index`` (enclosing loop variables only) is declared once: the
+    line defining the innermost of its variables -- or, for a loop of a collapsed nest, the
+    nest's last loop, which must stay perfectly nested -- and the indentation of a declaration
+    after it; None when the index names no variable or one that ``lines`` does not define.
+
+    >>> hoist_point(["for (long i1 = 0; i1 < 4; i1++) {", "    for (long i2 = 0; i2 < 8; i2++) {"], "i1*2")
+    ('for (long i1 = 0; i1 < 4; i1++) {', '    ')
+    >>> hoist_point(["#pragma omp for collapse(2)", "for (long i1 = 0; i1 < 4; i1++) {",
+    ...              "for (long i2 = 0; i2 < 8; i2++) {"], "i1")[0]
+    'for (long i2 = 0; i2 < 8; i2++) {'
+    """
+    defs = {}
+    for i, ln in enumerate(lines):
+        m = re.match(r"\s*(?:for \(long|const long(?: SF_UNUSED)?|long) ([a-z]+\d+) = ", ln)
+        if m:
+            defs[m.group(1)] = i
+    names = set(re.findall(r"\b[a-z]+\d+\b", index))
+    if not names or not names <= defs.keys():
+        return None
+    at = top = max(defs[v] for v in names)
+    while top > 0 and lines[top - 1].lstrip().startswith("for ("):
+        top -= 1
+    c = re.search(r"collapse\((\d+)\)", lines[top - 1]) if top > 0 else None
+    if c and lines[at].lstrip().startswith("for (") and at < top + int(c.group(1)) - 1:
+        at = top + int(c.group(1)) - 1
+    line = lines[at]
+    return line, line[:len(line) - len(line.lstrip())] + ("    " if line.rstrip().endswith("{") else "")

@@ -23,7 +23,6 @@ schedule changes goes through a method here (``line``/``open``/``close``/``block
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Callable, Iterator, Optional, Sequence
 
 from .. import cost
@@ -31,29 +30,12 @@ from ..errors import InternalError
 from ..graph import Graph
 from ..rules import gather_data_reader
 from . import sharing  # its thresholds are read when a kernel is built (tests patch them)
-from .cexpr import ctype, is_simple, linear, lit
+from .cexpr import ctype, hoist_point, is_simple, linear, param_check
 from .sharing import kernel_work, parallel_dims
 from .team import team_body
 
 #: ``lower(kernel, node, output position, index) -> C expression`` of one output element.
 Lowering = Callable[..., str]
-
-
-def param_check(graph: Graph, tensor: str, b: int, load: str) -> list[str]:
-    """C lines that return 1 when parameter ``tensor`` (buffer ``b``, element ``q`` read by the C
-    expression ``load``) differs from the value the program was built with.
-
-    >>> from solverfuse.graph import load_graph
-    >>> g = load_graph({"tensors": {"x": {"shape": [2, 3]}, "s": {"shape": [1], "dtype": "int64",
-    ...     "constant": True, "value": [6]}}, "inputs": ["x"], "outputs": ["y"],
-    ...     "nodes": [{"name": "r", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["y"]}]})
-    >>> param_check(g, "s", 1, "b1[q]")
-    ['static const int64_t p1[1] = {6};', 'for (long q = 0; q < 1; q++) if (b1[q] != p1[q]) return 1;']
-    """
-    flat = graph.constant_value(tensor).reshape(-1)
-    ct = ctype(graph, tensor)
-    return [f"static const {ct} p{b}[{max(len(flat), 1)}] = {{{', '.join(lit(x, ct) for x in flat.tolist()) or '0'}}};",
-            f"for (long q = 0; q < {len(flat)}; q++) if ({load} != p{b}[q]) return 1;"]
 
 
 class UntiledRead(Exception):
@@ -251,22 +233,10 @@ class Kernel:
         >>> [ln.strip() for ln in k._body()]
         ['for (long i1 = 0; i1 < 4; i1++) {', 'SF_UNUSED const float v3 = m[i1];', 'for (long i2 = 0; i2 < 8; i2++) {', 'y[i1*8 + i2] = x[i1*8 + i2] - v3;', '}', '}']
         """
-        defs = {}
-        for i, ln in enumerate(self.lines):
-            m = re.match(r"\s*(?:for \(long|const long(?: SF_UNUSED)?|long) ([a-z]+\d+) = ", ln)
-            if m:
-                defs[m.group(1)] = i
-        names = set(re.findall(r"\b[a-z]+\d+\b", index))
-        if not names or not names <= defs.keys():
+        at = hoist_point(self.lines, index)
+        if at is None:
             return self.tmp(ct, f"{array}[{index}]", may_be_unused=True)
-        at = top = max(defs[v] for v in names)
-        while top > 0 and self.lines[top - 1].lstrip().startswith("for ("):
-            top -= 1
-        c = re.search(r"collapse\((\d+)\)", self.lines[top - 1]) if top > 0 else None
-        if c and self.lines[at].lstrip().startswith("for (") and at < top + int(c.group(1)) - 1:
-            at = top + int(c.group(1)) - 1  # the collapsed loops stay perfectly nested
-        line = self.lines[at]
-        indent = line[:len(line) - len(line.lstrip())] + ("    " if line.rstrip().endswith("{") else "")
+        line, indent = at
         name = self.fresh("v")
         # inserted when the function is assembled, after that line (unique: it defines a fresh
         # name), not now: builders keep line indices (marks) into self.lines while they emit.

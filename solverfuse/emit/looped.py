@@ -41,8 +41,8 @@ from .. import cost
 from ..errors import EmitError
 from ..mapping import loop_levels, loop_shape_violation, pass_nodes, reduce_signature, within
 from ..ops import OPS
-from .cexpr import ctype
-from .kernel import Kernel, param_check
+from .cexpr import ctype, param_check
+from .kernel import Kernel
 from .lowering import SUPPORTED
 from .reductions import REDUCE_OPS, STATS, reduce_pass_shared
 

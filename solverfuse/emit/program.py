@@ -62,10 +62,10 @@ from ..ops import DTYPE_SIZES, numel
 from ..files import write_atomic
 from ..plans import validate
 from .arena import Slot, layout, slot_bytes
-from .cexpr import CSIZES, ctype
+from .cexpr import CSIZES, ctype, param_check
 from .chelpers import helper_text
 from .ctext import ARENA, COUNTER_PRELUDE, PRELUDE, TIMING, header
-from .kernel import Kernel, param_check
+from .kernel import Kernel
 from .sharing import kernel_work, parallel_groups
 from .lowering import code_for_op
 from .looped import render_looped, streams_in_one_loop
