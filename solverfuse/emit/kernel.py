@@ -230,8 +230,13 @@ class Kernel:
         >>> k = whole_graph_kernel(zoo.softmax_rows(2, 8))
         >>> with k.loops((4, 8)) as (i, j):
         ...     k.line(f"y[{i}*8 + {j}] = x[{i}*8 + {j}] - {k.invariant('float', 'm', i)};")
-        >>> [ln.strip() for ln in k._body()]
-        ['for (long i1 = 0; i1 < 4; i1++) {', 'SF_UNUSED const float v3 = m[i1];', 'for (long i2 = 0; i2 < 8; i2++) {', 'y[i1*8 + i2] = x[i1*8 + i2] - v3;', '}', '}']
+        >>> for ln in k._body(): print(ln)
+            for (long i1 = 0; i1 < 4; i1++) {
+                SF_UNUSED const float v3 = m[i1];
+                for (long i2 = 0; i2 < 8; i2++) {
+                    y[i1*8 + i2] = x[i1*8 + i2] - v3;
+                }
+            }
         """
         at = hoist_point(self.lines, index)
         if at is None:

@@ -56,8 +56,8 @@ def _ln_float_row(k, x, idx, n, eps, row_copy=None):
     spread ((sum(d) / n)^2 above the variance: a row whose first values are not typical of it,
     or a variance rounded below 0), a second pass sums the squares about the mean (no
     cancellation however large the mean is against the spread) over the row in cache. The one
-    pass saved 7% of the l1_overflow motif's time in cache. ``row_copy`` (an array) receives each value in the first pass; the
-    second pass and the row's output loop read it there."""
+    pass saved 7% of the l1_overflow motif's time in cache. ``row_copy`` (an array) receives each
+    value in the first pass; the second pass and the row's output loop read it there."""
     s, q, mu, mf = k.fresh("s"), k.fresh("q"), k.fresh("mu"), k.fresh("mf")
     sh, dm, var = k.fresh("K"), k.fresh("dm"), k.fresh("var")
     m0 = min(n, LN_SHIFT_VALUES)

@@ -199,11 +199,11 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_hsum8(__m256 v)
 """
 
 ROW_HELPERS = {
-    "sf_lanesum64": SIMD_DEFS + """/* The 64 float partial sums of a row sum (emit/row_loop.py: lane_sums) added as a tree of halves:
-   lanes l and l + 32, then l + 16, ..., 1, the order of one loop per level, so the float result is
-   the same. AVX-512 (and sf_hsum16's tree): four vector loads, two levels of vector adds and
-   sf_hsum16; the loops per level became ~60 scalar adds and shuffles per 1,024 values in GCC's
-   code (4% of the l1_overflow motif's time in cache). */
+    "sf_lanesum64": SIMD_DEFS + """/* The 64 float partial sums of a row sum (emit/row_loop.py: lane_sums) added as a
+   tree of halves: lanes l and l + 32, then l + 16, ..., 1, the order of one loop per level, so
+   the float result is the same. AVX-512 (and sf_hsum16's tree): four vector loads, two levels
+   of vector adds and sf_hsum16; the loops per level became ~60 scalar adds and shuffles per
+   1,024 values in GCC's code (4% of the l1_overflow motif's time in cache). */
 __attribute__((always_inline)) SF_UNUSED static inline float sf_lanesum64(const float *p)
 {
 #if defined(SF_AVX512_TILES) && (defined(__clang__) || __GNUC__ >= 12)
