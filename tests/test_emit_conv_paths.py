@@ -1,6 +1,7 @@
 """The conv tile paths chosen for ResNet/Inception-like layers, against ONNX Runtime, each fused
 with its BatchNormalization, a residual Add and a ReLU (the epilogue runs over the tile): column-
-shifted input copies for every 3-wide kernel with junk columns (stride 1 and 2), the channel-
+shifted input copies for every 3-wide kernel with junk columns (stride 1 under 56 columns, and
+stride 2), the phase-split copy from 56 columns at stride 1, the channel-
 vectorised tile on planes that fill 16-lane vectors partly (14 positions per pass, then 7, then
 one at a time; 13 per pass on planes of a multiple of 13), the subsampled copy of a strided 1x1
 conv, and channel counts that are not a multiple of the tile -- at 1 and 2 threads, under the
@@ -51,6 +52,10 @@ CASES = [
     # per 112: one copy of the plane, not three), bands of 4 rows of pitch 114 (a band's input
     # copy within conv_tiles.BAND_BYTES; 2 rows at 2 threads)
     ((1, 128, 4, 112), (8, 128, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_copy("),
+    # 56 columns (conv_tiles.COPY_WIDE) at stride 1: the phase-split copy (2 junk columns per 58);
+    # 28 columns keep the column copies (2 junk per 30)
+    ((1, 16, 6, 56), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_copy("),
+    ((1, 16, 4, 28), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_copy_cols("),
     # 12 and 6 output channels: blocks of 4 and of 2 (the explicit AVX-512 main loop and the
     # masked tail at every block size; batch 2 for the 1x1 read in place)
     ((1, 8, 20, 20), (12, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile4(&"),

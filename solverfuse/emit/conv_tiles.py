@@ -146,6 +146,12 @@ class ConvBlocking:
 #: Output width from which a band's input copy is kept within ``BAND_BYTES`` (half the L2 of
 #: the Zen 4 this was measured on) by taking fewer rows per band, down to 96 positions a band.
 WIDE_PLANE, BAND_BYTES = 112, 512 * 1024
+#: Output width from which a stride-1 conv up to 3 wide reads a phase-split copy (its junk: 2
+#: columns in 58 and fewer) rather than one copy per kernel column (3x the input in memory).
+#: Standalone 3x3 convs on 56x56 planes, paired: 256 channels 0.91-0.93 of the time, 128
+#: channels 0.96, 64 channels 0.99; on 28x28 planes (junk 2 in 30) the copies stay faster (128
+#: and 512 channels: 1.03-1.04 with the phase-split copy).
+COPY_WIDE = 56
 
 
 def conv_blocking(k, node):
@@ -167,7 +173,8 @@ def conv_blocking(k, node):
     run on contiguous vectors of the padded copy, with no bounds checks.
     On small planes the phase-split copy's junk columns cost up to 30% (13x13 3x3: a row pitch of
     15 for 13 outputs), and a strided depthwise conv read every input at stride 2: those (but not
-    a wide plane at stride 1, whose junk is under 2%) take column-shifted copies instead
+    a plane ``COPY_WIDE`` wide and more at stride 1, whose junk is under 4%) take column-shifted
+    copies instead
     (``cols``: one copy per kernel column, shifted by the column's offset and subsampled by the
     stride, row pitch = output width; tap (r, kw) reads copy kw).
     A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
@@ -189,10 +196,10 @@ def conv_blocking(k, node):
     if _subsampled(kernel, st, pb, out):  # one plane of the positions it reads (sf_conv_copy_sub)
         hq, wq = out[2], out[3]
     # a wide plane at stride 1 keeps the phase-split copy for a kernel up to 3 wide: its junk is
-    # at most 2 columns per 112, and the column copies are 3 copies of the input written and read
-    # through memory (VGG-19's 224x224 64-channel plane: 39 MB); paired in-model CPU times on
-    # VGG-19's 224x224 and 112x112 3x3 convs: 0.83-0.90 of the time
-    narrow = out[3] < WIDE_PLANE or st[1] != 1
+    # at most 2 columns per 58 (COPY_WIDE), and the column copies are 3 copies of the input
+    # written and read through memory (VGG-19's 224x224 64-channel plane: 39 MB); paired in-model
+    # CPU times on VGG-19's 224x224 and 112x112 3x3 convs: 0.83-0.90 of the time
+    narrow = out[3] < COPY_WIDE or st[1] != 1
     junk = 12 * wq > 13 * out[3] or (kernel[1] <= 3 and wq > out[3] and narrow)
     if kernel[1] > 1 and ((mb == 1 and st[1] != 1) or (mb > 1 and junk)):
         # small planes (13x13 3x3: 15 columns computed per 13), strided depthwise convs, and any
