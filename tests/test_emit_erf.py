@@ -124,9 +124,10 @@ def test_layernorm_row_statistics_hold_a_large_mean(threads, tmp_path):
     """Residual add + LayerNorm in one row loop, rows of mean ~1000 and spread ~1 (E[x^2] -
     E[x]^2 in float loses every digit there), rows of 1000 and of 96 (one partial block): vs
     NumPy float64 on the float32 sum. Odd rows take the one pass about the mean of their first
-    16 values; even rows have a first element far out, so that shift is far from their mean
-    (its one-pass variance would cancel) and they take the second pass about the mean. The
-    output's error is then what rounding the float32 mean costs (~3e-5 at 1000)."""
+    16 values; even rows have a first element 200 out, which puts that shift 12 from the mean:
+    the rows of 1000 then take the second pass about the mean (12^2 is above their variance of
+    ~41), the rows of 96 stay in the one pass (their variance is ~420). The output's error is
+    then what rounding the float32 mean costs (~3e-5 at 1000)."""
     for cols in (1000, 96):
         g = graph({"x": [24, cols], "r": [24, cols], "s": {"shape": [cols], "constant": True},
                    "b": {"shape": [cols], "constant": True}}, ["x", "r"], ["y"],
