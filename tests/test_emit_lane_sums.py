@@ -2,9 +2,9 @@
 whole chunks of 64 lanes, then the row's last n % 64 by a simd reduction, blocks of 1,024 added
 in double) against ONNX Runtime, at row lengths that take every path: shorter than a chunk, whole
 chunks only, chunks and a remainder, and more than one block with a remainder; the LayerNorm
-statistics (its one shifted pass with two sums), a ReduceMean row (the center motif) and a LogSoftmax's exp sum (a
-row loop that keeps no exponentials) use it. Float64 rows keep their double loops and are
-checked too."""
+statistics (its one shifted pass with two sums), a ReduceMean row (the center motif) and a
+LogSoftmax's exp sum (a row loop that keeps no exponentials) use it. Float64 rows keep their
+double loops and are checked too. The lanes' order is checked bit for bit against NumPy."""
 from __future__ import annotations
 
 import numpy as np
