@@ -1,6 +1,7 @@
 """C expressions and types: dtype -> C type, literals, row-major strides and offsets, broadcast
-index maps, a parameter's run-time check, where a loop-invariant load is declared. The leaf of
-the emitter: every other emit module builds on it, it builds on none.
+index maps and a reduction's input index, a parameter's run-time check, where a loop-invariant
+load is declared. The leaf of the emitter: every other emit module builds on it, it builds on
+none.
 
 >>> linear((4, 1, 8), ("i0", "0", "j")), lit(0.5, "float"), bmap(("i", "j"), (2, 3), (3,))
 ('i0*8 + j', '0.5f', ('j',))
@@ -157,6 +158,23 @@ def attr_str(v, default: str) -> str:
     if v is None:
         return default
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def input_index(xs, idx, axes, keep, red):
+    """The input index of a reduction's output index ``idx`` at reduced-axes index ``red`` (input
+    of shape ``xs``, reduced ``axes``, ``keep`` the reduced dims in the output).
+
+    >>> input_index((2, 3, 4), ("i",), [1, 2], 0, ("j", "k"))
+    ('i', 'j', 'k')
+    """
+    if keep:
+        full = [None if i in axes else idx[i] for i in range(len(xs))]
+    else:
+        it = iter(idx)
+        full = [None if i in axes else next(it) for i in range(len(xs))]
+    for a, r in zip(axes, red):
+        full[a] = r
+    return tuple(full)
 
 
 def param_check(graph: Graph, tensor: str, b: int, load: str) -> list[str]:

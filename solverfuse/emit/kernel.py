@@ -102,6 +102,7 @@ class Kernel:
         """Forget everything written so far (the schedule renders the group again)."""
         self.lines: list[str] = []
         self.invariants: list[tuple[str, str]] = []  # (line, declaration after it): see invariant
+        self.invariant_names: dict[tuple, str] = {}   # (array, index, line) -> its declared name
         self.depth = 1
         self.cache: dict = {}
         self.saved: list[dict] = []               # caches of the blocks opened with open()
@@ -242,7 +243,10 @@ class Kernel:
         if at is None:
             return self.tmp(ct, f"{array}[{index}]", may_be_unused=True)
         line, indent = at
-        name = self.fresh("v")
+        key = (array, index, line)
+        if key in self.invariant_names:  # read again in the same row (a value computed twice)
+            return self.invariant_names[key]
+        name = self.invariant_names[key] = self.fresh("v")
         # inserted when the function is assembled, after that line (unique: it defines a fresh
         # name), not now: builders keep line indices (marks) into self.lines while they emit.
         # SF_UNUSED: a caller may take both of a row's statistics and use one (VarMean's outputs)

@@ -4,27 +4,15 @@ variance and mean of a VarMean -- scalars inside a row loop or a pass of their o
 arrays indexed by row. Reductions and the other statistics live in
 :mod:`~solverfuse.emit.reductions`, which builds its ``STATS`` table from these.
 
->>> LN_SHIFT_VALUES, input_index((2, 3, 4), ("i",), [1, 2], 0, ("j", "k"))
-(16, ('i', 'j', 'k'))
+>>> LN_SHIFT_VALUES
+16
 """
 from __future__ import annotations
 
 from ..ops import numel
-from .cexpr import linear
+from .cexpr import input_index, linear
 from .elementwise import stat_type
 from .row_loop import computed, declare_row, lane_sums, row_array_filled
-
-
-def input_index(xs, idx, axes, keep, red):
-    """The input index of output index ``idx`` at reduced-axes index ``red``."""
-    if keep:
-        full = [None if i in axes else idx[i] for i in range(len(xs))]
-    else:
-        it = iter(idx)
-        full = [None if i in axes else next(it) for i in range(len(xs))]
-    for a, r in zip(axes, red):
-        full[a] = r
-    return tuple(full)
 
 
 def _ln_row(k, x, idx, axis, shape, eps, row_copy=None):

@@ -14,10 +14,10 @@ from ..errors import InternalError
 from ..mapping import within
 from ..ops import numel, reduce_axes
 from .attention import ATTENTION_EXPR, ATTENTION_STATS
-from .cexpr import bmap, linear
+from .cexpr import bmap, input_index, linear
 from .elementwise import NARY, STRUCTURED, UNARY, exp_fn, input_specs
 from .kernel import Kernel, inline_deps
-from .norm_stats import input_index, layernorm_stats, varmean_setup, varmean_stats
+from .norm_stats import layernorm_stats, varmean_setup, varmean_stats
 from .row_loop import computed, lane_max, lane_sums, row_array, row_array_filled
 from .softmax import expsum_blocks, softmax_stats
 

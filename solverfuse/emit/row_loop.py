@@ -80,9 +80,10 @@ LANE_BLOCK = 1024
 
 
 def lane_sums(k, n: int, total, body, prefetch=None) -> None:
-    """Add ``body(j)`` for j < n to the double ``total``: for n under ``SUM_LANES`` one simd
-    reduction into a float (the lanes' zeroing and tree cost more than they save: the bert and vit
-    exports, LayerNorm rows of 32, ran 7.8 -> 9.7 us at 2 threads with them); else ``SUM_LANES``
+    """Add ``body(j)`` for j < n to ``total`` (a double; a float where the sum is only a shift,
+    as LayerNorm's): for n under ``SUM_LANES`` one simd reduction into a float (the lanes'
+    zeroing and tree cost more than they save: the bert and vit exports, LayerNorm rows of 32,
+    ran 7.8 -> 9.7 us at 2 threads with them); else ``SUM_LANES``
     float partial sums (a loop of whole chunks of lanes the compiler keeps in vector registers,
     then the last n % SUM_LANES by a simd reduction), the lanes added pairwise (``sf_lanesum64``)
     and then to ``total`` every ``LANE_BLOCK`` values.
