@@ -14,7 +14,7 @@ import stat
 import numpy as np
 import pytest
 
-from solverfuse.emit.conv_helpers import CBLOCK_DEFS
+from solverfuse.emit.conv_helpers import CBLOCK_DEFS, CM_BLOCK_DEFS
 from solverfuse.emit.program import render
 
 from .emit_helpers import check, const, graph, HW
@@ -42,6 +42,9 @@ CASES = [
     ((1, 8, 7, 7), (504, 8, 1, 1), {}, "sf_conv_tile32("),
     # 11x11 1x1 in place, 160 channels (5 tiles): 121 = 8 x 14 + 7 + 2 single positions
     ((1, 40, 11, 11), (160, 40, 1, 1), {}, "sf_conv_tile32("),
+    # 160 input channels x 9 taps on 7x7: the channel tile's packed weights (184 KB) are over
+    # SF_CM_BLOCK_MIN, so its AVX2 form reduces in blocks of input channels (the last one partial)
+    ((1, 160, 7, 7), (128, 160, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
     # stride-2 3x3 onto 7x7 (column copies, then the channel tile): 49 = 3 x 14 + 7, batch 2
     ((2, 16, 14, 14), (128, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
     # strided 1x1 without padding: only the positions it reads are copied (12 x 13 outputs)
@@ -128,8 +131,8 @@ def test_conv_paths_under_sanitizer(cache):
     pytest.param("avx512", "", marks=pytest.mark.skipif(
         "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code"))])
 def test_conv_paths_in_the_simd_builds(target, extra, tmp_path):
-    """The AVX2 form (the channel tile as 4 blocks of 8 channels; built for this host without
-    AVX-512) and the AVX-512 form of every case; the compiler wrapper's log shows that the
+    """The AVX2 form (the channel tile as 16 channels x 6 positions per pass, reduced in blocks
+    of input channels for the 160-channel case; built for this host without AVX-512) and the AVX-512 form of every case; the compiler wrapper's log shows that the
     -march=native build itself succeeded (a failed one is retried without -march and would pass
     on the portable form)."""
     from solverfuse.emit.build import compile_plan
@@ -181,3 +184,22 @@ def test_large_input_takes_the_channel_blocked_reduction():
         call = next(ln for ln in src.splitlines() if "sf_conv_tile" in ln and "(&T" in ln)
         args = call[call.index("(") + 1:call.rindex(")")].split(", ")
         assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] >= 512), call
+
+
+def test_channel_tile_blocks_its_reduction_only_over_the_weight_threshold():
+    """The channel tile's AVX2 form blocks its reduction when its packed weights (C x taps x 32
+    floats) are over SF_CM_BLOCK_MIN: of the cases above only the 160-channel 3x3 one is, so the
+    numerics tests checked both the blocked and the unblocked form."""
+    from solverfuse.plans import build_plan
+    limit = 128 * 1024
+    assert f"({limit // 1024}L*1024)" in CM_BLOCK_DEFS
+    seen = []
+    for shape, kernel, attrs, marker in CASES:
+        if marker != "sf_conv_tile32(":
+            continue
+        g, groups = _graph([(shape, kernel, attrs, marker)])
+        src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
+        call = next(ln for ln in src.splitlines() if "sf_conv_tile32(&" in ln)
+        args = call[call.index("(") + 1:call.rindex(")")].split(", ")
+        seen.append((int(args[5]) * int(args[6]) * 32 * 4 > limit, shape[1]))
+    assert seen == [(c == 160, c) for _, c in seen] and (True, 160) in seen, seen

@@ -71,6 +71,61 @@ def _cm_pass(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
 """
 
 
+#: Positions per pass of the channel-vectorised tile's AVX2 form: 16 channels (two 8-lane weight
+#: vectors) x 6 positions = 12 accumulators, 2 weight vectors and a broadcast, 15 of the 16 ymm
+#: registers.
+CM_POSITIONS_AVX2 = 6
+
+#: The AVX2 channel-vectorised tile reduces in blocks of input channels when its packed weights
+#: exceed SF_CM_BLOCK_MIN bytes: each block's weights and input (SF_CM_BLOCK bytes together) stay in
+#: the L1 while every pass of positions reads them, the partial sums kept position-major in A.
+#: Unblocked, a pass streamed all the weights and the whole input from the L2 or beyond (ResNet-50's
+#: 512-channel 7x7 3x3 conv: 590 KB of weights per pass of 6 positions).
+CM_BLOCK_DEFS = """#if !defined(SF_CM_BLOCK)
+#define SF_CM_BLOCK (24L*1024)
+#define SF_CM_BLOCK_MIN (128L*1024)
+#endif
+"""
+
+
+def _cm_pass_avx2(p: int, loop: str, step: str = "") -> str:
+    """One pass shape of ``sf_conv_tile32``'s AVX2 form: ``loop`` runs it over q0 while ``p``
+    positions are left; for each half of the 32 channels, 16 channels x ``p`` positions in
+    registers over the block's (channel, tap) reduction. The first block starts at the bias,
+    later ones at the partial sums in A; a blocked reduction leaves its sums in A, an unblocked one
+    scatters them into the channel-major tile through ``o``."""
+    init = " ".join(f"__m256 c{i}_0 = cs ? _mm256_load_ps(A + (q0 + {i})*32 + h) : b0, "
+                    f"c{i}_1 = cs ? _mm256_load_ps(A + (q0 + {i})*32 + h + 8) : b1;" for i in range(p))
+    fma = "\n".join(f"                {{ const __m256 xb = _mm256_broadcast_ss(xt + {i}); "
+                    f"c{i}_0 = _mm256_fmadd_ps(xb, w0, c{i}_0); c{i}_1 = _mm256_fmadd_ps(xb, w1, c{i}_1); }}"
+                    for i in range(p))
+    to_a = " ".join(f"_mm256_store_ps(A + (q0 + {i})*32 + h, c{i}_0); _mm256_store_ps(A + (q0 + {i})*32 + h + 8, c{i}_1);"
+                    for i in range(p))
+    to_o = " ".join(f"_mm256_store_ps(o + {16 * i}, c{i}_0); _mm256_store_ps(o + {16 * i + 8}, c{i}_1);"
+                    for i in range(p))
+    return f"""    {loop} {{
+    for (int h = 0; h < 32; h += 16) {{
+        const __m256 b0 = bias ? _mm256_loadu_ps(bias + h) : _mm256_setzero_ps();
+        const __m256 b1 = bias ? _mm256_loadu_ps(bias + h + 8) : _mm256_setzero_ps();
+        {init}
+        for (long c = cs; c < ce; c++)
+            for (long t = 0; t < taps; t++) {{
+                const float *restrict xt = x + c*cplane + off[t] + q0;
+                const float *restrict w = wp + (c*taps + t)*32 + h;
+                const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+{fma}
+            }}
+        if (cb < C) {{ {to_a} }}
+        else {{
+            {to_o}
+            for (int a = 0; a < 16; a++) for (int i = 0; i < {p}; i++) T[(h + a)*span + q0 + i] = o[16*i + a];
+        }}
+    }}
+    {step}
+    }}
+"""
+
+
 #: A two-vector shuffle with constant lane indices: ``__builtin_shufflevector`` (clang, GCC 12+),
 #: else GCC's ``__builtin_shuffle`` with an index vector (GCC 11 has no __builtin_shufflevector).
 SHUF_DEFS = """#if defined(SF_AVX512_TILES) && !defined(SF_SHUF16)
@@ -111,7 +166,7 @@ def _transposed_store(p: int) -> str:
     return "\n".join(lines)
 
 
-def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
+def _conv_tile_cm(name: str, conv_body) -> str:
     """``sf_conv_tile32``: with AVX-512 the vectors run across the 32 output channels of the block
     (two weight vectors per tap, one broadcast input per position, CM_POSITIONS per pass,
     then 7, then one at a time; on a plane of a multiple of 13 positions but not of 14 -- 13x13:
@@ -124,7 +179,11 @@ def _conv_tile_cm(name: str, conv_body, conv_avx2) -> str:
               + _cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True)
               + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
               + _cm_pass(1, "for (; q0 < span; q0++)"))
-    return SHUF_DEFS + f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
+    pa = CM_POSITIONS_AVX2
+    avx2 = (_cm_pass_avx2(pa, f"for (; q0 + {pa} <= span; q0 += {pa})")
+            + _cm_pass_avx2(3, "if (q0 + 3 <= span)", "q0 += 3;")
+            + _cm_pass_avx2(1, "for (; q0 < span; q0++)"))
+    return SHUF_DEFS + CM_BLOCK_DEFS + f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
    bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps.
    Not specialised per call site: GCC 12's clones for a known span flagged the remainder passes
@@ -138,7 +197,15 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
     float o[32];
     long q0 = 0;
 {passes}#elif defined(SF_AVX2_TILES)
-{conv_avx2(4)}#else
+    float o[16 * {CM_POSITIONS_AVX2}] SF_ALIGN64, A[256 * 32] SF_ALIGN64;  /* span <= 256 */
+    long cb = C;
+    if (C*taps*128 > SF_CM_BLOCK_MIN) {{ cb = SF_CM_BLOCK / (taps*128 + cplane*4); if (cb < 1) cb = 1; }}
+    for (long cs = 0; cs < C; cs += cb) {{
+    const long ce = cs + cb < C ? cs + cb : C;
+    long q0 = 0;
+{avx2}    }}
+    if (cb < C) for (int a = 0; a < 32; a++) for (long q = 0; q < span; q++) T[a*span + q] = A[q*32 + a];
+#else
 {conv_body(8, CHUNK)}#endif
 }}
 """
@@ -346,7 +413,7 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 #endif
 """
         if mb == CM_CHANNELS:
-            return _conv_tile_cm(name, conv_body, conv_avx2)
+            return _conv_tile_cm(name, conv_body)
         wide = _chunk_pass(mb, WIDE, f"for (; q + {16 * WIDE} <= span; q += {16 * WIDE})")
         avx512 = f"""    /* an input of more than SF_CONV_CBLOCK_MIN bytes (it cannot stay in the L2 while the chunks
        walk over it) in blocks of input channels of SF_CONV_CBLOCK bytes, the partial sums in T */
