@@ -33,22 +33,27 @@ def register_blocks(mb: int, body, avx2) -> str:
 
 
 def v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = False,
-              init: str = "") -> tuple[str, str]:
-    """(declarations, multiply-adds) of ``rows`` x 2 eight-lane accumulators ``c<i>_<v>`` (AVX2):
-    row i's weight is at ``weight.format(i=i)``, its 16 inputs start at ``xptr`` (``masked``:
-    only the lanes of the masks ``m0``, ``m1`` are loaded, the others read as 0); ``init``: the
-    C expression of row i's start value (``init.format(i=i)``; default 0)."""
+              init: str = "", vecs: int = 2) -> tuple[str, str]:
+    """(declarations, multiply-adds) of ``rows`` x ``vecs`` eight-lane accumulators ``c<i>_<v>``
+    (AVX2): row i's weight is at ``weight.format(i=i)``, its 8 x ``vecs`` inputs start at ``xptr``
+    (``masked``, two vectors only: only the lanes of the masks ``m0``, ``m1`` are loaded, the
+    others read as 0); ``init``: the C expression of row i's start value (``init.format(i=i)``;
+    default 0). At 4 rows x 3 vectors the 12 accumulators, 3 inputs and the broadcast take all 16
+    ymm registers."""
+    assert not masked or vecs == 2
     zero = (lambda i: "_mm256_setzero_ps()") if not init else (lambda i: f"_mm256_set1_ps({init.format(i=i)})")
-    decl = indent + " ".join(f"__m256 c{i}_0 = {zero(i)}, c{i}_1 = {zero(i)};" for i in range(rows))
-    # the empty asm pins the two input vectors in registers: else GCC folds them into every
+    decl = indent + " ".join(f"__m256 c{i}_0 = {zero(i)}"
+                             + "".join(f", c{i}_{v} = c{i}_0" for v in range(1, vecs)) + ";" for i in range(rows))
+    # the empty asm pins the input vectors in registers: else GCC folds them into every
     # multiply-add as a memory operand -- 3 loads per 2 FMAs, load-bound at half the FMA rate
-    load = (f"_mm256_maskload_ps({xptr}, m0), x1 = _mm256_maskload_ps({xptr} + 8, m1)" if masked
-            else f"_mm256_loadu_ps({xptr}), x1 = _mm256_loadu_ps({xptr} + 8)")
-    body = [f"{indent}    __m256 x0 = {load};",
-            f'{indent}    __asm__("" : "+x"(x0), "+x"(x1));']
+    if masked:
+        load = f"x0 = _mm256_maskload_ps({xptr}, m0), x1 = _mm256_maskload_ps({xptr} + 8, m1)"
+    else:
+        load = ", ".join(f"x{v} = _mm256_loadu_ps({xptr}" + (f" + {8 * v})" if v else ")") for v in range(vecs))
+    pin = ", ".join(f'"+x"(x{v})' for v in range(vecs))
+    body = [f"{indent}    __m256 {load};",
+            f'{indent}    __asm__("" : {pin});']
     for i in range(rows):
         body.append(f"{indent}    {{ const __m256 wv = _mm256_broadcast_ss({weight.format(i=i)}); "
-                    f"c{i}_0 = _mm256_fmadd_ps(wv, x0, c{i}_0); c{i}_1 = _mm256_fmadd_ps(wv, x1, c{i}_1); }}")
+                    + " ".join(f"c{i}_{v} = _mm256_fmadd_ps(wv, x{v}, c{i}_{v});" for v in range(vecs)) + " }")
     return decl, "\n".join(body)
-
-
