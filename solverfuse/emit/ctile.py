@@ -37,13 +37,12 @@ def v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = Fals
     """(declarations, multiply-adds) of ``rows`` x ``vecs`` eight-lane accumulators ``c<i>_<v>``
     (AVX2): row i's weight is at ``weight.format(i=i)``, its 8 x ``vecs`` inputs start at ``xptr``
     (``masked``, two vectors only: only the lanes of the masks ``m0``, ``m1`` are loaded, the
-    others read as 0); ``init``: the C expression of row i's start value (``init.format(i=i)``;
-    default 0). At 4 rows x 3 vectors the 12 accumulators, 3 inputs and the broadcast take all 16
-    ymm registers."""
+    others read as 0); ``init``: the C expression of row i's vector v's start value
+    (``init.format(i=i, v=v, e=8 * v)``; default 0). At 4 rows x 3 vectors the 12 accumulators,
+    3 inputs and the broadcast take all 16 ymm registers."""
     assert not masked or vecs == 2
-    zero = (lambda i: "_mm256_setzero_ps()") if not init else (lambda i: f"_mm256_set1_ps({init.format(i=i)})")
-    decl = indent + " ".join(f"__m256 c{i}_0 = {zero(i)}"
-                             + "".join(f", c{i}_{v} = c{i}_0" for v in range(1, vecs)) + ";" for i in range(rows))
+    init = init or "_mm256_setzero_ps()"
+    decl = indent + " ".join(f"__m256 c{i}_{v} = {init.format(i=i, v=v, e=8 * v)};" for i in range(rows) for v in range(vecs))
     # the empty asm pins the input vectors in registers: else GCC folds them into every
     # multiply-add as a memory operand -- 3 loads per 2 FMAs, load-bound at half the FMA rate
     if masked:
