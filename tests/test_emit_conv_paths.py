@@ -14,7 +14,8 @@ import stat
 import numpy as np
 import pytest
 
-from solverfuse.emit.conv_helpers import CBLOCK_DEFS, CM_BLOCK_DEFS
+from solverfuse.emit.conv_cm import CM_BLOCK_DEFS
+from solverfuse.emit.conv_helpers import CBLOCK_DEFS
 from solverfuse.emit.program import render
 
 from .emit_helpers import check, const, graph, HW

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..ops import numel
 from .cexpr import linear as _linear, lit as _lit
-from .conv_helpers import CM_CHANNELS, CM_POSITIONS
+from .conv_cm import CM_CHANNELS, CM_POSITIONS
 from .ctile import CHUNK
 from .tiles import MAX_TILE, round_up, tile_done, tile_open, window_geometry
 
