@@ -34,6 +34,23 @@ def test_blocked_gemm_with_epilogue(m, k, n, attrs, cshape, cache):
     assert "sf_mm_tile" in render(plan, g)["model.c"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, cache):
+    """A Gemm whose B (1100 x 1000 floats, 4.5 MB) is over gemm_tiles.SLAB_MIN: the loop runs
+    over (slab of columns, block of rows) -- each block computes the slab's columns of its tile
+    and the epilogue over them -- with 37 rows (5 blocks of 8, the last partial: enough blocks
+    that 2 threads share whole blocks, not a block's columns), against ONNX Runtime."""
+    from solverfuse.emit.gemm_tiles import SLAB_MIN
+    m, k, n = 37, 1100, 1000
+    assert k * 1024 * 4 > SLAB_MIN
+    t = {"a": [m, k], "b": const((n, k)), "c": const((n,))}
+    g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], {"transB": 1}), ("r", "Relu", ["h"], ["y"])])
+    plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    # the flat loop's block is its index modulo the 5 blocks, its slab the quotient
+    assert re.search(r"const long SF_UNUSED \w+ = \w+ % 5;", src) and re.search(r"= \w+ / 5;", src), src[-3000:]
+
+
 @pytest.mark.parametrize("ashape,bshape,const_b", [
     ((2, 3, 5, 17), (2, 3, 17, 40), False),    # attention QK^T-like: B batched, computed
     ((3, 9, 16), (16, 33), True),              # weights, M = 9 (mb 1)

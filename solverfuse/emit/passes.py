@@ -270,9 +270,13 @@ def _emit_matmul_blocked(k: Kernel, t: str, node, shape: tuple, mb: int, body, s
     n = gemm_tiles.mm_columns(k, node)
     m = shape[-2]
     blocks = -(-m // mb)
-    share = 0 if split or any(d != 1 for d in shape[:-2]) else gemm_tiles.column_share(k.threads, n, blocks)
+    flat = not split and all(d == 1 for d in shape[:-2])
+    share = gemm_tiles.column_share(k.threads, n, blocks) if flat else 0
     if share:
         return _matmul_column_shares(k, t, node, shape, mb, body, bsrc, share)
+    slab = gemm_tiles.slab_columns(gemm_tiles.mm_depth(k, node), n, blocks) if flat else 0
+    if slab:
+        return _matmul_column_shares(k, t, node, shape, mb, body, bsrc, slab, slab_major=True)
     with k.loops(tuple(shape[:-2]) + (blocks,), parallel=True, dynamic=DYNAMIC_TILES) as outer:
         batch, mi = tuple(outer[:-1]), outer[-1]
         i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
@@ -299,15 +303,23 @@ def _matmul_rows(k: Kernel, t: str, shape: tuple, mb: int, rows, batch: tuple, i
         k.drop_tile(t)
 
 
-def _matmul_column_shares(k: Kernel, t: str, node, shape: tuple, mb: int, body, bsrc: str, share: int) -> None:
+def _matmul_column_shares(k: Kernel, t: str, node, shape: tuple, mb: int, body, bsrc: str, share: int,
+                          slab_major: bool = False) -> None:
     """:func:`_emit_matmul_blocked` with the threads sharing the columns of each block of rows
     (:func:`~solverfuse.emit.gemm_tiles.column_share`): one loop over (block, share of ``share``
-    columns); each iteration computes its columns of the tile and runs the epilogue over them."""
+    columns); each iteration computes its columns of the tile and runs the epilogue over them.
+    ``slab_major``: the loop runs over (share, block) instead, so that every block of rows reads
+    a share's columns of B (a slab, :func:`~solverfuse.emit.gemm_tiles.slab_columns`) in turn."""
     n, m = shape[-1], shape[-2]
-    shares = -(-n // share)
+    shares, blocks = -(-n // share), -(-m // mb)
     batch = tuple("0" for _ in shape[:-2])
-    with k.loops((-(-m // mb) * shares,), parallel=True, dynamic=DYNAMIC_TILES) as (it,):
-        mi, s = (k.index(f"{it} / {shares}"), k.index(f"{it} % {shares}")) if it != "0" else ("0", "0")
+    with k.loops((blocks * shares,), parallel=True, dynamic=DYNAMIC_TILES) as (it,):
+        if it == "0":
+            mi, s = "0", "0"
+        elif slab_major:
+            mi, s = k.index(f"{it} % {blocks}"), k.index(f"{it} / {blocks}")
+        else:
+            mi, s = k.index(f"{it} / {shares}"), k.index(f"{it} % {shares}")
         i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
         rows = k.index(f"sf_min({mb}, {m} - {i0})") if m % mb else None
         q0 = k.index(f"{s}*{share}") if s != "0" else "0"
