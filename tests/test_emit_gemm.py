@@ -51,6 +51,21 @@ def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, cache):
     assert re.search(r"const long SF_UNUSED \w+ = \w+ % 5;", src) and re.search(r"= \w+ / 5;", src), src[-3000:]
 
 
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_large_b_fused_with_a_row_norm_takes_blocks_of_32_rows(sanitize, cache):
+    """A MatMul whose B (1100 x 1000 floats) is over gemm_tiles.SLAB_MIN, fused with a bias and
+    a LayerNormalization over its rows: the row's epilogue needs whole rows, so the tile takes 32
+    rows at a time (sf_mm_tile32: B read once per 32 rows) -- against ONNX Runtime, in the
+    host's build and the portable one under the sanitizers."""
+    m, k, n = 64, 1100, 1000
+    t = {"a": [m, k], "b": const((k, n)), "c": const((n,)), "s": const((n,)), "z": const((n,))}
+    g = graph(t, ["a"], ["y"], [("mm", "MatMul", ["a", "b"], ["h"]), ("ad", "Add", ["h", "c"], ["u"]),
+                                ("ln", "LayerNormalization", ["u", "s", "z"], ["y"], {"axis": -1})])
+    plan, _, _ = check(g, [["mm", "ad", "ln"]], cache, rtol=1e-3, atol=1e-4, engine="onnxruntime",
+                       sanitize=sanitize)
+    assert "sf_mm_tile32(" in render(plan, g)["model.c"]
+
+
 @pytest.mark.parametrize("ashape,bshape,const_b", [
     ((2, 3, 5, 17), (2, 3, 17, 40), False),    # attention QK^T-like: B batched, computed
     ((3, 9, 16), (16, 33), True),              # weights, M = 9 (mb 1)

@@ -256,6 +256,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 _row_outputs(k, writes, tuple(outer) + (j,))
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
     if mb is not None:
+        mb = gemm_tiles.row_block(k, anchor, mb)
         (t,) = tiled
         bsrc = gemm_tiles.matmul_b_view(k, anchor, mb)
         with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as blk:
