@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bound import bind_buffers  # noqa: E402
 from emit_speed import HW  # noqa: E402
-from emit_speed_cases import make_graph  # noqa: E402
+from gemm_speed import graph_for  # noqa: E402  (its specs: make_graph's, pools, the transformer parts)
 
 from solverfuse import api, cost  # noqa: E402
 from solverfuse.emit.build import build  # noqa: E402
@@ -86,7 +86,7 @@ def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
 
 def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> list[dict]:
     """Per group: fastest seconds over ``rounds`` runs, ops, output shape, flops."""
-    g = make_graph(spec)
+    g = graph_for(spec)
     plan = (api.plan(g, HW, strategy="optimal", time_limit=20, workers=1) if strategy == "optimal"
             else greedy_plan(g, HW, strategy))
     files = render(plan, g, threads=threads)
@@ -130,7 +130,7 @@ def ort_profile(spec: str, threads: int, rounds: int) -> list[dict]:
     import onnxruntime as ort
 
     from solverfuse.emit.reference import to_onnx
-    g = make_graph(spec)
+    g = graph_for(spec)
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
