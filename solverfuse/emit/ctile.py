@@ -24,8 +24,8 @@ def acc_lines(mb: int, a: str, cols: int = CHUNK) -> str:
 def register_blocks(mb: int, body, avx2) -> str:
     """The loop nest of a register-blocked tile for the target the compiler builds for:
     ``body(rows, CHUNK)`` (blocks of ``rows`` = min(mb, 8) x CHUNK accumulators, auto-vectorised:
-    16 zmm with AVX-512, and the portable form) unless the target has AVX2 + FMA without AVX-512 (``SF_AVX2_TILES``); there
-    ``avx2(rows)`` -- blocks of ``rows`` <= 4 x 16 accumulators, AVX2 intrinsics: 16 vector
+    16 zmm with AVX-512, and the portable form) unless the target has AVX2 + FMA without
+    AVX-512 (``SF_AVX2_TILES``); there ``avx2(rows)`` -- blocks of ``rows`` <= 4 x 16 accumulators, AVX2 intrinsics: 16 vector
     registers do not hold 8 x 32 accumulators (spilled: 25 GFLOP/s on a 3x3 conv where AVX-512
     reaches 105, on the same Zen 4 core built with -mno-avx512f; the 4 x 16 blocks: 48, and 105
     with the inputs pinned in registers), and GCC 12 leaves 4 x 16 float arrays in memory."""
