@@ -10,7 +10,6 @@ import pytest
 from solverfuse import cost
 from solverfuse.emit.program import render
 from solverfuse.emit.schedule import PAD_SCRATCH_BYTES
-from solverfuse.plans import build_plan
 
 from .emit_helpers import HW, check, const, graph, model_counts
 

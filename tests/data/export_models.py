@@ -37,7 +37,6 @@ def families():
     import transformers as T
     small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                  vocab_size=96, max_position_embeddings=32)
-    enc = lambda c: (c, _text())  # noqa: E731
     out = {
         "bert": lambda: (T.BertModel(T.BertConfig(**small)), _text()),
         "roberta": lambda: (T.RobertaModel(T.RobertaConfig(**{**small, "max_position_embeddings": 40})), _text()),
