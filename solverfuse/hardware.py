@@ -183,7 +183,6 @@ def detect() -> Hardware:
     # with no spill inside the loop (its only stack traffic is around the Sleef exp call, whose
     # ABI clobbers every ymm), and a GEMM's 12 accumulators are free again when its epilogue
     # runs. A budget of 16 made those real kernels illegal and every GEMM epilogue unfusable.
-    vregs = 32
     if "avx512f" in flags:
         vbytes = 64
     elif machine in ("aarch64", "arm64"):
@@ -194,7 +193,7 @@ def detect() -> Hardware:
                  platform.processor() or machine)
     return Hardware(
         name="detect", description=f"this host: {model}, {cores} cores", kind="cpu",
-        register_budget=vregs, kernel_base_registers=4, register_bytes=vbytes,
+        register_budget=32, kernel_base_registers=4, register_bytes=vbytes,
         l1_bytes=caches.get(1, 32 * 1024), l2_bytes=caches.get(2, 1 << 20), l3_bytes=caches.get(3),
         dram_bandwidth=9.6e9 * cores, l2_bandwidth=110.7e9 * cores,
         l3_bandwidth=54.8e9 * cores if caches.get(3) else None,

@@ -119,8 +119,8 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
     }}
 #elif defined(SF_AVX2_TILES)
     /* 64 positions in 8 accumulators (independent FMA chains: a 9-tap reduction in 4 was
-       latency-bound), then 8 at a time; GCC 12 kept the GNU vector below in memory on AVX2
-       (a load, a multiply, an add and a store per 8 lanes and tap: 3.5x ONNX Runtime's time) */
+       latency-bound), then 8 at a time, masked; GCC 12 kept the GNU vector below in memory on
+       AVX2 (a load, a multiply, an add and a store per 8 lanes and tap: 3.5x ONNX Runtime's time) */
     for (; q + 64 <= span; q += 64) {{
         __m256 a[8];
         for (int v = 0; v < 8; v++) a[v] = _mm256_set1_ps(b0);
@@ -132,22 +132,15 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
             }}
         for (int v = 0; v < 8; v++) _mm256_storeu_ps(T + q + 8*v, a[v]);
     }}
-    for (; q + 8 <= span; q += 8) {{
-        __m256 a0 = _mm256_set1_ps(b0);
-        for (long c = 0; c < C; c++)
-            for (long t = 0; t < taps; t++)
-                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(wp + c*taps + t), _mm256_loadu_ps(x + c*cplane + off[t] + q), a0);
-        _mm256_storeu_ps(T + q, a0);
-    }}
-    if (q < span) {{  /* the last partial vector, masked */
+    for (; q < span; q += 8) {{  /* the lanes past span masked off */
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(span - q)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         __m256 a0 = _mm256_set1_ps(b0);
         for (long c = 0; c < C; c++)
             for (long t = 0; t < taps; t++)
                 a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(wp + c*taps + t), _mm256_maskload_ps(x + c*cplane + off[t] + q, m), a0);
         _mm256_maskstore_ps(T + q, m, a0);
-        q = span;
     }}
+    q = span;
 #elif defined(__GNUC__)
     typedef float sf_vec __attribute__((vector_size({4 * CHUNK}), aligned(4), may_alias));
     for (; q + {CHUNK} <= span; q += {CHUNK}) {{

@@ -205,6 +205,11 @@ def column_share(threads: int, n: int, blocks: int) -> int:
 SLAB_MIN, SLAB_BYTES = 4 << 20, 256 << 10
 
 
+def large_b(kk: int, n: int) -> bool:
+    """A ``kk`` x ``n`` B (packed, columns rounded up to CHUNK) of more than SLAB_MIN bytes."""
+    return kk * round_up(n, CHUNK) * 4 > SLAB_MIN
+
+
 def slab_columns(kk: int, n: int, blocks: int) -> int:
     """Columns per slab of a ``kk`` x ``n`` B that ``blocks`` blocks of rows share (a multiple of
     CHUNK, at least one CHUNK), or 0 where B is read whole per block (B within SLAB_MIN bytes,
@@ -214,7 +219,7 @@ def slab_columns(kk: int, n: int, blocks: int) -> int:
     (64, 0, 0)
     """
     n2 = round_up(n, CHUNK)
-    if blocks < 2 or kk * n2 * 4 <= SLAB_MIN:
+    if blocks < 2 or not large_b(kk, n):
         return 0
     cols = max(CHUNK, SLAB_BYTES // (4 * kk) // CHUNK * CHUNK)
     return 0 if cols >= n2 else cols
@@ -228,7 +233,7 @@ def row_block(k, node, mb: int) -> int:
     28 ms fused against 18 ms unfused, where the MatMul alone reads B in slabs)."""
     kk, n = _mm_kn(k, node)
     m = k.shape(node.inputs[0])[-2]
-    if mb != 8 or kk * round_up(n, CHUNK) * 4 <= SLAB_MIN or m % 32 or 32 * round_up(n, CHUNK) > 4 * MAX_TILE:
+    if mb != 8 or not large_b(kk, n) or m % 32 or 32 * round_up(n, CHUNK) > 4 * MAX_TILE:
         return mb
     return 32
 
