@@ -7,14 +7,18 @@ from __future__ import annotations
 import math
 import re
 import shutil
+import stat
 import subprocess
 
 import numpy as np
 import pytest
 
 from solverfuse import zoo
+from solverfuse.emit import row_stream
 from solverfuse.emit.build import BASE_FLAGS, compile_plan
+from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.program import render
+from solverfuse.emit.reference import reference_outputs
 from solverfuse.plans import build_plan
 
 from .emit_helpers import HW, check, exp_errors, fuse_greedily, graph
@@ -137,12 +141,38 @@ def test_layernorm_gelu_row_kernel_matches_onnxruntime(cache):
     check(g, fuse_greedily(g), cache, rtol=1e-4, atol=1e-5, engine="onnxruntime", threads=2)
 
 
+@pytest.mark.parametrize("extra", ["", "-mno-avx512f"])
+def test_streamed_layernorm_gelu_matches_onnxruntime(extra, monkeypatch, tmp_path):
+    """LN + GELU whose output the row loop writes with non-temporal stores (``STREAM_MIN_BYTES``
+    forced to 0): sf_gelu_block with stream set -- AVX-512 where the host has it, AVX2 + FMA with
+    -mno-avx512f there and natively on AVX2 hosts -- on rows of 100 (a block of 4 at each row's
+    end, rows starting at every 16-byte offset: whole blocks at unaligned dst take plain stores)
+    and of 768, against ONNX Runtime."""
+    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    cc = None
+    if extra:
+        cc = tmp_path / "cc.sh"
+        cc.write_text(f'#!/bin/sh\nexec "${{SF_TEST_CC:-cc}}" "$@" {extra}\n')
+        cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    for cols in (100, 768):
+        g = zoo.residual_layernorm_gelu(37, cols)
+        plan = build_plan(g, HW, fuse_greedily(g), strategy="t")
+        assert re.search(r"sf_gelu_block\([^;]*, 1\);", render(plan, g)["model.c"]), "the GELU block is not streamed"
+        prog = compile_plan(plan, g, strict=True, cache_dir=tmp_path / "cache", cc=str(cc) if cc else None)
+        ins, cs = random_inputs(g, seed=3), constants(g, seed=3)
+        out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
+        for t in g.outputs:
+            np.testing.assert_allclose(out[t], ref[t], rtol=1e-4, atol=1e-5, err_msg=f"{t!r}, rows of {cols}")
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs GCC (-fopt-info-vec)")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_loop_calling_erf_vectorises(threads, tmp_path):
-    """The LN + GELU output loop is vectorised: with AVX-512 the loop filling the block that
-    sf_gelu_block takes (emit/rows.py; GCC unrolls its 16 iterations and vectorises them as one
-    block of 64 bytes), without it (-mno-avx512f) the loop calling sf_geluf."""
+    """The LN + GELU output loop is vectorised: with AVX-512, and with AVX2 + FMA (-mno-avx512f on a
+    host that has them), the loop filling the block that sf_gelu_block takes (emit/rows.py; GCC
+    unrolls its 16 iterations and vectorises them as blocks of 64 or 32 bytes), and with AVX2 also
+    the helper's loop calling sf_geluf on a whole block; without either (-mno-avx512f -mno-avx2)
+    the kernel's loop calling sf_geluf."""
     g = zoo.residual_layernorm_gelu(256, 768)
     files = render(build_plan(g, HW, fuse_greedily(g), strategy="t"), g, threads=threads)
     src = files["model.c"].splitlines()
@@ -151,15 +181,23 @@ def test_the_loop_calling_erf_vectorises(threads, tmp_path):
     flags = [f for f in BASE_FLAGS if f != "-fPIC"] + ["-march=native"] + (["-fopenmp"] if threads > 1 else [])
     block = [n + 1 for n, ln in enumerate(src) if re.search(r"\bG\d+\[i\d+ - j\d+\] = ", ln)]
     calls = [n + 1 for n, ln in enumerate(src) if "sf_erff(v" in ln or "sf_geluf(v" in ln]
-    assert calls, "the GELU does not call sf_erff or sf_geluf"
-    for extra, at in (["-mavx512f"], block or calls), (["-mno-avx512f"], calls):
+    helper = [n + 1 for n, ln in enumerate(src) if "i < 16; i++) y[i] = sf_geluf(g[i]);" in ln]
+    assert calls and block and len(helper) == 1, "the GELU does not call sf_geluf in its block and in the loop"
+    cases = [(["-mavx512f"], block, [])]
+    if _defines(("-mno-avx512f",), "__AVX2__") and _defines(("-mno-avx512f",), "__FMA__"):
+        cases.append((["-mno-avx512f"], block, helper))
+    cases.append((["-mno-avx512f", "-mno-avx2"], calls, []))
+    for extra, at, loops in cases:
         loop = max(n + 1 for n in range(at[0]) if re.match(r"\s*for \(long", src[n]))  # the enclosing loop
         r = subprocess.run(["gcc", *flags, *extra, "-fopt-info-vec-optimized", "-c", "model.c", "-o", "model.o"],
                            cwd=tmp_path, capture_output=True, text=True, check=True)
         # a loop vectorised, or (the 16 stores into the block) unrolled and vectorised as one block
         vec = {int(m.group(1)) for m in re.finditer(
-            r"model\.c:(\d+):\d+: optimized: (?:loop vectorized|basic block part vectorized using 64)", r.stderr)}
+            r"model\.c:(\d+):\d+: optimized: (?:loop vectorized|basic block part vectorized using (?:64|32))",
+            r.stderr)}
         assert {loop, at[0]} & vec, f"{extra}: the GELU loop at line {loop} ({src[loop - 1].strip()}) is not vectorised"
+        for ln in loops:
+            assert ln in vec, f"{extra}: sf_gelu_block's sf_geluf loop at line {ln} ({src[ln - 1].strip()}) is not vectorised"
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
