@@ -46,7 +46,8 @@ CASES = [
     # 160 input channels x 9 taps on 7x7: the channel tile's packed weights (184 KB) are over
     # SF_CM_BLOCK_MIN, so its AVX2 form reduces in blocks of input channels (the last one partial)
     ((1, 160, 7, 7), (128, 160, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
-    # stride-2 3x3 onto 7x7 (column copies, then the channel tile): 49 = 3 x 14 + 7, batch 2
+    # stride-2 3x3 onto 7x7 (column copies, then the channel tile): 49 = 3 x 14 + 7, batch 2; its
+    # packed weights (18 KB) on 49 positions are over SF_CM_BLOCK_MIN_SMALL: blocked on AVX2 too
     ((2, 16, 14, 14), (128, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "sf_conv_tile32("),
     # strided 1x1 without padding: only the positions it reads are copied (12 x 13 outputs)
     ((1, 12, 23, 25), (20, 12, 1, 1), {"strides": [2, 2]}, "sf_conv_copy_sub("),
@@ -187,13 +188,17 @@ def test_large_input_takes_the_channel_blocked_reduction():
         assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] >= 512), call
 
 
-def test_channel_tile_blocks_its_reduction_only_over_the_weight_threshold():
+def test_channel_tile_blocks_its_reduction_only_over_the_weight_thresholds():
     """The channel tile's AVX2 form blocks its reduction when its packed weights (C x taps x 32
-    floats) are over SF_CM_BLOCK_MIN: of the cases above only the 160-channel 3x3 one is, so the
-    numerics tests checked both the blocked and the unblocked form."""
+    floats) are over SF_CM_BLOCK_MIN (128 KB), or over SF_CM_BLOCK_MIN_SMALL (16 KB) on a span of at
+    most SF_CM_SMALL_SPAN (64) positions: of the cases above the 160-channel 3x3 one (184 KB) and
+    the stride-2 3x3 onto 7x7 (18 KB, 49 positions) are, the others not, so the numerics tests
+    checked both the blocked and the unblocked form."""
     from solverfuse.plans import build_plan
-    limit = 128 * 1024
-    assert f"({limit // 1024}L*1024)" in CM_BLOCK_DEFS
+    limit, small, span_max = 128 * 1024, 16 * 1024, 64
+    for define in (f"SF_CM_BLOCK_MIN ({limit // 1024}L*1024)\n", f"SF_CM_BLOCK_MIN_SMALL ({small // 1024}L*1024)\n",
+                   f"SF_CM_SMALL_SPAN {span_max}\n"):
+        assert f"#define {define}" in CM_BLOCK_DEFS, define
     seen = []
     for shape, kernel, attrs, marker in CASES:
         if marker != "sf_conv_tile32(":
@@ -202,5 +207,6 @@ def test_channel_tile_blocks_its_reduction_only_over_the_weight_threshold():
         src = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
         call = next(ln for ln in src.splitlines() if "sf_conv_tile32(&" in ln)
         args = call[call.index("(") + 1:call.rindex(")")].split(", ")
-        seen.append((int(args[5]) * int(args[6]) * 32 * 4 > limit, shape[1]))
-    assert seen == [(c == 160, c) for _, c in seen] and (True, 160) in seen, seen
+        wbytes, span = int(args[5]) * int(args[6]) * 32 * 4, int(args[1])
+        seen.append((wbytes > limit or (span <= span_max and wbytes > small), shape[1], kernel[2]))
+    assert [c[1:] for c in seen if c[0]] == [(160, 3), (16, 3)] and len(seen) > 2, seen

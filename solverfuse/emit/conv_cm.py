@@ -63,23 +63,34 @@ def _cm_pass(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
 CM_POSITIONS_AVX2 = 6
 
 #: The AVX2 channel-vectorised tile reduces in blocks of input channels when its packed weights
-#: exceed SF_CM_BLOCK_MIN bytes: each block's weights and input (SF_CM_BLOCK bytes together) stay in
+#: exceed SF_CM_BLOCK_MIN bytes, or SF_CM_BLOCK_MIN_SMALL bytes on a span of at most
+#: SF_CM_SMALL_SPAN positions: each block's weights and input (SF_CM_BLOCK bytes together) stay in
 #: the L1 while every pass of positions reads them, the partial sums kept position-major in A.
 #: Unblocked, a pass streamed all the weights and the whole input from the L2 or beyond (ResNet-50's
-#: 512-channel 7x7 3x3 conv: 590 KB of weights per pass of 6 positions).
+#: 512-channel 7x7 3x3 conv: 590 KB of weights per pass of 6 positions). On up to 64 positions A
+#: (8 KB) fits the L1 beside the block, so smaller weights gain too (kernels against ONNX Runtime in
+#: the same run, two runs: ResNet-50's 7x7 1x1 convs 512 -> 2048 1.72-1.81 -> 1.43-1.45 of its time,
+#: 1024 -> 512 1.30-2.00 -> 1.09-1.52); on squeezenet's 13x13 classifier (A 21.6 KB) it lost
+#: (1.16-1.38 -> 1.42-1.50). The macros are overridden together (-D on all four).
 CM_BLOCK_DEFS = """#if !defined(SF_CM_BLOCK)
 #define SF_CM_BLOCK (24L*1024)
 #define SF_CM_BLOCK_MIN (128L*1024)
+#define SF_CM_BLOCK_MIN_SMALL (16L*1024)
+#define SF_CM_SMALL_SPAN 64
 #endif
 """
 
 
-def _cm_pass_avx2(p: int, loop: str, step: str = "") -> str:
+def _cm_pass_avx2(p: int, loop: str, step: str = "", prefetch: bool = False) -> str:
     """One pass shape of ``sf_conv_tile32``'s AVX2 form: ``loop`` runs it over q0 while ``p``
     positions are left; for each half of the 32 channels, 16 channels x ``p`` positions in
     registers over the block's (channel, tap) reduction. The first block starts at the bias,
     later ones at the partial sums in A; a blocked reduction leaves its sums in A, an unblocked one
-    scatters them into the channel-major tile through ``o``."""
+    scatters them into the channel-major tile through ``o``. ``prefetch``: the second pass (q0 =
+    p) pulls the packed weights that follow the block's (the next block's, or after the last
+    block the next tile's first) into the L2, a line per (channel, tap) and half: else the first
+    pass of each block waited on them (standalone, 64 tiles of ResNet-50's 512 -> 2048 1x1 conv
+    on 7x7 with their own weights: 27 GFLOP/s, 47-81 with one tile's weights reused)."""
     init = " ".join(f"__m256 c{i}_0 = cs ? _mm256_load_ps(A + (q0 + {i})*32 + h) : b0, "
                     f"c{i}_1 = cs ? _mm256_load_ps(A + (q0 + {i})*32 + h + 8) : b1;" for i in range(p))
     fma = "\n".join(f"                {{ const __m256 xb = _mm256_broadcast_ss(xt + {i}); "
@@ -89,7 +100,9 @@ def _cm_pass_avx2(p: int, loop: str, step: str = "") -> str:
                     for i in range(p))
     to_o = " ".join(f"_mm256_store_ps(o + {16 * i}, c{i}_0); _mm256_store_ps(o + {16 * i + 8}, c{i}_1);"
                     for i in range(p))
-    return f"""    {loop} {{
+    pf_decl = f"\n    const long pfo = q0 == {p} ? (ce - cs)*taps*32 : 0;" if prefetch else ""
+    pf_step = "\n                __builtin_prefetch(w + pfo, 0, 2);" if prefetch else ""
+    return f"""    {loop} {{{pf_decl}
     for (int h = 0; h < 32; h += 16) {{
         const __m256 b0 = bias ? _mm256_loadu_ps(bias + h) : _mm256_setzero_ps();
         const __m256 b1 = bias ? _mm256_loadu_ps(bias + h + 8) : _mm256_setzero_ps();
@@ -98,7 +111,7 @@ def _cm_pass_avx2(p: int, loop: str, step: str = "") -> str:
             for (long t = 0; t < taps; t++) {{
                 const float *restrict xt = x + c*cplane + off[t] + q0;
                 const float *restrict w = wp + (c*taps + t)*32 + h;
-                const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+                const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);{pf_step}
 {fma}
             }}
         if (cb < C) {{ {to_a} }}
@@ -169,7 +182,7 @@ def conv_tile_cm(name: str, conv_body) -> str:
               + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
               + _cm_pass(1, "for (; q0 < span; q0++)"))
     pa = CM_POSITIONS_AVX2
-    avx2 = (_cm_pass_avx2(pa, f"for (; q0 + {pa} <= span; q0 += {pa})")
+    avx2 = (_cm_pass_avx2(pa, f"for (; q0 + {pa} <= span; q0 += {pa})", prefetch=True)
             + _cm_pass_avx2(3, "if (q0 + 3 <= span)", "q0 += 3;")
             + _cm_pass_avx2(1, "for (; q0 < span; q0++)"))
     return SHUF_DEFS + CM_BLOCK_DEFS + f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
@@ -188,7 +201,10 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
 {passes}#elif defined(SF_AVX2_TILES)
     float o[16 * {CM_POSITIONS_AVX2}] SF_ALIGN64, A[256 * 32] SF_ALIGN64;  /* span <= 256 */
     long cb = C;
-    if (C*taps*128 > SF_CM_BLOCK_MIN) {{ cb = SF_CM_BLOCK / (taps*128 + cplane*4); if (cb < 1) cb = 1; }}
+    if (C*taps*128 > SF_CM_BLOCK_MIN || (span <= SF_CM_SMALL_SPAN && C*taps*128 > SF_CM_BLOCK_MIN_SMALL)) {{
+        cb = SF_CM_BLOCK / (taps*128 + cplane*4);
+        if (cb < 1) cb = 1;
+    }}
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;
     long q0 = 0;
