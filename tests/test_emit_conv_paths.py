@@ -191,15 +191,16 @@ def test_large_input_takes_the_channel_blocked_reduction():
 def test_channel_tile_blocks_its_reduction_only_over_the_weight_thresholds():
     """The channel tile's AVX2 form blocks its reduction when its packed weights (C x taps x 32
     floats) are over SF_CM_BLOCK_MIN (128 KB), or over SF_CM_BLOCK_MIN_SMALL (16 KB) on a span of at
-    most SF_CM_SMALL_SPAN (64) positions: of the cases above the 160-channel 3x3 one (184 KB) and
-    the stride-2 3x3 onto 7x7 (18 KB, 49 positions) are, the others not, so the numerics tests
-    checked both the blocked and the unblocked form."""
+    most SF_CM_SMALL_SPAN (64) positions; over 16 KB on a larger span it runs in chunks of
+    positions. Of the cases above the 160-channel 3x3 one (184 KB) and the stride-2 3x3 onto 7x7
+    (18 KB, 49 positions) are blocked, the 3x3 convs of 24 and 20 channels on 14x14 and 13x13 (27
+    and 23 KB) chunked, the others neither, so the numerics tests checked all three forms."""
     from solverfuse.plans import build_plan
     limit, small, span_max = 128 * 1024, 16 * 1024, 64
     for define in (f"SF_CM_BLOCK_MIN ({limit // 1024}L*1024)\n", f"SF_CM_BLOCK_MIN_SMALL ({small // 1024}L*1024)\n",
-                   f"SF_CM_SMALL_SPAN {span_max}\n"):
+                   f"SF_CM_SMALL_SPAN {span_max}\n", "SF_CM_CHUNK 30\n"):
         assert f"#define {define}" in CM_BLOCK_DEFS, define
-    seen = []
+    seen = {"blocked": [], "chunked": [], "whole": []}
     for shape, kernel, attrs, marker in CASES:
         if marker != "sf_conv_tile32(":
             continue
@@ -208,5 +209,7 @@ def test_channel_tile_blocks_its_reduction_only_over_the_weight_thresholds():
         call = next(ln for ln in src.splitlines() if "sf_conv_tile32(&" in ln)
         args = call[call.index("(") + 1:call.rindex(")")].split(", ")
         wbytes, span = int(args[5]) * int(args[6]) * 32 * 4, int(args[1])
-        seen.append((wbytes > limit or (span <= span_max and wbytes > small), shape[1], kernel[2]))
-    assert [c[1:] for c in seen if c[0]] == [(160, 3), (16, 3)] and len(seen) > 2, seen
+        mode = ("blocked" if wbytes > limit or (span <= span_max and wbytes > small)
+                else "chunked" if wbytes > small else "whole")
+        seen[mode].append((shape[1], kernel[2]))
+    assert seen["blocked"] == [(160, 3), (16, 3)] and seen["chunked"] == [(24, 3), (20, 3)] and seen["whole"], seen

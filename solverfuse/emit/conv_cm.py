@@ -71,12 +71,19 @@ CM_POSITIONS_AVX2 = 6
 #: (8 KB) fits the L1 beside the block, so smaller weights gain too (kernels against ONNX Runtime in
 #: the same run, two runs: ResNet-50's 7x7 1x1 convs 512 -> 2048 1.72-1.81 -> 1.43-1.45 of its time,
 #: 1024 -> 512 1.30-2.00 -> 1.09-1.52); on squeezenet's 13x13 classifier (A 21.6 KB) it lost
-#: (1.16-1.38 -> 1.42-1.50). The macros are overridden together (-D on all four).
+#: (1.16-1.38 -> 1.42-1.50). Larger spans with weights between the two thresholds run in chunks of
+#: SF_CM_CHUNK positions instead (0: none), each blocked by SF_CM_CBLOCK bytes of weights and
+#: input, so that a chunk's partial sums (3.75 KB) stay in the L1 too; the weights are read once
+#: per chunk. Standalone tiles with their own weights, best of 6 alternating runs: 512 -> 1000 on
+#: 13x13 62 -> 73 GFLOP/s, 512 and 1024 channels 1x1 on 14x14 +6% / +4%, 256-channel 1x1 and
+#: 64-channel 3x3 -1%. The macros are overridden together (-D on all six).
 CM_BLOCK_DEFS = """#if !defined(SF_CM_BLOCK)
 #define SF_CM_BLOCK (24L*1024)
 #define SF_CM_BLOCK_MIN (128L*1024)
 #define SF_CM_BLOCK_MIN_SMALL (16L*1024)
 #define SF_CM_SMALL_SPAN 64
+#define SF_CM_CHUNK 30
+#define SF_CM_CBLOCK (20L*1024)
 #endif
 """
 
@@ -86,8 +93,8 @@ def _cm_pass_avx2(p: int, loop: str, step: str = "", prefetch: bool = False) -> 
     positions are left; for each half of the 32 channels, 16 channels x ``p`` positions in
     registers over the block's (channel, tap) reduction. The first block starts at the bias,
     later ones at the partial sums in A; a blocked reduction leaves its sums in A, an unblocked one
-    scatters them into the channel-major tile through ``o``. ``prefetch``: the second pass (q0 =
-    p) pulls the packed weights that follow the block's (the next block's, or after the last
+    scatters them into the channel-major tile through ``o``. ``prefetch``: the second pass of a
+    chunk (q0 = s0 + p) pulls the packed weights that follow the block's (the next block's, or after the last
     block the next tile's first) into the L2, a line per (channel, tap) and half: else the first
     pass of each block waited on them (standalone, 64 tiles of ResNet-50's 512 -> 2048 1x1 conv
     on 7x7 with their own weights: 27 GFLOP/s, 47-81 with one tile's weights reused)."""
@@ -100,7 +107,7 @@ def _cm_pass_avx2(p: int, loop: str, step: str = "", prefetch: bool = False) -> 
                     for i in range(p))
     to_o = " ".join(f"_mm256_store_ps(o + {16 * i}, c{i}_0); _mm256_store_ps(o + {16 * i + 8}, c{i}_1);"
                     for i in range(p))
-    pf_decl = f"\n    const long pfo = q0 == {p} ? (ce - cs)*taps*32 : 0;" if prefetch else ""
+    pf_decl = f"\n    const long pfo = q0 == s0 + {p} ? (ce - cs)*taps*32 : 0;" if prefetch else ""
     pf_step = "\n                __builtin_prefetch(w + pfo, 0, 2);" if prefetch else ""
     return f"""    {loop} {{{pf_decl}
     for (int h = 0; h < 32; h += 16) {{
@@ -182,9 +189,9 @@ def conv_tile_cm(name: str, conv_body) -> str:
               + _cm_pass(7, "if (q0 + 7 <= span)", "q0 += 7;")
               + _cm_pass(1, "for (; q0 < span; q0++)"))
     pa = CM_POSITIONS_AVX2
-    avx2 = (_cm_pass_avx2(pa, f"for (; q0 + {pa} <= span; q0 += {pa})", prefetch=True)
-            + _cm_pass_avx2(3, "if (q0 + 3 <= span)", "q0 += 3;")
-            + _cm_pass_avx2(1, "for (; q0 < span; q0++)"))
+    avx2 = (_cm_pass_avx2(pa, f"for (; q0 + {pa} <= s1; q0 += {pa})", prefetch=True)
+            + _cm_pass_avx2(3, "if (q0 + 3 <= s1)", "q0 += 3;")
+            + _cm_pass_avx2(1, "for (; q0 < s1; q0++)"))
     return SHUF_DEFS + CM_BLOCK_DEFS + f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
    bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps.
@@ -200,15 +207,24 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
     long q0 = 0;
 {passes}#elif defined(SF_AVX2_TILES)
     float o[16 * {CM_POSITIONS_AVX2}] SF_ALIGN64, A[256 * 32] SF_ALIGN64;  /* span <= 256 */
-    long cb = C;
+    long cb = C, sc = span;  /* blocks of input channels; chunks of positions */
     if (C*taps*128 > SF_CM_BLOCK_MIN || (span <= SF_CM_SMALL_SPAN && C*taps*128 > SF_CM_BLOCK_MIN_SMALL)) {{
         cb = SF_CM_BLOCK / (taps*128 + cplane*4);
         if (cb < 1) cb = 1;
+    }} else if (C*taps*128 > SF_CM_BLOCK_MIN_SMALL && SF_CM_CHUNK) {{
+        long xs = cplane;  /* the input floats a block reads per channel */
+        sc = SF_CM_CHUNK;
+        for (long t = 0; t < taps; t++) if (sc + off[t] < xs) xs = sc + off[t];
+        cb = SF_CM_CBLOCK / (taps*128 + xs*4);
+        if (cb < 1) cb = 1;
     }}
+    for (long s0 = 0; s0 < span; s0 += sc) {{
+    const long s1 = s0 + sc < span ? s0 + sc : span;
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;
-    long q0 = 0;
+    long q0 = s0;
 {avx2}    }}
+    }}
     if (cb < C) for (int a = 0; a < 32; a++) for (long q = 0; q < span; q++) T[a*span + q] = A[q*32 + a];
 #else
 {conv_body(8, CHUNK)}#endif
