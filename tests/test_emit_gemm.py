@@ -52,18 +52,19 @@ def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, cache):
 
 
 @pytest.mark.parametrize("sanitize", [False, True])
-def test_large_b_fused_with_a_row_norm_takes_blocks_of_32_rows(sanitize, cache):
+@pytest.mark.parametrize("m,rows", [(64, 64), (96, 32)])
+def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, sanitize, cache):
     """A MatMul whose B (1100 x 1000 floats) is over gemm_tiles.SLAB_MIN, fused with a bias and
-    a LayerNormalization over its rows: the row's epilogue needs whole rows, so the tile takes 32
-    rows at a time (sf_mm_tile32: B read once per 32 rows) -- against ONNX Runtime, in the
-    host's build and the portable one under the sanitizers."""
-    m, k, n = 64, 1100, 1000
+    a LayerNormalization over its rows: the row's epilogue needs whole rows, so the tile takes 64
+    rows at a time where they divide M (sf_mm_tile64: B read once per 64 rows), else 32 -- against
+    ONNX Runtime, in the host's build and the portable one under the sanitizers."""
+    k, n = 1100, 1000
     t = {"a": [m, k], "b": const((k, n)), "c": const((n,)), "s": const((n,)), "z": const((n,))}
     g = graph(t, ["a"], ["y"], [("mm", "MatMul", ["a", "b"], ["h"]), ("ad", "Add", ["h", "c"], ["u"]),
                                 ("ln", "LayerNormalization", ["u", "s", "z"], ["y"], {"axis": -1})])
     plan, _, _ = check(g, [["mm", "ad", "ln"]], cache, rtol=1e-3, atol=1e-4, engine="onnxruntime",
                        sanitize=sanitize)
-    assert "sf_mm_tile32(" in render(plan, g)["model.c"]
+    assert f"sf_mm_tile{rows}(" in render(plan, g)["model.c"]
 
 
 @pytest.mark.parametrize("ashape,bshape,const_b", [
