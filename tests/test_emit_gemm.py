@@ -67,6 +67,21 @@ def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, sa
     assert f"sf_mm_tile{rows}(" in render(plan, g)["model.c"]
 
 
+def test_large_b_fused_with_a_row_norm_shares_two_tiles_between_two_threads(cache):
+    """The same group with M = 128 at 2 threads: two tiles of 64 rows, which the threads take one
+    each (a loop of whole tiles, schedule(dynamic); as a plain loop under 2 iterations per
+    thread it ran on one thread) -- against ONNX Runtime."""
+    m, k, n = 128, 1100, 1000
+    t = {"a": [m, k], "b": const((k, n)), "c": const((n,)), "s": const((n,)), "z": const((n,))}
+    g = graph(t, ["a"], ["y"], [("mm", "MatMul", ["a", "b"], ["h"]), ("ad", "Add", ["h", "c"], ["u"]),
+                                ("ln", "LayerNormalization", ["u", "s", "z"], ["y"], {"axis": -1})])
+    plan, _, _ = check(g, [["mm", "ad", "ln"]], cache, rtol=1e-3, atol=1e-4, engine="onnxruntime", threads=2)
+    src = render(plan, g, threads=2)["model.c"]
+    body = src[src.index("static int k0("):]
+    assert re.search(r"#pragma omp for schedule\(dynamic\)[^\n]*\n\s*for \(long (\w+) = 0; \1 < 2; \1\+\+\) \{"
+                     r"\n[^\n]*\n\s*float T\d+\[64\]", body), body[:1500]
+
+
 @pytest.mark.parametrize("ashape,bshape,const_b", [
     ((2, 3, 5, 17), (2, 3, 17, 40), False),    # attention QK^T-like: B batched, computed
     ((3, 9, 16), (16, 33), True),              # weights, M = 9 (mb 1)

@@ -260,7 +260,9 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
         mb = gemm_tiles.row_block(k, anchor, mb)
         (t,) = tiled
         bsrc = gemm_tiles.matmul_b_view(k, anchor, mb)
-        with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True) as blk:
+        # whole tiles: the threads take them one at a time (2 tiles of 64 rows on 2 threads run
+        # one each; as a plain loop, under 2 per thread, they ran serial)
+        with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=True) as blk:
             batch, mi = tuple(blk[:-1]), blk[-1]
             i0 = k.index(f"{mi}*{mb}") if mi != "0" else "0"
             arr = gemm_tiles.tile_matmul_blocked(k, anchor, batch, i0, bsrc, mb)

@@ -80,16 +80,20 @@ def parallel_dims(trips: Sequence[int], threads: int, dynamic: bool = False) -> 
     the shares to come out even -- a trip count that is a multiple of the threads, or at least 8
     per thread. Inception v1's 55x55 3x3 conv has 5 bands of rows x 24 blocks of channels: 5
     bands on 2 threads are 3 + 2 (the kernel took 0.6 of its 1-thread time), 120 tiles 60 + 60.
+    A single loop of whole tiles is shared from one tile per thread (BERT's FFN output + LayerNorm:
+    2 tiles of 64 rows, which ran serial under the plain loop's 2 per thread).
 
     >>> parallel_dims([64, 3136], 2), parallel_dims([3, 3136], 2), parallel_dims([3], 2)
     (1, 1, 0)
     >>> parallel_dims([1 * 32, 8], 2, dynamic=True), parallel_dims([7, 3], 4, dynamic=True)
     (1, 2)
+    >>> parallel_dims([2], 2, dynamic=True), parallel_dims([1], 2, dynamic=True)
+    (1, 0)
     """
     if not trips:
         return 0
     if len(trips) == 1:
-        return 1 if trips[0] >= 2 * threads else 0
+        return 1 if trips[0] >= (threads if dynamic else 2 * threads) else 0
     n, total = 0, 1
     if dynamic:
         while n < len(trips) and not (n and (total % threads == 0 or total >= 8 * threads)):
