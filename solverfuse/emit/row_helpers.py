@@ -171,10 +171,11 @@ SF_EXP8 = """#if defined(SF_AVX2_TILES) && !defined(SF_EXP8_DONE)
 static const float sf_exp2_8[8] __attribute__((aligned(32))) = {
     0x1.0p+0f, 0x1.172b84p+0f, 0x1.306fe0p+0f, 0x1.4bfdaep+0f, 0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f,
     0x1.d5818ep+0f};
-__attribute__((always_inline)) SF_UNUSED static inline __m256 sf_exp8_wide(__m256 x, __m256 tab)
+/* The reduction and polynomial both forms share: y = 2^((n mod 8) / 8) e^r, and *t = 1.5 * 2^23 + n
+   (n in its low bits). */
+__attribute__((always_inline)) SF_UNUSED static inline __m256 sf_exp8_frac(__m256 x, __m256 tab, __m256 *tp)
 {
-    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
-    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+3f), _mm256_set1_ps(12582912.0f));
+    const __m256 t = *tp = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+3f), _mm256_set1_ps(12582912.0f));
     const __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
     __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.62e430p-4f), x);
     r = _mm256_fmadd_ps(n, _mm256_set1_ps(0x1.05c610p-32f), r);
@@ -182,7 +183,13 @@ __attribute__((always_inline)) SF_UNUSED static inline __m256 sf_exp8_wide(__m25
     q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
     q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
     const __m256 T = _mm256_permutevar8x32_ps(tab, _mm256_castps_si256(t));
-    const __m256 y = _mm256_fmadd_ps(T, _mm256_mul_ps(q, r), T);
+    return _mm256_fmadd_ps(T, _mm256_mul_ps(q, r), T);
+}
+__attribute__((always_inline)) SF_UNUSED static inline __m256 sf_exp8_wide(__m256 x, __m256 tab)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+    __m256 t;
+    const __m256 y = sf_exp8_frac(x, tab, &t);
     const __m256i k = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)), 3);
     const __m256i h = _mm256_srai_epi32(k, 1), e127 = _mm256_set1_epi32(127);
     const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, e127), 23));
@@ -199,15 +206,8 @@ __attribute__((always_inline)) SF_UNUSED static inline __m256 sf_exp8(__m256 x, 
     const __m256 out = nonpos ? _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_NGE_UQ)
                               : _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(87.0f), _CMP_NLE_UQ);
     if (__builtin_expect(_mm256_movemask_ps(out), 0)) return sf_exp8_wide(x, tab);
-    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+3f), _mm256_set1_ps(12582912.0f));
-    const __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.62e430p-4f), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(0x1.05c610p-32f), r);
-    __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555556p-5f), r, _mm256_set1_ps(0x1.555556p-3f));
-    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
-    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
-    const __m256 T = _mm256_permutevar8x32_ps(tab, _mm256_castps_si256(t));
-    const __m256 y = _mm256_fmadd_ps(T, _mm256_mul_ps(q, r), T);
+    __m256 t;
+    const __m256 y = sf_exp8_frac(x, tab, &t);
     /* t's low bits hold n (t = 1.5 * 2^23 + n): (t >> 3) << 23 is floor(n/8) << 23, the bits above wrapping off */
     const __m256i k = _mm256_slli_epi32(_mm256_srai_epi32(_mm256_castps_si256(t), 3), 23);
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), k));
