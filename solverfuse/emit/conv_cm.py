@@ -94,10 +94,11 @@ def _cm_pass_avx2(p: int, loop: str, step: str = "", prefetch: bool = False) -> 
     registers over the block's (channel, tap) reduction. The first block starts at the bias,
     later ones at the partial sums in A; a blocked reduction leaves its sums in A, an unblocked one
     scatters them into the channel-major tile through ``o``. ``prefetch``: the second pass of a
-    chunk (q0 = s0 + p) pulls the packed weights that follow the block's (the next block's, or after the last
-    block the next tile's first) into the L2, a line per (channel, tap) and half: else the first
-    pass of each block waited on them (standalone, 64 tiles of ResNet-50's 512 -> 2048 1x1 conv
-    on 7x7 with their own weights: 27 GFLOP/s, 47-81 with one tile's weights reused)."""
+    chunk (q0 = s0 + p) pulls the packed weights that follow the block's (the next block's, or
+    after the last block the next tile's first) into the L2, a line per (channel, tap) and half:
+    else the first pass of each block waited on them (standalone, 64 tiles of ResNet-50's 512 ->
+    2048 1x1 conv on 7x7 with their own weights: 27 GFLOP/s, 47-81 with one tile's weights
+    reused)."""
     init = " ".join(f"__m256 c{i}_0 = cs ? _mm256_load_ps(A + (q0 + {i})*32 + h) : b0, "
                     f"c{i}_1 = cs ? _mm256_load_ps(A + (q0 + {i})*32 + h + 8) : b1;" for i in range(p))
     fma = "\n".join(f"                {{ const __m256 xb = _mm256_broadcast_ss(xt + {i}); "
@@ -212,9 +213,10 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void {name}(float *restrict T, long span
         cb = SF_CM_BLOCK / (taps*128 + cplane*4);
         if (cb < 1) cb = 1;
     }} else if (C*taps*128 > SF_CM_BLOCK_MIN_SMALL && SF_CM_CHUNK) {{
-        long xs = cplane;  /* the input floats a block reads per channel */
+        long reach = 0;  /* the farthest tap offset */
+        for (long t = 0; t < taps; t++) if (off[t] > reach) reach = off[t];
         sc = SF_CM_CHUNK;
-        for (long t = 0; t < taps; t++) if (sc + off[t] < xs) xs = sc + off[t];
+        const long xs = sc + reach < cplane ? sc + reach : cplane;  /* the input floats a block reads per channel */
         cb = SF_CM_CBLOCK / (taps*128 + xs*4);
         if (cb < 1) cb = 1;
     }}
