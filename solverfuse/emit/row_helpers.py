@@ -148,6 +148,15 @@ __attribute__((always_inline)) SF_UNUSED static inline sf_v16 sf_gelu16(sf_v16 x
 #endif
 """
 
+#: ``SF_NT_ALIGN``: the bytes a non-temporal vector store is aligned to (AVX-512 64, AVX2 32;
+#: undefined where the target has no such stores), for the helpers' scalar prologues.
+_NT_ALIGN = """#if defined(SF_AVX512_TILES) && !defined(SF_NT_ALIGN)
+#define SF_NT_ALIGN 64
+#elif defined(SF_AVX2_TILES) && !defined(SF_NT_ALIGN)
+#define SF_NT_ALIGN 32
+#endif
+"""
+
 #: ``sf_stream_fence()``: orders the non-temporal stores before it (once per translation unit).
 _FENCE = """#if !defined(SF_FENCE_DONE)
 #define SF_FENCE_DONE 1
@@ -369,7 +378,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_divq(float a, fl
 #endif
 }
 """,
-    "sf_drain": SIMD_DEFS + """/* A row's softmax output left pending (emit/row_stream.py): dst[j] = src[j] * r, or (div) src[j] / s
+    "sf_drain": SIMD_DEFS + _NT_ALIGN + """/* A row's softmax output left pending (emit/row_stream.py): dst[j] = src[j] * r, or (div) src[j] / s
    as sf_divq computes it (r = 1 / s), written block by block with non-temporal stores while the
    next row computes. The kernel calls sf_stream_fence() after its last sf_drain. */
 typedef struct { float *dst; const float *src; float s, r; int div; } sf_pend;
@@ -380,11 +389,13 @@ SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
     const float *restrict e = p->src + j0;
     const float s = p->s, r = p->r;
     long i = 0;
-#if defined(SF_AVX512_TILES)
-    for (; i < len && ((uintptr_t)(d + i) & 63); i++) {
+#if defined(SF_NT_ALIGN)
+    for (; i < len && ((uintptr_t)(d + i) & (SF_NT_ALIGN - 1)); i++) {
         const float q = e[i] * r;
         d[i] = p->div ? fmaf(fmaf(-q, s, e[i]), r, q) : q;
     }
+#endif
+#if defined(SF_AVX512_TILES)
     const sf_v16 sv = SF_SET1(s), rv = SF_SET1(r);
     if (p->div)
         for (; i + 16 <= len; i += 16) {
@@ -394,10 +405,6 @@ SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
     else
         for (; i + 16 <= len; i += 16) SF_STREAM16(d + i, SF_LOAD16(e + i) * rv);
 #elif defined(SF_AVX2_TILES)
-    for (; i < len && ((uintptr_t)(d + i) & 31); i++) {
-        const float q = e[i] * r;
-        d[i] = p->div ? fmaf(fmaf(-q, s, e[i]), r, q) : q;
-    }
     const __m256 sv = _mm256_set1_ps(s), rv = _mm256_set1_ps(r);
     if (p->div)
         for (; i + 8 <= len; i += 8) {
@@ -418,18 +425,19 @@ SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
     }
 }
 """  + _FENCE,
-    "sf_stream": SIMD_DEFS + """/* dst[i] = src[i], i < n, with non-temporal stores where the target has them (AVX-512, AVX2): a large
+    "sf_stream": SIMD_DEFS + _NT_ALIGN + """/* dst[i] = src[i], i < n, with non-temporal stores where the target has them (AVX-512, AVX2): a large
    output that the kernel does not read again goes to memory without first being read into the
    cache (a third of a plain store's traffic). Ends unordered: the kernel calls sf_stream_fence()
    after its last sf_stream. */
 SF_UNUSED static void sf_stream(float *restrict dst, const float *restrict src, long n)
 {
     long i = 0;
+#if defined(SF_NT_ALIGN)
+    for (; i < n && ((uintptr_t)(dst + i) & (SF_NT_ALIGN - 1)); i++) dst[i] = src[i];
+#endif
 #if defined(SF_AVX512_TILES)
-    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];
     for (; i + 16 <= n; i += 16) SF_STREAM16(dst + i, SF_LOAD16(src + i));
 #elif defined(SF_AVX2_TILES)
-    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];
     for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
 #endif
     for (; i < n; i++) dst[i] = src[i];
