@@ -21,16 +21,42 @@ from .ctile import CHUNK, acc_lines, register_blocks, v8_block
 #: 512-channel 28x28 planes: 5.2 MB, every chunk of 32 positions read ~600 KB of it from the
 #: L3) are reduced in blocks of channels whose copy is 512 KiB, so the chunks reuse it from the
 #: L2. Standalone, paired: 512ch 28x28 3x3 0.89-0.96 of the time, 256ch 56x56 1.00-1.05; with a
-#: 1 MiB threshold the 64/128-channel planes of ResNet-50 were 2-3% slower. The AVX2 form (the
-#: hosts measured had a 512 KiB L2) blocks inputs over 1 MiB into 256 KiB: VGG-19's 512-channel
-#: 28x28 3x3 conv, standalone against ONNX Runtime in one run, 1.20 -> 1.15 of its time.
+#: 1 MiB threshold the 64/128-channel planes of ResNet-50 were 2-3% slower. The AVX2 form blocks
+#: for the L1 instead (``sf_conv_cblock_l1``): a pass of 24 positions over all the channels read
+#: more input lines than the L1 holds (a 3x3 conv on 28x28 column copies: 64 channels x 9 taps'
+#: windows, ~72 KB), so each pass refetched from the L2 what the pass before had read. Blocks of
+#: channels whose pass windows fit SF_CONV_L1_AVX2 (8 KB: 7 channels of a 3x3, 51 of a 1x1), every
+#: pass then finding most of its lines in the L1. Standalone tiles, variants alternated in one
+#: process (Zen 3, 32 KB L1), time against unblocked: 3x3 64 and 128 channels on 28x28 0.87-0.93,
+#: 3x3 64 channels on 56x56 0.90-0.92, 1x1 256 channels on 28x28 0.90-0.93, 1x1 64 channels on
+#: 56x56 0.95-0.99; budgets of 12 and 16 KB were as good or up to 3% slower. VGG-19's 512-channel
+#: 28x28 3x3 conv, which had been blocked for the L2 (inputs over 1 MiB in 256 KiB blocks): 0.95-1.05.
 CBLOCK_DEFS = """#if !defined(SF_CONV_CBLOCK)
 #define SF_CONV_CBLOCK (512L*1024)
 #define SF_CONV_CBLOCK_MIN (4L*1024*1024)
 #endif
-#if !defined(SF_CONV_CBLOCK_AVX2)
-#define SF_CONV_CBLOCK_AVX2 (256L*1024)
-#define SF_CONV_CBLOCK_MIN_AVX2 (1L*1024*1024)
+#if !defined(SF_CONV_CBLOCK_L1)
+#define SF_CONV_CBLOCK_L1 1
+#if !defined(SF_CONV_L1_AVX2)
+#define SF_CONV_L1_AVX2 (8L*1024)
+#endif
+/* Input channels per block of the AVX2 position tile: as many as keep the input that one pass of
+   24 positions reads (per channel, the union of its taps' windows of 24 floats and a line of
+   slack) within SF_CONV_L1_AVX2 bytes, so that the next pass finds those lines in the L1. */
+SF_UNUSED static long sf_conv_cblock_l1(long C, long taps, const long *restrict off)
+{
+    long fp = 0;  /* floats per channel */
+    for (long t = 0; t < taps; t++) {
+        long gap = 40;  /* tap t's window up to the next tap's start */
+        for (long u = 0; u < taps; u++) {
+            const long d = off[u] - off[t];
+            if ((d > 0 && d < gap) || (d == 0 && u < t)) gap = d;
+        }
+        fp += gap;
+    }
+    const long cb = SF_CONV_L1_AVX2 / (4*fp);
+    return cb < 1 ? 1 : cb > C ? C : cb;
+}
 #endif
 """
 
@@ -239,10 +265,10 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
 {store}
         }}"""
             # 24 positions per pass (4 x 3 accumulators: standalone, paired, 64- and 128-channel
-            # 3x3 convs 12-15% faster than 16), then one of 16, then the masked tail; an input
-            # over SF_CONV_CBLOCK_MIN_AVX2 bytes in blocks of channels, as in the AVX-512 form
-            return f"""    long cb = C, q = 0;
-    if (C*cplane*4 > SF_CONV_CBLOCK_MIN_AVX2) {{ cb = SF_CONV_CBLOCK_AVX2 / (cplane*4); if (cb < 16) cb = 16; }}
+            # 3x3 convs 12-15% faster than 16), then one of 16, then the masked tail; the input
+            # channels in blocks whose pass windows fit the L1 (sf_conv_cblock_l1)
+            return f"""    const long cb = sf_conv_cblock_l1(C, taps, off);
+    long q = 0;
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;
     q = 0;
