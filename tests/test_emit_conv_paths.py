@@ -41,8 +41,9 @@ CASES = [
     # 504 channels on 7x7: the channel-vectorised tile with its last block of 32 part padding
     # (504 = 15 x 32 + 24; the epilogue and bias stop at the real channels)
     ((1, 8, 7, 7), (504, 8, 1, 1), {}, "sf_conv_tile32("),
-    # 11x11 1x1 in place, 160 channels (5 tiles): 121 = 8 x 14 + 7 + 2 single positions
-    ((1, 40, 11, 11), (160, 40, 1, 1), {}, "sf_conv_tile32("),
+    # 11x11 1x1 in place, 160 channels (5 tiles): 121 = 8 x 14 + 7 + 2 single positions (AVX2:
+    # 20 x 6 + 1, the one-position pass over an odd count of input channels)
+    ((1, 39, 11, 11), (160, 39, 1, 1), {}, "sf_conv_tile32("),
     # 160 input channels x 9 taps on 7x7: the channel tile's packed weights (184 KB) are over
     # SF_CM_BLOCK_MIN, so its AVX2 form reduces in blocks of input channels (the last one partial)
     ((1, 160, 7, 7), (128, 160, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile32("),

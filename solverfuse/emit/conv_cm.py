@@ -133,6 +133,45 @@ def _cm_pass_avx2(p: int, loop: str, step: str = "", prefetch: bool = False) -> 
 """
 
 
+def _cm_pass1_avx2() -> str:
+    """The one-position pass of ``sf_conv_tile32``'s AVX2 form (the last position of a span of
+    6k + 1: 7x7 planes, 13x13): all 32 channels at once, the reduction split over even and odd
+    input channels, so 8 independent accumulators keep both FMA pipes busy (as two 16-channel
+    halves of 2 accumulators each, every multiply-add waited on the one before: 4 cycles per
+    (channel, tap) and half). The first block starts at the bias, later ones at A."""
+    init = " ".join(f"__m256 e{j} = cs ? _mm256_load_ps(A + q0*32 + {8 * j}) : (bias ? _mm256_loadu_ps(bias + {8 * j}) "
+                    f": _mm256_setzero_ps()), f{j} = _mm256_setzero_ps();" for j in range(4))
+    fma = "\n".join(f"                {acc}{j} = _mm256_fmadd_ps({xb}, _mm256_loadu_ps({w} + {8 * j}), {acc}{j});"
+                     for acc, xb, w in (("e", "xe", "we"), ("f", "xf", "wf")) for j in range(4))
+    fma_e = "\n".join(f"                e{j} = _mm256_fmadd_ps(xe, _mm256_loadu_ps(we + {8 * j}), e{j});" for j in range(4))
+    to_a = " ".join(f"_mm256_store_ps(A + q0*32 + {8 * j}, e{j});" for j in range(4))
+    to_o = " ".join(f"_mm256_store_ps(o + {8 * j}, e{j});" for j in range(4))
+    return f"""    for (; q0 < s1; q0++) {{
+        {init}
+        long c = cs;
+        for (; c + 1 < ce; c += 2)
+            for (long t = 0; t < taps; t++) {{
+                const __m256 xe = _mm256_broadcast_ss(x + c*cplane + off[t] + q0);
+                const __m256 xf = _mm256_broadcast_ss(x + (c + 1)*cplane + off[t] + q0);
+                const float *restrict we = wp + (c*taps + t)*32, *restrict wf = we + taps*32;
+{fma}
+            }}
+        for (; c < ce; c++)
+            for (long t = 0; t < taps; t++) {{
+                const __m256 xe = _mm256_broadcast_ss(x + c*cplane + off[t] + q0);
+                const float *restrict we = wp + (c*taps + t)*32;
+{fma_e}
+            }}
+        {" ".join(f"e{j} = _mm256_add_ps(e{j}, f{j});" for j in range(4))}
+        if (cb < C) {{ {to_a} }}
+        else {{
+            {to_o}
+            for (int a = 0; a < 32; a++) T[a*span + q0] = o[a];
+        }}
+    }}
+"""
+
+
 #: A two-vector shuffle with constant lane indices: ``__builtin_shufflevector`` (clang, GCC 12+),
 #: else GCC's ``__builtin_shuffle`` with an index vector (GCC 11 has no __builtin_shufflevector).
 SHUF_DEFS = """#if defined(SF_AVX512_TILES) && !defined(SF_SHUF16)
@@ -180,7 +219,10 @@ def conv_tile_cm(name: str, conv_body) -> str:
     169 = 12 x 14 + 1, the last pass latency-bound -- 13 per pass: standalone, paired, squeezenet's
     13x13 convs 0.99 of the time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49
     positions in 4 masked vectors, 77% of the lanes; 14x14: 196 in 13) wastes no lanes. AVX2: 16
-    channels x 6 positions per pass (:func:`_cm_pass_avx2`; ResNet-50's 7x7 and 14x14 convs had run
+    channels x 6 positions per pass (:func:`_cm_pass_avx2`; a last single position over all 32
+    channels, :func:`_cm_pass1_avx2`: standalone, alternated in one process against two 16-channel
+    halves, ResNet-50's 7x7 3x3 conv 0.96 of the time in both copies of the code, its 512 -> 2048
+    1x1 0.96 in one copy and 1.08 in the other -- code placement moves it that much; ResNet-50's 7x7 and 14x14 convs had run
     at 23-49 GFLOP/s as position-vectorised blocks of 4 channels, on a Zen 3 core that peaks at
     100); the same packed weights ([C][taps][32]) feed the position-vectorised form in 4 blocks
     of 8 channels on the portable target."""
@@ -192,7 +234,7 @@ def conv_tile_cm(name: str, conv_body) -> str:
     pa = CM_POSITIONS_AVX2
     avx2 = (_cm_pass_avx2(pa, f"for (; q0 + {pa} <= s1; q0 += {pa})", prefetch=True)
             + _cm_pass_avx2(3, "if (q0 + 3 <= s1)", "q0 += 3;")
-            + _cm_pass_avx2(1, "for (; q0 < s1; q0++)"))
+            + _cm_pass1_avx2())
     return SHUF_DEFS + CM_BLOCK_DEFS + f"""/* Channel-vectorised conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*32 + a] * x[c*cplane + off[t] + q], a < 32, q < span; the accumulators start at
    bias[a] (NULL: 0). AVX-512: 32 channels x {p} positions in registers per pass over the taps.
