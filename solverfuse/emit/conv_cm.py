@@ -219,13 +219,13 @@ def conv_tile_cm(name: str, conv_body) -> str:
     169 = 12 x 14 + 1, the last pass latency-bound -- 13 per pass: standalone, paired, squeezenet's
     13x13 convs 0.99 of the time), so a plane whose positions fill the 16-lane vectors badly (7x7: 49
     positions in 4 masked vectors, 77% of the lanes; 14x14: 196 in 13) wastes no lanes. AVX2: 16
-    channels x 6 positions per pass (:func:`_cm_pass_avx2`; a last single position over all 32
-    channels, :func:`_cm_pass1_avx2`: standalone, alternated in one process against two 16-channel
-    halves, ResNet-50's 7x7 3x3 conv 0.96 of the time in both copies of the code, its 512 -> 2048
-    1x1 0.96 in one copy and 1.08 in the other -- code placement moves it that much; ResNet-50's 7x7 and 14x14 convs had run
-    at 23-49 GFLOP/s as position-vectorised blocks of 4 channels, on a Zen 3 core that peaks at
-    100); the same packed weights ([C][taps][32]) feed the position-vectorised form in 4 blocks
-    of 8 channels on the portable target."""
+    channels x 6 positions per pass (:func:`_cm_pass_avx2`; ResNet-50's 7x7 and 14x14 convs had
+    run at 23-49 GFLOP/s as position-vectorised blocks of 4 channels, on a Zen 3 core that peaks
+    at 96), a last single position over all 32 channels (:func:`_cm_pass1_avx2`: standalone,
+    alternated in one process against two 16-channel halves, ResNet-50's 7x7 3x3 conv 0.96 of the
+    time in both copies of the code, its 512 -> 2048 1x1 0.96 in one copy and 1.08 in the other --
+    code placement moves it that much); the same packed weights ([C][taps][32]) feed the
+    position-vectorised form in 4 blocks of 8 channels on the portable target."""
     p = CM_POSITIONS
     passes = (_cm_pass(p - 1, f"if (span % {p - 1} == 0 && span % {p}) for (; q0 < span; q0 += {p - 1})", prefetch=True)
               + _cm_pass(p, f"for (; q0 + {p} <= span; q0 += {p})", prefetch=True)
