@@ -52,10 +52,10 @@ def fuse_greedily(g):
     return groups
 
 
-def run_plan(g, groups, cache_dir, *, seed=1, counters=False, sanitize=False, threads=1):
+def run_plan(g, groups, cache_dir, *, seed=1, counters=False, sanitize=False, threads=1, cc=None):
     plan = build_plan(g, HW, groups, strategy="test")
     prog = compile_plan(plan, g, strict=True, cache_dir=cache_dir, counters=counters, sanitize=sanitize,
-                        threads=threads)
+                        threads=threads, cc=cc)
     ins, cs = random_inputs(g, seed=seed), constants(g, seed=seed)
     return plan, prog, prog.run(ins, cs), ins, cs
 

@@ -13,6 +13,14 @@ from solverfuse.emit.program import render
 from .emit_helpers import check, const, graph
 
 
+def _host_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((ln for ln in f if ln.startswith("flags")), "").split())
+    except OSError:
+        return set()
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-gemm-cache")
@@ -51,19 +59,28 @@ def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, cache):
     assert re.search(r"const long SF_UNUSED \w+ = \w+ % 5;", src) and re.search(r"= \w+ / 5;", src), src[-3000:]
 
 
-@pytest.mark.parametrize("sanitize", [False, True])
+@pytest.mark.parametrize("build", ["host", "sanitize", pytest.param("avx2", marks=pytest.mark.skipif(
+    not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code"))])
 @pytest.mark.parametrize("m,rows", [(64, 64), (96, 32)])
-def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, sanitize, cache):
+def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, build, cache, tmp_path):
     """A MatMul whose B (1100 x 1000 floats) is over gemm_tiles.SLAB_MIN, fused with a bias and
     a LayerNormalization over its rows: the row's epilogue needs whole rows, so the tile takes 64
     rows at a time where they divide M (sf_mm_tile64: B read once per 64 rows), else 32 -- against
-    ONNX Runtime, in the host's build and the portable one under the sanitizers."""
+    ONNX Runtime, in the host's build, the portable one under the sanitizers, and the AVX2 one
+    (built without AVX-512: A in blocks of 4 rows, 1100 = 4 x 256 + 76 columns)."""
+    import stat
+    cc = None
+    if build == "avx2":
+        cc = tmp_path / "cc"
+        cc.write_text('#!/bin/sh\nexec cc "$@" -mno-avx512f\n')
+        cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+        cc = str(cc)
     k, n = 1100, 1000
     t = {"a": [m, k], "b": const((k, n)), "c": const((n,)), "s": const((n,)), "z": const((n,))}
     g = graph(t, ["a"], ["y"], [("mm", "MatMul", ["a", "b"], ["h"]), ("ad", "Add", ["h", "c"], ["u"]),
                                 ("ln", "LayerNormalization", ["u", "s", "z"], ["y"], {"axis": -1})])
     plan, _, _ = check(g, [["mm", "ad", "ln"]], cache, rtol=1e-3, atol=1e-4, engine="onnxruntime",
-                       sanitize=sanitize)
+                       sanitize=build == "sanitize", cc=cc)
     assert f"sf_mm_tile{rows}(" in render(plan, g)["model.c"]
 
 
@@ -204,14 +221,6 @@ def test_conv_1x1_epilogue_over_a_flat_band(other, flat, cache):
     src = render(plan, g)["model.c"]
     assert "sf_conv_tile8(" in src
     assert (f"< {32 * 64}; " in src) == flat
-
-
-def _host_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((ln for ln in f if ln.startswith("flags")), "").split())
-    except OSError:
-        return set()
 
 
 @pytest.mark.skipif(not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")
