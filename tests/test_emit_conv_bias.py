@@ -3,7 +3,7 @@ over the tile), against ONNX Runtime: blocks of 8, 4 and 2 output channels, a de
 (one channel per tile), a 13x13 plane (the masked last chunk starts at the bias too), 7x7 planes
 of 128 channels (the channel-vectorised tile, 32 channels per tile; in the AVX2 and portable
 builds its position-vectorised fallback), a grouped conv whose last block per group is part padding (keeps the separate bias pass: the tile would
-read past the last group's bias), at 2 threads, under the sanitizers (the portable form) and in
+read past the last group's bias), at 2 threads, under the sanitizers (the host's vector form at -O1) and in
 the AVX2 build. Each case checks which form the C took (else it would prove nothing)."""
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ stride 2), the phase-split copy from 56 columns at stride 1, the channel-
 vectorised tile on planes that fill 16-lane vectors partly (14 positions per pass, then 7, then
 one at a time; 13 per pass on planes of a multiple of 13), the subsampled copy of a strided 1x1
 conv, and channel counts that are not a multiple of the tile -- at 1 and 2 threads, under the
-sanitizers (the portable form) and in the AVX2 build. Each case also checks that the path it is
+sanitizers (the host's vector form at -O1) and in the AVX2 build. Each case also checks that the path it is
 about was emitted (else it would prove nothing)."""
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_conv_paths_with_fused_residual_epilogue_match_onnxruntime(case, threads
 
 
 def test_conv_paths_under_sanitizer(cache):
-    """The portable form of every case at once, with ASan/UBSan: no read or write past the
+    """Every case at once in the host's build under ASan/UBSan: no read or write past the
     copies, the in-place input or the tiles (the remainder passes of the channel tile, the
     subsampled copy's last row)."""
     g, groups = _graph(CASES)

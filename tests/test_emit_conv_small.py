@@ -3,7 +3,7 @@ last partial chunk of positions (masked, not rounded up to 32), 1x1 convs readin
 place, column-shifted input copies (no junk columns on 13x13 / 7x7 planes; strided depthwise), the
 per-tile copy of a depthwise conv's input channel, bands split for an even share among threads
 and taken one at a time --
-at 1 and 2 threads, under the sanitizers (the portable form) and in the AVX2 build. Each case
+at 1 and 2 threads, under the sanitizers (the host's vector form at -O1) and in the AVX2 build. Each case
 also checks that the path it is about was emitted (else it would prove nothing)."""
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_bands_split_so_the_threads_share_tiles_evenly(cache):
 
 
 def test_small_plane_tiles_under_sanitizer(cache):
-    """The portable form (scalar tail) of every case at once, with ASan/UBSan: no read or write
+    """Every case at once in the host's build under ASan/UBSan: no read or write
     past the copies, the in-place input or the tiles."""
     ts, nodes, outs = {}, [], []
     for i, (shape, kernel, attrs, _) in enumerate(CASES):

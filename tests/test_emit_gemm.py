@@ -66,7 +66,7 @@ def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, bu
     """A MatMul whose B (1100 x 1000 floats) is over gemm_tiles.SLAB_MIN, fused with a bias and
     a LayerNormalization over its rows: the row's epilogue needs whole rows, so the tile takes 64
     rows at a time where they divide M (sf_mm_tile64: B read once per 64 rows), else 32 -- against
-    ONNX Runtime, in the host's build, the portable one under the sanitizers, and the AVX2 one
+    ONNX Runtime, in the host's build, under the sanitizers, and in the AVX2 one
     (built without AVX-512: A in blocks of 4 rows, 1100 = 4 x 256 + 76 columns)."""
     import stat
     cc = None
