@@ -132,10 +132,14 @@ def test_conv_paths_under_sanitizer(cache):
     pytest.param("avx2", "-mno-avx512f", marks=pytest.mark.skipif(
         not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
     pytest.param("avx512", "", marks=pytest.mark.skipif(
-        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code"))])
+        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code")),
+    # no AVX2/AVX-512 tiles: the portable C of every tile (GNU vector loops), which the host's
+    # own builds (and its sanitizer builds, also -march=native) never compile
+    ("portable", "-mno-avx512f -mno-avx2 -mno-fma")])
 def test_conv_paths_in_the_simd_builds(target, extra, tmp_path):
     """The AVX2 form (the channel tile as 16 channels x 6 positions per pass, reduced in blocks
-    of input channels for the 160-channel case; built for this host without AVX-512) and the AVX-512 form of every case; the compiler wrapper's log shows that the
+    of input channels for the 160-channel case; built for this host without AVX-512), the AVX-512
+    form and the portable one of every case; the compiler wrapper's log shows that the
     -march=native build itself succeeded (a failed one is retried without -march and would pass
     on the portable form)."""
     from solverfuse.emit.build import compile_plan

@@ -96,10 +96,13 @@ def test_small_plane_tiles_under_sanitizer(cache):
     pytest.param("avx2", "-mno-avx512f", marks=pytest.mark.skipif(
         not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
     pytest.param("avx512", "", marks=pytest.mark.skipif(
-        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code"))])
+        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code")),
+    # no AVX2/AVX-512 tiles: the portable C of every tile (GNU vector loops), which the host's
+    # own builds (and its sanitizer builds, also -march=native) never compile
+    ("portable", "-mno-avx512f -mno-avx2 -mno-fma")])
 def test_small_plane_tiles_in_the_simd_builds(target, extra, tmp_path, cache):
-    """The AVX2 form (maskload/maskstore tail; built for this host without AVX-512) and the
-    AVX-512 form (masked builtins) of every case; the compiler wrapper's log shows that the
+    """The AVX2 form (maskload/maskstore tail; built for this host without AVX-512), the
+    AVX-512 form (masked builtins) and the portable form of every case; the compiler wrapper's log shows that the
     -march=native build itself succeeded (a failed one is retried without -march and would pass
     on the portable form)."""
     import stat
