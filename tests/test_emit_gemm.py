@@ -223,12 +223,16 @@ def test_conv_1x1_epilogue_over_a_flat_band(other, flat, cache):
     assert (f"< {32 * 64}; " in src) == flat
 
 
-@pytest.mark.skipif(not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")
-def test_avx2_register_blocks_match_onnxruntime(tmp_path, cache):
+@pytest.mark.parametrize("extra", [
+    pytest.param("-mno-avx512f", marks=pytest.mark.skipif(
+        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+    "-mno-avx512f -mno-avx2 -mno-fma"])
+def test_avx2_register_blocks_match_onnxruntime(extra, tmp_path, cache):
     """The tiles' AVX2 form (4 x 16 register blocks, intrinsics), built for this host without
-    AVX-512 (as on an AVX2-only CPU): Gemm past one K block, a batched MatMul, convs in blocks of
-    8 and 2 channels and a padded group; matches ONNX Runtime. The compiler wrapper records that
-    the -march=native build (the one with SF_AVX2_TILES) succeeded, not the portable fallback."""
+    AVX-512 (as on an AVX2-only CPU), and their portable form (without AVX2 either): Gemm past
+    one K block, a batched MatMul, convs in blocks of 8 and 2 channels and a padded group; matches
+    ONNX Runtime. The compiler wrapper records that the -march=native build (the one with
+    SF_AVX2_TILES) succeeded, not the fallback without -march."""
     import os
     import stat
 
@@ -242,7 +246,7 @@ def test_avx2_register_blocks_match_onnxruntime(tmp_path, cache):
     from .emit_helpers import HW
     log = tmp_path / "cc.log"
     cc = tmp_path / "cc"
-    cc.write_text(f'#!/bin/sh\ncc "$@" -mno-avx512f\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
+    cc.write_text(f'#!/bin/sh\ncc "$@" {extra}\nrc=$?\necho "$rc $*" >> {log}\nexit $rc\n')
     cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
     t = {"a": [13, 300], "b": const([70, 300]), "c": const([70]), "q": [2, 5, 17], "k": [2, 17, 40],
          "x": [1, 6, 9, 9], "w8": const([16, 6, 3, 3]), "w2": const([6, 6, 1, 1]), "wg": const([120, 3, 3, 3])}
