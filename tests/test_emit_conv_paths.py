@@ -223,29 +223,35 @@ def test_channel_tile_blocks_its_reduction_only_over_the_weight_thresholds():
 def _l1_block(offsets, channels, budget):
     """Reference for sf_conv_cblock_l1: the channels whose windows of 40 floats at the taps'
     offsets (counted once where they overlap: a set of floats) fit ``budget`` bytes."""
+    return max(1, min(channels, budget // (4 * len(_l1_block_floats(offsets)))))
+
+
+def _l1_block_floats(offsets):
+    """The floats that windows of 40 at ``offsets`` cover, as a set."""
     floats = set()
     for o in offsets:
         floats.update(range(o, o + 40))
-    return max(1, min(channels, budget // (4 * len(floats))))
+    return floats
 
 
 def test_avx2_position_tile_blocks_its_channels_for_the_l1(tmp_path):
-    """The AVX2 position tile's channel block (``sf_conv_cblock_l1``, compiled from the helper's
-    text) against a set of the floats its windows cover: column copies of a 28x28 3x3 (3 copies
-    of 840 floats), the phase-split 56x56 3x3 (row pitch 58), a 1x1, repeated and unordered offsets,
-    a 7x7 stem; and the cases above that take the position tile include blocked reductions with a
-    partial last block (so the numerics and SIMD-build tests ran that path)."""
+    """The AVX2 position tile's channel block: the per-channel pass footprint rendered after the
+    taps' offsets (``conv_tiles.pass_floats``) and the C clamp ``sf_conv_cblock_l1`` (compiled from
+    the helper's text) against a set of the floats the windows cover: column copies of a 28x28
+    3x3 (3 copies of 840 floats), the phase-split 56x56 3x3 (row pitch 58), a 1x1, repeated and
+    unordered offsets, a 7x7 stem; every rendered offset table of the cases above; and those cases
+    include blocked reductions with a partial last block (so the numerics and SIMD-build tests ran
+    that path)."""
     import subprocess
     import re
+    from solverfuse.emit.conv_tiles import pass_floats
     from solverfuse.plans import build_plan
     budget = 8 * 1024
     assert f"#define SF_CONV_L1_AVX2 ({budget // 1024}L*1024)" in CBLOCK_DEFS
     src = tmp_path / "cb.c"
     src.write_text("#include <stdio.h>\n#include <stdlib.h>\n#define SF_UNUSED __attribute__((unused))\n" + CBLOCK_DEFS + """
 int main(int argc, char **argv) {
-    long off[64];
-    for (int i = 2; i < argc; i++) off[i - 2] = atol(argv[i]);
-    printf("%ld\\n", sf_conv_cblock_l1(atol(argv[1]), argc - 2, off));
+    printf("%ld\\n", sf_conv_cblock_l1(atol(argv[1]), atol(argv[2])));
     return 0;
 }
 """)
@@ -261,19 +267,22 @@ int main(int argc, char **argv) {
     }
     for name, offs in layouts.items():
         for channels in (1, 3, 64, 512):
-            out = subprocess.run([str(exe), str(channels)] + [str(o) for o in offs],
+            out = subprocess.run([str(exe), str(channels), str(pass_floats(offs))],
                                  capture_output=True, text=True, check=True).stdout
             assert int(out) == _l1_block(offs, channels, budget), (name, channels, out)
     partial = []
     for shape, kernel, attrs, marker in CASES:
         g, groups = _graph([(shape, kernel, attrs, marker)])
         text = render(build_plan(g, HW, groups, strategy="test"), g, threads=1)["model.c"]
+        for table in re.findall(r"static const long \w+\[(\d+)\] = \{([^}]*)\}", text):
+            vals = [int(v) for v in table[1].split(",")]
+            assert len(vals) == int(table[0]) and vals[-1] == len(_l1_block_floats(vals[:-1])), table
         call = next((ln for ln in text.splitlines() if re.search(r"sf_conv_tile[248]\(&T", ln)), None)
         if call is None:
             continue
         args = call[call.index("(") + 1:call.rindex(")")].split(", ")
         offs = re.search(rf"{args[7]}\[\d+\] = \{{([^}}]*)\}}", text).group(1)
-        cb = _l1_block([int(o) for o in offs.split(",")], int(args[5]), budget)
+        cb = _l1_block([int(o) for o in offs.split(",")][:-1], int(args[5]), budget)
         if cb < int(args[5]) and int(args[5]) % cb:
             partial.append((shape[1], kernel[2]))
     assert (512, 3) in partial and (1400, 3) in partial and len(partial) >= 3, partial

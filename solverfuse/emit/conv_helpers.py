@@ -41,20 +41,12 @@ CBLOCK_DEFS = """#if !defined(SF_CONV_CBLOCK)
 #define SF_CONV_L1_AVX2 (8L*1024)
 #endif
 /* Input channels per block of the AVX2 position tile: as many as keep the input that one pass of
-   24 positions reads (per channel, the union of its taps' windows of 24 floats and a line of
-   slack) within SF_CONV_L1_AVX2 bytes, so that the next pass finds those lines in the L1. */
-SF_UNUSED static long sf_conv_cblock_l1(long C, long taps, const long *restrict off)
+   24 positions reads within SF_CONV_L1_AVX2 bytes, so that the next pass finds those lines in the
+   L1. fp: the floats one channel's pass reads (conv_tiles.pass_floats, rendered after the taps'
+   offsets). */
+SF_UNUSED static long sf_conv_cblock_l1(long C, long fp)
 {
-    long fp = 0;  /* floats per channel */
-    for (long t = 0; t < taps; t++) {
-        long gap = 40;  /* tap t's window up to the next tap's start */
-        for (long u = 0; u < taps; u++) {
-            const long d = off[u] - off[t];
-            if ((d > 0 && d < gap) || (d == 0 && u < t)) gap = d;
-        }
-        fp += gap;
-    }
-    const long cb = SF_CONV_L1_AVX2 / (4*fp);
+    const long cb = SF_CONV_L1_AVX2 / (4*(fp > 0 ? fp : 1));
     return cb < 1 ? 1 : cb > C ? C : cb;
 }
 #endif
@@ -267,7 +259,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
             # 24 positions per pass (4 x 3 accumulators: standalone, paired, 64- and 128-channel
             # 3x3 convs 12-15% faster than 16), then one of 16, then the masked tail; the input
             # channels in blocks whose pass windows fit the L1 (sf_conv_cblock_l1)
-            return f"""    const long cb = sf_conv_cblock_l1(C, taps, off);
+            return f"""    const long cb = sf_conv_cblock_l1(C, off[taps]);
     long q = 0;
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;

@@ -258,6 +258,18 @@ def _max_tap(blk, kernel, st, dil) -> int:
     return max(_tap_offset(blk, st, dil, r0, r1) for r0 in range(kernel[0]) for r1 in range(kernel[1]))
 
 
+def pass_floats(offs: list[int], window: int = 40) -> int:
+    """Floats of one input channel that a pass of the AVX2 position tile reads: the union of its
+    taps' windows (24 positions and a line of slack: 40 floats) at ``offs``. It sizes the tile's
+    channel blocks for the L1 (``sf_conv_cblock_l1``); computed here once, not per tile call.
+
+    >>> pass_floats([0, 1, 2]), pass_floats([0, 100]), pass_floats([5, 5, 0])
+    (42, 80, 45)
+    """
+    starts = sorted(set(offs))
+    return sum(min(window, b - a) for a, b in zip(starts, starts[1:])) + window if starts else 0
+
+
 def _tap_offset(blk: ConvBlocking, st, dil, r0: int, r1: int) -> int:
     """Offset of tap (r0, r1) from the channel's start: its phase plane (or row phase and column
     copy), then row and column."""
@@ -372,7 +384,8 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     cplane = blk.cplane
     offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
     k.line(f"float {arr}[{mb}][{span}] SF_ALIGN64;")
-    k.line(f"static const long {off}[{taps}] = {{{', '.join(map(str, offs))}}};")
+    # the taps' offsets, then the floats one channel's pass reads (the AVX2 tile's L1 channel block)
+    k.line(f"static const long {off}[{taps + 1}] = {{{', '.join(map(str, offs + [pass_floats(offs)]))}}};")
     # the block's group starts at input channel goff (0 when ungrouped)
     goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
     plane = f"({n}*{x[1]} + {goff}0)*{cplane}" if n != "0" else f"({goff}0)*{cplane}"
