@@ -76,6 +76,13 @@ CASES = [
     # 1400 channels on 15x15 (a 4.3 MB copy: blocks of channels, partial sums in the tile) and
     # 225 = 4 x 48 + 33 positions: the 48- and the 32-position passes restart from the tile
     ((1, 1400, 15, 15), (8, 1400, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&T"),
+    # 1x1 convs take the tiles' one-loop reduction over the channels, here starting past the first
+    # block (cs > 0): 120 channels on the position tile (AVX2: L1 blocks of 51, 51 and 18); on the
+    # channel tile 160 channels on 7x7 (20 KB of packed weights on 49 positions: blocked, 75 + 75
+    # + 10) and 200 on 13x13 (25 KB on 169 positions: chunks of 30 positions, blocks of 82)
+    ((1, 120, 10, 20), (8, 120, 1, 1), {}, "sf_conv_tile8(&T"),
+    ((1, 160, 7, 7), (128, 160, 1, 1), {}, "sf_conv_tile32("),
+    ((1, 200, 13, 13), (128, 200, 1, 1), {}, "sf_conv_tile32("),
 ]
 
 
@@ -199,7 +206,9 @@ def test_channel_tile_blocks_its_reduction_only_over_the_weight_thresholds():
     most SF_CM_SMALL_SPAN (64) positions; over 16 KB on a larger span it runs in chunks of
     positions. Of the cases above the 160-channel 3x3 one (184 KB) and the stride-2 3x3 onto 7x7
     (18 KB, 49 positions) are blocked, the 3x3 convs of 24 and 20 channels on 14x14 and 13x13 (27
-    and 23 KB) chunked, the others neither, so the numerics tests checked all three forms."""
+    and 23 KB) chunked, and of the 1x1 convs the 160-channel one on 7x7 blocked and the
+    200-channel one on 13x13 chunked (the one-loop reduction from a later block), the others
+    neither, so the numerics tests checked all three forms."""
     from solverfuse.plans import build_plan
     limit, small, span_max = 128 * 1024, 16 * 1024, 64
     for define in (f"SF_CM_BLOCK_MIN ({limit // 1024}L*1024)\n", f"SF_CM_BLOCK_MIN_SMALL ({small // 1024}L*1024)\n",
@@ -217,7 +226,8 @@ def test_channel_tile_blocks_its_reduction_only_over_the_weight_thresholds():
         mode = ("blocked" if wbytes > limit or (span <= span_max and wbytes > small)
                 else "chunked" if wbytes > small else "whole")
         seen[mode].append((shape[1], kernel[2]))
-    assert seen["blocked"] == [(160, 3), (16, 3)] and seen["chunked"] == [(24, 3), (20, 3)] and seen["whole"], seen
+    assert seen["blocked"] == [(160, 3), (16, 3), (160, 1)] and seen["chunked"] == [(24, 3), (20, 3), (200, 1)] \
+        and seen["whole"], seen
 
 
 def _l1_block(offsets, channels, budget):

@@ -248,6 +248,13 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
             def blocks(decl, fma, store):  # the chunk's output channels, {rows} at a time
                 return f"""        for (int a0 = 0; a0 < {mb}; a0 += {rows}) {{
 {decl}
+            if (taps == 1) {{  /* a 1x1 conv: one loop over the channels (see sf_conv_tile32) */
+                const float *restrict xt = x + cs*cplane + off[0] + q;
+                const float *restrict w = wp + cs*{mb} + a0;
+                for (long c = cs; c < ce; c++, xt += cplane, w += {mb}) {{
+{fma}
+                }}
+            }} else
             for (long c = cs; c < ce; c++)
                 for (long t = 0; t < taps; t++) {{
                     const float *restrict xt = x + c*cplane + off[t] + q;
@@ -258,7 +265,9 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_conv_tile1(float *restrict T, lo
         }}"""
             # 24 positions per pass (4 x 3 accumulators: standalone, paired, 64- and 128-channel
             # 3x3 convs 12-15% faster than 16), then one of 16, then the masked tail; the input
-            # channels in blocks whose pass windows fit the L1 (sf_conv_cblock_l1)
+            # channels in blocks whose pass windows fit the L1 (sf_conv_cblock_l1); a 1x1 conv in
+            # one loop over the channels (as sf_conv_tile32's: ResNet-50's 28x28 1x1 convs 0.92-0.94
+            # of the time in paired in-model runs, its 56x56 ones 0.96-1.03)
             return f"""    const long cb = sf_conv_cblock_l1(C, off[taps]);
     long q = 0;
     for (long cs = 0; cs < C; cs += cb) {{
