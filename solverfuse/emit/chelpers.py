@@ -14,38 +14,10 @@ the C text. Builds on :mod:`~solverfuse.emit.ctile`, :mod:`~solverfuse.emit.conv
 from __future__ import annotations
 
 from .conv_helpers import conv_helper_text
-from .ctile import CHUNK, acc_lines, register_blocks, v8_block
+from .ctile import CHUNK, TRANSPOSE8, acc_lines, register_blocks, v8_block
 from .row_helpers import ROW_HELPERS, SIMD_DEFS
 
 
-#: C text of ``sf_transpose8(dst, a, lda, mr)`` (AVX2): dst[8*j + i] = a[i*lda + j] for rows i < mr,
-#: 0 for the others, j < 8 -- an 8x8 block of the matmul tile's A transposed in vector registers
-#: (unpack, shuffle and lane-permute stages: the same values as the element loop).
-TRANSPOSE8 = """#if defined(SF_AVX2_TILES) && !defined(SF_TRANSPOSE8)
-#define SF_TRANSPOSE8 1
-SF_UNUSED static inline void sf_transpose8(float *restrict dst, const float *restrict a, long lda, long mr)
-{
-    __m256 r[8];
-    for (int i = 0; i < 8; i++) r[i] = i < mr ? _mm256_loadu_ps(a + i*lda) : _mm256_setzero_ps();
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
-    _mm256_storeu_ps(dst + 8, _mm256_permute2f128_ps(s1, s5, 0x20));
-    _mm256_storeu_ps(dst + 16, _mm256_permute2f128_ps(s2, s6, 0x20));
-    _mm256_storeu_ps(dst + 24, _mm256_permute2f128_ps(s3, s7, 0x20));
-    _mm256_storeu_ps(dst + 32, _mm256_permute2f128_ps(s0, s4, 0x31));
-    _mm256_storeu_ps(dst + 40, _mm256_permute2f128_ps(s1, s5, 0x31));
-    _mm256_storeu_ps(dst + 48, _mm256_permute2f128_ps(s2, s6, 0x31));
-    _mm256_storeu_ps(dst + 56, _mm256_permute2f128_ps(s3, s7, 0x31));
-}
-#endif
-"""
 
 
 def helper_text(name: str) -> str:
@@ -150,7 +122,7 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
             # AVX2, 8 rows: the A block's transpose in 8x8 blocks of vectors (the element loop took a
             # third of a 128x768x3072 GEMM's time, tiles of 64 columns transposing A each)
             fill = ("        long r = 0;\n#if defined(SF_AVX2_TILES)\n        for (; r + 8 <= kn; r += 8) "
-                    "sf_transpose8(&ap[r][0], a + k0 + r, lda, mr);\n#endif\n"
+                    "sf_transpose8(&ap[r][0], 8, a + k0 + r, lda, mr);\n#endif\n"
                     + scalar.replace("for (long r = 0;", "for (;"))
         elif mb > 8:
             assert mb % 4 == 0, mb

@@ -1,7 +1,7 @@
 """C-text building blocks of the register-blocked tiles that the GEMM and conv helper texts
 (:mod:`~solverfuse.emit.chelpers`, :mod:`~solverfuse.emit.conv_helpers`) share: the chunk width,
-the unrolled multiply-add lines, the AVX2 block of eight-lane accumulators and the choice between
-the AVX-512 / portable and the AVX2 loop nests. A leaf: it builds on no other emit module.
+the unrolled multiply-add lines, the AVX2 block of eight-lane accumulators, the choice between
+the AVX-512 / portable and the AVX2 loop nests, and the AVX2 8x8 vector transpose. A leaf: it builds on no other emit module.
 
 >>> CHUNK, acc_lines(1, "w[{i}]", 4).strip()
 (32, 'for (int e = 0; e < 4; e++) acc[0][e] = SF_FMA(w[0], xt[e], acc[0][e]);')
@@ -56,3 +56,34 @@ def v8_block(rows: int, weight: str, xptr: str, indent: str, masked: bool = Fals
         body.append(f"{indent}    {{ const __m256 wv = _mm256_broadcast_ss({weight.format(i=i)}); "
                     + " ".join(f"c{i}_{v} = _mm256_fmadd_ps(wv, x{v}, c{i}_{v});" for v in range(vecs)) + " }")
     return decl, "\n".join(body)
+
+
+#: C text of ``sf_transpose8(dst, ldd, a, lda, mr)`` (AVX2): dst[j*ldd + i] = a[i*lda + j] for rows
+#: i < mr, 0 for the others, j < 8 -- an 8x8 block transposed in vector registers (unpack, shuffle
+#: and lane-permute stages: the same values as an element loop). The matmul tile's A block (ldd 8)
+#: and the AVX2 channel tile's position-major partial sums into its channel-major tile use it.
+TRANSPOSE8 = """#if defined(SF_AVX2_TILES) && !defined(SF_TRANSPOSE8)
+#define SF_TRANSPOSE8 1
+SF_UNUSED static inline void sf_transpose8(float *restrict dst, long ldd, const float *restrict a, long lda, long mr)
+{
+    __m256 r[8];
+    for (int i = 0; i < 8; i++) r[i] = i < mr ? _mm256_loadu_ps(a + i*lda) : _mm256_setzero_ps();
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(dst + 1*ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(dst + 2*ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(dst + 3*ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(dst + 4*ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(dst + 5*ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(dst + 6*ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
+    _mm256_storeu_ps(dst + 7*ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+#endif
+"""
