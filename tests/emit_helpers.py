@@ -15,6 +15,16 @@ from solverfuse.plans import convexity_violation, build_plan, order_groups
 HW = load_hardware("nvidia-h100")
 
 
+def host_flags() -> set:
+    """The host CPU's feature flags (/proc/cpuinfo's "flags" line; empty where there is none): which
+    SIMD builds a test can run here."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
 def const(shape) -> dict:
     """A constant tensor's entry for :func:`graph` (its values seeded by the emitter's data)."""
     return {"shape": list(shape), "constant": True}

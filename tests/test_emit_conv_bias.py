@@ -18,8 +18,7 @@ from solverfuse.emit.program import render
 from solverfuse.emit.reference import reference_outputs
 from solverfuse.plans import build_plan
 
-from .emit_helpers import HW, check, graph
-from .test_emit_gemm import _host_flags
+from .emit_helpers import HW, check, graph, host_flags
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +67,9 @@ def test_bias_starts_the_tile(cache):
 
 @pytest.mark.parametrize("extra", [
     pytest.param("-mno-avx512f", marks=pytest.mark.skipif(
-        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+        not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code")),
     pytest.param("", marks=pytest.mark.skipif(
-        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code"))])
+        "avx512f" not in host_flags(), reason="the host cannot run AVX-512 code"))])
 def test_bias_starts_the_simd_tiles(extra, tmp_path):
     """The AVX2 form (intrinsics; built for this host without AVX-512) and the AVX-512 form; the
     wrapper's log shows the -march=native build succeeded (a failed one falls back to the

@@ -18,14 +18,12 @@ from solverfuse.emit.conv_cm import CM_BLOCK_DEFS
 from solverfuse.emit.conv_helpers import CBLOCK_DEFS
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, const, graph, HW
-from .test_emit_gemm import _host_flags
+from .emit_helpers import check, const, graph, HW, host_flags
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-conv-paths-cache")
-
 
 
 #: (input shape, weight shape, attributes, a marker of the path in the C)
@@ -137,9 +135,9 @@ def test_conv_paths_under_sanitizer(cache):
 
 @pytest.mark.parametrize("target,extra", [
     pytest.param("avx2", "-mno-avx512f", marks=pytest.mark.skipif(
-        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+        not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code")),
     pytest.param("avx512", "", marks=pytest.mark.skipif(
-        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code")),
+        "avx512f" not in host_flags(), reason="the host cannot run AVX-512 code")),
     # no AVX2/AVX-512 tiles: the portable C of every tile (GNU vector loops), which the host's
     # own builds (and its sanitizer builds, also -march=native) never compile
     ("portable", "-mno-avx512f -mno-avx2 -mno-fma")])

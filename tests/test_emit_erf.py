@@ -18,24 +18,16 @@ from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.reference import reference_outputs
 from solverfuse.plans import build_plan
 
-from .emit_helpers import HW, check, fuse_greedily, graph
+from .emit_helpers import HW, check, fuse_greedily, graph, host_flags
 from .test_emit_math import ERF_ABS, ERF_REL
-
-
-def _host_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
-    except OSError:
-        return set()
 
 
 #: target -> the cc wrapper's edit of the command line (shell), with a skip where the host lacks it
 TARGETS = [
     pytest.param("native", 'cc "$@"', marks=pytest.mark.skipif(
-        "avx512f" not in _host_flags(), reason="the host cannot run AVX-512 code")),
+        "avx512f" not in host_flags(), reason="the host cannot run AVX-512 code")),
     pytest.param("avx2", 'cc "$@" -mno-avx512f', marks=pytest.mark.skipif(
-        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+        not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code")),
     # every argument but -march=native: the compiler's generic target
     pytest.param("generic", 'for a; do shift; [ "$a" = -march=native ] || set -- "$@" "$a"; done; cc "$@"'),
 ]

@@ -10,21 +10,12 @@ import pytest
 
 from solverfuse.emit.program import render
 
-from .emit_helpers import check, const, graph
-
-
-def _host_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((ln for ln in f if ln.startswith("flags")), "").split())
-    except OSError:
-        return set()
+from .emit_helpers import check, const, graph, host_flags
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-gemm-cache")
-
 
 
 @pytest.mark.parametrize("m,k,n,attrs,cshape", [
@@ -60,7 +51,7 @@ def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, cache):
 
 
 @pytest.mark.parametrize("build", ["host", "sanitize", pytest.param("avx2", marks=pytest.mark.skipif(
-    not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code"))])
+    not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code"))])
 @pytest.mark.parametrize("m,rows", [(64, 64), (96, 32)])
 def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, build, cache, tmp_path):
     """A MatMul whose B (1100 x 1000 floats) is over gemm_tiles.SLAB_MIN, fused with a bias and
@@ -225,7 +216,7 @@ def test_conv_1x1_epilogue_over_a_flat_band(other, flat, cache):
 
 @pytest.mark.parametrize("extra", [
     pytest.param("-mno-avx512f", marks=pytest.mark.skipif(
-        not {"avx2", "fma"} <= _host_flags(), reason="the host cannot run AVX2+FMA code")),
+        not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code")),
     "-mno-avx512f -mno-avx2 -mno-fma"])
 def test_avx2_register_blocks_match_onnxruntime(extra, tmp_path, cache):
     """The tiles' AVX2 form (4 x 16 register blocks, intrinsics), built for this host without
