@@ -18,8 +18,6 @@ from .ctile import CHUNK, TRANSPOSE8, acc_lines, register_blocks, v8_block
 from .row_helpers import ROW_HELPERS, SIMD_DEFS
 
 
-
-
 def helper_text(name: str) -> str:
     """C text of a helper shared by every kernel of a program (one copy each, compiled once)."""
     if name in ROW_HELPERS:
@@ -117,13 +115,12 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
 {store}
                 }}
 """
-        scalar = f"        for (long r = 0; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = i < mr ? a[i*lda + k0 + r] : 0.0f;\n"
+        scalar = f"for (; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = i < mr ? a[i*lda + k0 + r] : 0.0f;\n"
         if mb == 8:
             # AVX2, 8 rows: the A block's transpose in 8x8 blocks of vectors (the element loop took a
             # third of a 128x768x3072 GEMM's time, tiles of 64 columns transposing A each)
             fill = ("        long r = 0;\n#if defined(SF_AVX2_TILES)\n        for (; r + 8 <= kn; r += 8) "
-                    "sf_transpose8(&ap[r][0], 8, a + k0 + r, lda, mr);\n#endif\n"
-                    + scalar.replace("for (long r = 0;", "for (;"))
+                    "sf_transpose8(&ap[r][0], 8, a + k0 + r, lda, mr);\n#endif\n        " + scalar)
         elif mb > 8:
             assert mb % 4 == 0, mb
             # AVX2, 32 or 64 rows: the A block as [mb / 4][256][4] (a4), so that the 4-row register
@@ -132,9 +129,10 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
             # of the time)
             fill = ("#if defined(SF_AVX2_TILES)\n"
                     f"        for (int i = 0; i < {mb}; i++) for (long r = 0; r < kn; r++) "
-                    "a4[i / 4][r][i % 4] = i < mr ? a[i*lda + k0 + r] : 0.0f;\n#else\n" + scalar + "#endif\n")
+                    "a4[i / 4][r][i % 4] = i < mr ? a[i*lda + k0 + r] : 0.0f;\n#else\n"
+                    "        long r = 0;\n        " + scalar + "#endif\n")
         else:
-            fill = scalar
+            fill = "        long r = 0;\n        " + scalar
         a4 = ("#if defined(SF_AVX2_TILES)\n    float (*const a4)[256][4] = (float (*)[256][4])(void *)ap;\n#endif\n"
               if mb > 8 else "")
         return (TRANSPOSE8 if mb == 8 else "") + f"""/* Register-blocked matmul tile: T[i*n2 + j] = sum over r < K of a[i*lda + r] * B[r][j], i < {mb},

@@ -1,7 +1,8 @@
 """C-text building blocks of the register-blocked tiles that the GEMM and conv helper texts
 (:mod:`~solverfuse.emit.chelpers`, :mod:`~solverfuse.emit.conv_helpers`) share: the chunk width,
 the unrolled multiply-add lines, the AVX2 block of eight-lane accumulators, the choice between
-the AVX-512 / portable and the AVX2 loop nests, and the AVX2 8x8 vector transpose. A leaf: it builds on no other emit module.
+the AVX-512 / portable and the AVX2 loop nests, and the AVX2 8x8 vector transpose. A leaf: it
+builds on no other emit module.
 
 >>> CHUNK, acc_lines(1, "w[{i}]", 4).strip()
 (32, 'for (int e = 0; e < 4; e++) acc[0][e] = SF_FMA(w[0], xt[e], acc[0][e]);')
