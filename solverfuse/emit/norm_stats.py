@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..ops import numel
 from .cexpr import input_index, linear
 from .elementwise import stat_type
-from .row_loop import computed, declare_row, lane_sums, row_array_filled
+from .row_loop import Square, computed, declare_row, lane_sums, row_array_filled
 
 
 def _ln_row(k, x, idx, axis, shape, eps, row_copy=None):
@@ -61,12 +61,12 @@ def _ln_float_row(k, x, idx, n, eps, row_copy=None):
         if row_copy is not None:
             k.line(f"{row_copy}[{j}] = {v};")
         d = k.tmp("float", f"{v} - {sh}", "d")
-        return d, f"{d} * {d}"
+        return d, Square(d)
 
     def square(j):
         v = f"{row_copy}[{j}]" if row_copy is not None else k.value(x, tuple(idx[:-1]) + (j,))
         d = k.tmp("float", f"{v} - {mf}", "d")
-        return f"{d} * {d}"
+        return Square(d)
     lane_sums(k, n, (s, q), shifted)
     k.line(f"const double {dm} = {s} / {n}, {mu} = {sh} + {dm};")
     k.line(f"const float {mf} = (float){mu};")
