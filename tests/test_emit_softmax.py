@@ -5,9 +5,11 @@ them: the exponentials against NumPy's float64 exp, softmax rows against ONNX Ru
 float64, the division against NumPy's. Each is built for this host (-march=native), without
 AVX-512 (a cc wrapper adding -mno-avx512f: sf_exp8), without AVX-512 and AVX2 (the portable
 sf_expf loop), with the streaming stores forced on small tensors, and with the softmax output
-also deferred to the next row (row_stream); and under the sanitizers."""
+also deferred to the next row (row_stream: drained during a LayerNorm's statistics where the row has
+them); and under the sanitizers."""
 from __future__ import annotations
 
+import re
 import stat
 
 import numpy as np
@@ -244,3 +246,31 @@ def test_a_row_minimum_is_no_softmax_normaliser(cache):
     want = reference_outputs(g, {"z": z}, {}, engine="onnxruntime")["w"]
     assert np.isnan(want).any() and not np.isnan(want).all()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("cols", [2048, 2113])
+def test_layernorm_softmax_rows_drain_during_the_statistics(cols, cache, monkeypatch):
+    """softmax(layernorm(x) * 2) over rows (the l1_overflow motif) streamed and deferred: the
+    previous row's output is drained block by block inside the LayerNorm statistics' pass (rows of
+    2,048: whole blocks of 1,024; of 2,113: a last block of 65), not with the exponentials. The
+    outputs match ONNX Runtime; the sanitizer build reports nothing and gives the plain build's."""
+    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
+    g = graph({"x": [5, cols], "s": {"shape": [cols], "constant": True}, "b": {"shape": [cols], "constant": True},
+               "two": {"shape": [], "constant": True, "value": [2.0]}}, ["x"], ["y"],
+              [("ln", "LayerNormalization", ["x", "s", "b"], ["n"], {"axis": -1, "epsilon": 1e-5}),
+               ("scale", "Mul", ["n", "two"], ["h"]), ("sm", "Softmax", ["h"], ["y"], {"axis": -1})])
+    plan = build_plan(g, HW, [["ln", "scale", "sm"]], strategy="test")
+    src = render(plan, g)["model.c"]
+    lines = [ln.strip() for ln in src[src.index("static int k0("):].split("\n")]
+    drains = [i for i, ln in enumerate(lines) if ln.startswith("sf_drain(&")]
+    first_exp = min(i for i, ln in enumerate(lines) if "sf_expsum" in ln)
+    assert len(drains) == 2 and drains[0] < first_exp < drains[1], drains   # in the row, after the loop
+    assert re.fullmatch(rf"for \(long (\w+) = 0; \1 < {cols}; \1 \+= 1024\) \{{", lines[drains[0] - 1])
+    ins = {"x": np.random.default_rng(4).normal(0, 2, (5, cols)).astype(np.float32)}
+    cs = {"s": np.random.default_rng(5).normal(1, 0.3, cols).astype(np.float32),
+          "b": np.random.default_rng(6).normal(0, 0.3, cols).astype(np.float32), "two": np.float32(2.0)}
+    plain = compile_plan(plan, g, cache_dir=cache, strict=True).run(ins, cs)["y"]
+    np.testing.assert_allclose(plain, reference_outputs(g, ins, cs, engine="onnxruntime")["y"], rtol=2e-5, atol=1e-7)
+    got = compile_plan(plan, g, cache_dir=cache, sanitize=True).run(ins, cs)["y"]
+    np.testing.assert_allclose(got, plain, rtol=1e-6, atol=1e-9)

@@ -228,7 +228,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             elif node.op in MATERIALISED_OPS:
                 reductions.reduce_row(k, node, tuple(outer))
         if anchor is None:
-            pend.extend(row_stream.defer_output(k, shape, tuple(outer), writes))
+            pend.extend(row_stream.defer_output(k, shape, tuple(outer), writes, mark))
             if pend:
                 return
         prefetched = any("__builtin_prefetch" in ln for ln in k.lines[mark:]) or not _prefetching(k, writes)
