@@ -145,7 +145,7 @@ def test_layernorm_gelu_row_kernel_matches_onnxruntime(cache):
 def test_streamed_layernorm_gelu_matches_onnxruntime(extra, monkeypatch, tmp_path):
     """LN + GELU whose output the row loop writes with non-temporal stores (``STREAM_MIN_BYTES``
     forced to 0): sf_gelu_block with stream set -- AVX-512 where the host has it, AVX2 + FMA with
-    -mno-avx512f there and natively on AVX2 hosts -- on rows of 100 (a block of 4 at each row's
+    -mno-avx512f there and natively on AVX2 hosts -- on rows of 100 (a block of 36 at each row's
     end, rows starting at every 16-byte offset: whole blocks at unaligned dst take plain stores)
     and of 768, against ONNX Runtime."""
     monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
@@ -169,9 +169,9 @@ def test_streamed_layernorm_gelu_matches_onnxruntime(extra, monkeypatch, tmp_pat
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_loop_calling_erf_vectorises(threads, tmp_path):
     """The LN + GELU output loop is vectorised: with AVX-512, and with AVX2 + FMA (-mno-avx512f on a
-    host that has them), the loop filling the block that sf_gelu_block takes (emit/rows.py; GCC
-    unrolls its 16 iterations and vectorises them as blocks of 64 or 32 bytes), and with AVX2 also
-    the helper's loop calling sf_geluf on a whole block; without either (-mno-avx512f -mno-avx2)
+    host that has them), the loop filling the block of 64 that sf_gelu_block takes (emit/rows.py;
+    vectorised as a loop, or unrolled and vectorised as blocks of 64 or 32 bytes), and with AVX2
+    also the helper's loop calling sf_geluf on the block; without either (-mno-avx512f -mno-avx2)
     the kernel's loop calling sf_geluf."""
     g = zoo.residual_layernorm_gelu(256, 768)
     files = render(build_plan(g, HW, fuse_greedily(g), strategy="t"), g, threads=threads)
@@ -181,7 +181,9 @@ def test_the_loop_calling_erf_vectorises(threads, tmp_path):
     flags = [f for f in BASE_FLAGS if f != "-fPIC"] + ["-march=native"] + (["-fopenmp"] if threads > 1 else [])
     block = [n + 1 for n, ln in enumerate(src) if re.search(r"\bG\d+\[i\d+ - j\d+\] = ", ln)]
     calls = [n + 1 for n, ln in enumerate(src) if "sf_erff(v" in ln or "sf_geluf(v" in ln]
-    helper = [n + 1 for n, ln in enumerate(src) if "i < 16; i++) y[i] = sf_geluf(g[i]);" in ln]
+    start = next(n for n, ln in enumerate(src) if "static inline void sf_gelu_block(" in ln)
+    avx2 = next(n for n in range(start, len(src)) if src[n].startswith("#elif defined(SF_AVX2_TILES)"))
+    helper = [n + 1 for n in range(avx2, len(src)) if "dst[i] = sf_geluf(g[i]);" in src[n]][:1]
     assert calls and block and len(helper) == 1, "the GELU does not call sf_geluf in its block and in the loop"
     cases = [(["-mavx512f"], block, [])]
     if _defines(("-mno-avx512f",), "__AVX2__") and _defines(("-mno-avx512f",), "__FMA__"):

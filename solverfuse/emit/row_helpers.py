@@ -253,36 +253,30 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_lanesum64(const 
 #endif
 }
 """,
-    "sf_gelu_block": SF_GELU16 + """/* dst[i] = GELU(g[i]) for i < n <= 16: sf_gelu16 (AVX-512; n < 16 masked), else sf_geluf. The
-   table's rows are loads the compiler hoists out of the caller's loop. ``stream``: a whole block
-   at a 64-byte (AVX2: 32-byte) aligned dst is written with non-temporal stores (an output too
-   large for the cache: no read of the line before it is written; the kernel calls
-   sf_stream_fence() after). AVX2 + FMA: a whole block's sf_geluf in a loop GCC vectorises, then
-   two 8-float stores. */
+    "sf_gelu_block": SF_GELU16 + """/* dst[i] = GELU(g[i]) for i < n <= 64: sf_gelu16 on each 16 (AVX-512; the last n % 16
+   masked), else sf_geluf. The table's rows are loads the compiler hoists out of the caller's loop.
+   ``stream``: whole vectors at a 64-byte (AVX2: 32-byte) aligned dst are written with
+   non-temporal stores (an output too large for the cache: no read of the line before it is
+   written; the kernel calls sf_stream_fence() after). AVX2 + FMA: sf_geluf in a loop GCC
+   vectorises (a streamed whole block into a stack block first, then eight 8-float stores). */
 __attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float *dst, const float *g, long n, int stream)
 {
 #if defined(SF_AVX512_TILES)
     sf_v16 T[10];
     for (int j = 0; j < 10; j++) T[j] = SF_LOAD16(&sf_gelu_tab[j / 2][16 * (j % 2)]);
-    if (n == 16 && stream && !((uintptr_t)dst & 63)) {
-        SF_STREAM16(dst, sf_gelu16(SF_LOAD16(g), T));
-    } else if (n == 16) {
-        SF_STORE16(dst, sf_gelu16(SF_LOAD16(g), T));
-    } else {
-        const sf_mask16 k = (sf_mask16)((1u << n) - 1);
-        SF_STOREM(dst, k, sf_gelu16(SF_LOADM(k, g), T));
+    long i = 0;
+    if (stream && !((uintptr_t)dst & 63))
+        for (; i + 16 <= n; i += 16) SF_STREAM16(dst + i, sf_gelu16(SF_LOAD16(g + i), T));
+    for (; i + 16 <= n; i += 16) SF_STORE16(dst + i, sf_gelu16(SF_LOAD16(g + i), T));
+    if (i < n) {
+        const sf_mask16 k = (sf_mask16)((1u << (n - i)) - 1);
+        SF_STOREM(dst + i, k, sf_gelu16(SF_LOADM(k, g + i), T));
     }
 #elif defined(SF_AVX2_TILES)
-    if (n == 16) {
-        float y[16] SF_ALIGN64;
-        for (int i = 0; i < 16; i++) y[i] = sf_geluf(g[i]);
-        if (stream && !((uintptr_t)dst & 31)) {
-            _mm256_stream_ps(dst, _mm256_load_ps(y));
-            _mm256_stream_ps(dst + 8, _mm256_load_ps(y + 8));
-        } else {
-            _mm256_storeu_ps(dst, _mm256_load_ps(y));
-            _mm256_storeu_ps(dst + 8, _mm256_load_ps(y + 8));
-        }
+    if (n == 64 && stream && !((uintptr_t)dst & 31)) {
+        float y[64] SF_ALIGN64;
+        for (int i = 0; i < 64; i++) y[i] = sf_geluf(g[i]);
+        for (int i = 0; i < 64; i += 8) _mm256_stream_ps(dst + i, _mm256_load_ps(y + i));
     } else {
         for (long i = 0; i < n; i++) dst[i] = sf_geluf(g[i]);
     }

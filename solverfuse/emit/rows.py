@@ -170,19 +170,25 @@ def _gelu_output(k: Kernel, writes: list) -> Optional[tuple]:
     return writes[0], found[0]
 
 
+#: Values of a row's GELU output per block (:func:`_gelu_block`): AVX2's sf_geluf is a chain of
+#: ~40 cycles (two Horner polynomials and a division), and 8 vectors of a block overlap where the
+#: 2 of a block of 16 did not (residual_layernorm_gelu in L1, Zen 3: 0.71 -> 0.67 ns per element).
+GELU_BLOCK = 64
+
+
 def _gelu_block(k: Kernel, t: str, x: str, outer: tuple, j0: str, hi: str, writes: list) -> None:
-    """Inside the output loop's block [j0, hi) of at most 16: the GELU's input into a stack block,
-    then ``sf_gelu_block`` (AVX-512: a per-interval polynomial read by vpermps, 12 operations and
-    5 permutes per 16 lanes where sf_geluf takes 16, residual_layernorm_gelu's output loop in L1
-    0.34 -> 0.28 ns per element; AVX2: sf_geluf on the block, so that a streamed output is written
-    with non-temporal stores); other targets keep the loop calling sf_geluf."""
+    """Inside the output loop's block [j0, hi) of at most ``GELU_BLOCK``: the GELU's input into a
+    stack block, then ``sf_gelu_block`` (AVX-512: a per-interval polynomial read by vpermps, 12
+    operations and 5 permutes per 16 lanes where sf_geluf takes 16, residual_layernorm_gelu's
+    output loop in L1 0.34 -> 0.28 ns per element; AVX2: sf_geluf on the block, so that a streamed
+    output is written with non-temporal stores); other targets keep the loop calling sf_geluf."""
     k.use_helper("sf_gelu_block")
     k.pragma("#if defined(SF_AVX512_TILES) || defined(SF_AVX2_TILES)")
     g, j = k.fresh("G"), k.fresh("i")
-    k.line(f"float {g}[16] SF_ALIGN64;")
+    k.line(f"float {g}[{GELU_BLOCK}] SF_ALIGN64;")
     with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
         k.line(f"{g}[{j} - {j0}] = {k.value(x, bmap(outer + (j,), k.shape(t), k.shape(x)))};")
-    size = "16" if hi == f"{j0} + 16" else f"{hi} - {j0}"
+    size = str(GELU_BLOCK) if hi == f"{j0} + {GELU_BLOCK}" else f"{hi} - {j0}"
     stream = int(row_stream.streamed(k, t))
     k.line(f"sf_gelu_block(&{k.ptr(t, 'w')}[{linear(k.shape(t), outer + (j0,))}], {g}, {size}, {stream});")
     k.pragma("#else")
@@ -242,12 +248,15 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 _row_outputs(k, writes, tuple(outer) + tuple(inner))
             return
         # no statistics loop of the row prefetched the next row: the output loop does, one cache
-        # line of each input stream per 16 outputs (see row_loop.output_prefetch)
+        # line of each input stream per 16 outputs (see row_loop.output_prefetch; a GELU's blocks of
+        # GELU_BLOCK prefetch their lines at the block's start)
         n, j0, j = shape[-1], k.fresh("j"), k.fresh("i")
         gelu = _gelu_output(k, writes)
-        with k.block(f"for (long {j0} = 0; {j0} < {n}; {j0} += 16)"):
-            row_loop.output_prefetch(k, streams, tuple(outer), j0)
-            hi = f"{j0} + 16" if n % 16 == 0 else f"sf_min({j0} + 16, {n})"
+        step = GELU_BLOCK if gelu is not None else 16
+        with k.block(f"for (long {j0} = 0; {j0} < {n}; {j0} += {step})"):
+            for q in range(0, min(step, n), 16):
+                row_loop.output_prefetch(k, streams, tuple(outer), f"{j0} + {q}" if q else j0)
+            hi = f"{j0} + {step}" if n % step == 0 else f"sf_min({j0} + {step}, {n})"
             if gelu is not None:
                 _gelu_block(k, *gelu, tuple(outer), j0, hi, writes)
                 if row_stream.streamed(k, gelu[0]):
