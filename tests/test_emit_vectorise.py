@@ -44,9 +44,9 @@ def _vectorised_lines(files, tmp_path, threads):
 
 def _inner_loops(src: str, trip: int):
     """(first, last) lines (1-based) of the loops of the kernels that run ``trip`` times (or a
-    block of a row of ``trip``: ``i < jb + 256``, ``i < j + 16``) with no loop inside. Loops in a
-    kernel's ``#if defined(SF_AVX512_TILES)`` branch are left out: the build here has no -march,
-    so that branch is not compiled (its ``#else`` is)."""
+    block of a row of ``trip``: ``i < jb + 256``, ``i < j + 16``, a GELU's ``i < j + 64``) with no
+    loop inside. Loops in a kernel's ``#if defined(SF_AVX512_TILES)`` branch are left out: the
+    build here has no -march, so that branch is not compiled (its ``#else`` is)."""
     lines = src.splitlines()
     out = []
     avx512 = False
@@ -68,7 +68,7 @@ def _inner_loops(src: str, trip: int):
             if depth <= 0:
                 break
             body.append(nxt)
-        blocked = m.group(2).startswith(("j", "sf_min(j")) and (trip == 0 or m.group(2).endswith((f", {trip})", " + 256", " + 16")))
+        blocked = m.group(2).startswith(("j", "sf_min(j")) and (trip == 0 or m.group(2).endswith((f", {trip})", " + 256", " + 16", " + 64")))
         if not any(b.strip().startswith("for ") for b in body) and (m.group(2) == str(trip) or trip == 0 or blocked):
             out.append((n + 1, n + 1 + len(body)))
     return out
