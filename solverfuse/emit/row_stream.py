@@ -139,12 +139,14 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {k.lines[calls[0]].strip()}")
     pend, buf = k.fresh("P"), k.fresh("SFB")
     row = linear(shape[:-1], outer) if outer else "0"
+    # a lane-sum pass over the row at the row's own nesting (not in a conditional second pass)
+    ind = k.lines[decl[0]][:len(k.lines[decl[0]]) - len(k.lines[decl[0]].lstrip())]
     sums = [i for i in range(start, decl[0]) if re.fullmatch(
-        rf"\s*for \(long (\w+) = 0; \1 < {n}; \1 \+= {row_loop.LANE_BLOCK}\) \{{", k.lines[i])]
+        rf"{ind}for \(long (\w+) = 0; \1 < {n}; \1 \+= {row_loop.LANE_BLOCK}\) \{{", k.lines[i])]
     if sums:  # each block of the sums' pass drains the same block of the previous row
-        ln, jb = k.lines[sums[0]], re.search(r"long (\w+)", k.lines[sums[0]]).group(1)
+        jb = re.search(r"long (\w+)", k.lines[sums[0]]).group(1)
         size = row_loop.LANE_BLOCK if n % row_loop.LANE_BLOCK == 0 else f"sf_min({row_loop.LANE_BLOCK}, {n} - {jb})"
-        k.lines.insert(sums[0] + 1, ln[:len(ln) - len(ln.lstrip())] + f"    sf_drain(&{pend}, {jb}, {size});")
+        k.lines.insert(sums[0] + 1, f"{ind}    sf_drain(&{pend}, {jb}, {size});")
         decl[0] += 1
     else:
         for i, m in reversed(list(zip(calls, blocks))):
