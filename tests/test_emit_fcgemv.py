@@ -49,14 +49,33 @@ def test_fc_gemv_vs_onnxruntime(threads, m, k, n, attrs, cshape, cache):
     assert _shared_columns(src) == (threads == 2)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_fc_gemv_softmax_row(threads, cache):
-    """Gemm + Softmax at batch 1: the row path (statistics over the whole row) with the one-row tile."""
-    t = {"a": [1, 512], "b": const((777, 512)), "c": const((777,))}
+@pytest.mark.parametrize("threads,m", [(1, 1), (2, 1), (2, 2)])
+def test_fc_gemv_softmax_row(threads, m, cache):
+    """Gemm + Softmax at batch 1 (every CNN's classifier) and M = 2: the row path (statistics over
+    the whole row) with one block of rows. At 2 threads the threads share the block's columns in
+    an arena tile, inside the run's one thread team (its kernel ran on one thread before), then
+    thread 0 runs the rows."""
+    t = {"a": [m, 512], "b": const((777, 512)), "c": const((777,))}
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], {"transB": 1}),
                                 ("s", "Softmax", ["h"], ["y"], {"axis": 1})])
     plan, _, _ = check(g, [["g", "s"]], cache, rtol=1e-4, atol=1e-6, engine="onnxruntime", threads=threads)
-    assert "sf_mm_tile1(" in render(plan, g, threads=threads)["model.c"]
+    src = render(plan, g, threads=threads)["model.c"]
+    assert f"sf_mm_tile{m}(" in src
+    assert _shared_columns(src) == (threads == 2)
+    if threads == 2:  # one region per run: the kernel is the team's, its loop an orphaned omp for
+        assert src.count("#pragma omp parallel") == 1 and "#pragma omp for schedule(dynamic) nowait" in src
+        assert "if (SF_TID() == 0) {" in src
+
+
+def test_fc_gemv_softmax_row_shared_tile_sanitized(cache):
+    """The shared tile's team code built without OpenMP (the sanitizer build): the one thread runs
+    every share; no read outside the arena tile, A, B or C, and the values match ONNX Runtime."""
+    t = {"a": [1, 300], "b": const((1001, 300)), "c": const((1001,))}
+    g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], {"transB": 1}),
+                                ("s", "Softmax", ["h"], ["y"], {"axis": 1})])
+    plan, _, _ = check(g, [["g", "s"]], cache, rtol=1e-4, atol=1e-6, engine="onnxruntime", threads=2,
+                       sanitize=True)
+    assert _shared_columns(render(plan, g, threads=2)["model.c"])
 
 
 def test_matmul_batch1_two_threads(cache):

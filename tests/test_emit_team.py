@@ -98,6 +98,26 @@ def test_serial_statistics_run_on_thread_0_inside_the_team(cache):
     check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-6)
 
 
+def test_a_const_of_a_serial_local_stays_serial_and_an_arena_view_is_replicated():
+    # an arena view (the same pointer on every thread), a shared loop filling it, then serial
+    # statistics and a const scale computed from one of their locals, used by a serial loop
+    body = ["    float (*const T)[64] = (float (*)[64])s3;",
+            "    #pragma omp parallel for schedule(dynamic) num_threads(2)",
+            "    for (long i = 0; i < 64; i++) {", "        T[0][i] = b0[i];", "    }",
+            "    double s = 0;", "    for (long i = 0; i < 64; i++) {", "        s += T[0][i];", "    }",
+            "    const float r = (float)(1.0 / s);",
+            "    for (long i = 0; i < 64; i++) {", "        b1[i] = T[0][i] * r;", "    }"]
+    out = team_body(body)
+    assert out is not None and out[0] == body[0]
+    assert out[1] == "    #pragma omp for schedule(dynamic) nowait"
+    # the const joins thread 0's run (as a replicated line it would read s, thread 0's local)
+    serial = out[out.index("    if (SF_TID() == 0) {"):]
+    assert serial.count("    if (SF_TID() == 0) {") == 1 and "    const float r = (float)(1.0 / s);" in serial
+    # a const of the inputs only is still computed by every thread
+    assert team_body(["    const float r = b0[0] * 2;", "    float acc = 0;", "    b1[0] = acc + r;"])[0] \
+        == "    const float r = b0[0] * 2;"
+
+
 def test_a_kernel_the_team_cannot_run_runs_between_two_regions(cache, monkeypatch):
     body = ["    float acc = 0;", "    #pragma omp parallel for schedule(static) num_threads(2)",
             "    for (long i = 0; i < 8; i++) {", "        b1[i] = acc;", "    }"]

@@ -253,22 +253,24 @@ def mm_depth(k, node) -> int:
     return _mm_kn(k, node)[0]
 
 
-def tile_matmul_blocked(k, node, batch, i0, bsrc, mb, cols=None, rows=None) -> str:
+def tile_matmul_blocked(k, node, batch, i0, bsrc, mb, cols=None, rows=None, into=None) -> str:
     """Rows i0..i0+mb-1 of MatMul/Gemm output at ``batch`` into ``T[mb][N rounded up]``, with a
     Gemm's alpha and beta*C applied (the tile is hot); its name. ``cols``: (first, end) C
     expressions, multiples of CHUNK: only those columns of T are computed (default all);
     ``rows``: a C expression, the rows of the block inside the output (default mb; A is read
-    only there, the rows past it are zero)."""
+    only there, the rows past it are zero); ``into``: the name of a tile of that shape declared
+    by the caller (threads filling disjoint columns of one tile), instead of a new one."""
     at = node.inputs[0]
     a, b = k.shape(at), k.shape(node.inputs[1])
     kk, n = _mm_kn(k, node)
     n2 = round_up(n, CHUNK)
     out = k.shape(node.outputs[0])
-    arr = k.fresh("T")
-    # 64-byte aligned: the tile helpers add into it a whole vector of CHUNK floats at a time;
-    # where the stack frame left it 32-byte aligned every access split a cache line and each
-    # add's load waited on the previous store (vit_ts's QKV kernels: 1.40 -> 0.98 us)
-    k.line(f"float {arr}[{mb}][{n2}] SF_ALIGN64;")
+    arr = into or k.fresh("T")
+    if into is None:
+        # 64-byte aligned: the tile helpers add into it a whole vector of CHUNK floats at a time;
+        # where the stack frame left it 32-byte aligned every access split a cache line and each
+        # add's load waited on the previous store (vit_ts's QKV kernels: 1.40 -> 0.98 us)
+        k.line(f"float {arr}[{mb}][{n2}] SF_ALIGN64;")
     base = _linear(a, bmap(batch, out[:-2], a[:-2]) + (i0, "0"))
     bb = bmap(batch, out[:-2], b[:-2]) if node.op == "MatMul" else ()
     boff = _linear(b[:-2], bb) if bb else "0"

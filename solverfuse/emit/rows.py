@@ -11,11 +11,13 @@ layout of the whole kernel, tried first.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from ..ops import OPS
 from . import anchors, gemm_tiles, reductions, row_loop, row_stream
-from .tiles import MAX_TILE
+from .ctile import CHUNK
+from .tiles import MAX_TILE, round_up
 from .cexpr import attr_str, bmap, linear
 from .elementwise import erf_gelu
 from .kernel import Kernel, inline_deps
@@ -198,11 +200,33 @@ def _gelu_block(k: Kernel, t: str, x: str, outer: tuple, j0: str, hi: str, write
     k.pragma("#endif")
 
 
+def _tile_by_column_shares(k: Kernel, anchor, shape: tuple, mb: int, bsrc: str, share: int) -> str:
+    """The MatMul/Gemm anchor's whole output when it is one block of ``mb`` rows (a linear layer at
+    batch 1 before a Softmax: every CNN classifier's) into one tile, the threads sharing its
+    columns (:func:`~solverfuse.emit.gemm_tiles.column_share`: each share a contiguous stream of
+    packed B, its bias added there); its name. The row statistics and outputs then run on one
+    thread over the hot tile. As one block of the row loop the kernel ran on one thread: ResNet-50's
+    and AlexNet's last kernels (8 and 16 MB of weights, memory-bound) took as long at 2 threads as
+    at 1."""
+    n2 = round_up(gemm_tiles.mm_columns(k, anchor), CHUNK)
+    arr = k.fresh("T")
+    # an arena slot, not a stack array: in the run's thread team (emit.team) every thread writes
+    # its columns into it and thread 0 reads them all
+    k.line(f"float (*const {arr})[{n2}] = (float (*)[{n2}]){k.alloc('float', mb * n2, 'the shared tile')};")
+    with k.loops((-(-n2 // share),), parallel=True, dynamic=True) as (s,):
+        q0 = k.index(f"{s}*{share}") if s != "0" else "0"
+        q1 = k.index(f"sf_min({q0} + {share}, {n2})")
+        gemm_tiles.tile_matmul_blocked(k, anchor, tuple("0" for _ in shape[:-2]), "0", bsrc, mb, (q0, q1),
+                                       into=arr)
+    return arr
+
+
 def emit_rows(k: Kernel, shape: tuple) -> None:
     """The row-fused kernel: per row, anchor tiles, then each reduction's statistics (scalars, an
     inner loop over the row), then one inner loop storing every written tensor. A MatMul anchor
     that takes the register-blocked tile runs over blocks of rows (the tile of a block, then the
-    rows of the block), so fusing a row reduction into it keeps the fast tile."""
+    rows of the block), so fusing a row reduction into it keeps the fast tile; with threads and one
+    block of rows in all, the threads share the block's columns (:func:`_tile_by_column_shares`)."""
     g = k.graph
     memo: dict = {}
     pure = _pure_tensors(k)
@@ -265,10 +289,19 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             with k.block(f"for (long {j} = {j0}; {j} < {hi}; {j}++)"):
                 _row_outputs(k, writes, tuple(outer) + (j,))
     mb = gemm_tiles.matmul_blocking(k, anchor) if anchor is not None and anchor.op in ("MatMul", "Gemm") else None
+    share = 0
     if mb is not None:
         mb = gemm_tiles.row_block(k, anchor, mb)
         (t,) = tiled
         bsrc = gemm_tiles.matmul_b_view(k, anchor, mb)
+        share = gemm_tiles.column_share(k.threads, shape[-1], 1) if math.prod(shape[:-1]) == mb else 0
+    if share:  # one block of rows: the threads share its columns, then one thread runs its rows
+        arr = _tile_by_column_shares(k, anchor, shape, mb, bsrc, share)
+        with k.loops((mb,)) as (a,):
+            outer = tuple("0" for _ in shape[:-2]) + (a,)
+            k.set_tile(t, tuple("0" if d == 1 else x for x, d in zip(outer, shape[:-1])), f"{arr}[{a}]", 1)
+            row(outer)
+    elif mb is not None:
         # whole tiles: the threads take them one at a time (2 tiles of 64 rows on 2 threads run
         # one each; as a plain loop, under 2 per thread, they ran serial)
         with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=True) as blk:

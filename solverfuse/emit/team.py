@@ -144,8 +144,10 @@ static SF_UNUSED int sf_sync(int flag) { return flag != 0; }
 """
 
 _PARALLEL_FOR = re.compile(r"^    #pragma omp parallel for (.*?)\s*num_threads\(\d+\)\s*$")
-# run by every thread: comments, const scalars and tables (each thread computes the same value)
-_REPLICATED = re.compile(r"^    (/\*.*\*/|(static )?const [^=]+=[^;]*;|(SF_UNUSED )?const [^=]+=[^;]*;)$")
+# run by every thread: comments, const scalars and tables, const pointers to rows of an arena slot
+# (each thread computes the same value)
+_REPLICATED = re.compile(r"^    (/\*.*\*/|(static )?const [^=]+=[^;]*;|(SF_UNUSED )?const [^=]+=[^;]*;"
+                         r"|\w+ \(\*const \w+\)(\[\d+\])+ = [^;]*;)$")
 _OPENS = re.compile(r"^    (for|if) \(.*\) \{$|^    \{$")
 # a name declared by a top-level statement of a serial run (it must not be used after the run)
 _DECLARED = re.compile(r"(?:^|;)\s*(?:const\s+)?(?:float|double|int|long|unsigned|short|char|u?int\d+_t|_Bool)"
@@ -204,7 +206,7 @@ def team_body(lines: list[str]) -> Optional[list[str]]:
             read_since_sync = False
             i = end
             continue
-        if _REPLICATED.match(ln):
+        if _REPLICATED.match(ln) and not (serial and any(re.search(rf"\b{n}\b", ln) for n in declared)):
             if ln.startswith("    /*") and serial:
                 serial.append(ln)
             else:
