@@ -1,6 +1,8 @@
-"""Shared fixtures: example graphs, the ONNX light models, hardware profiles."""
+"""Shared fixtures: example graphs, the ONNX light models, hardware profiles, C compilers for
+the narrower vector targets."""
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,16 @@ def small_kernels_parallel(monkeypatch):
     from solverfuse.emit import sharing
     monkeypatch.setattr(sharing, "PARALLEL_MIN_WORK", 1 << 18)
     monkeypatch.setattr(sharing, "REGION_MIN_WORK", 0)
+
+
+@pytest.fixture(scope="session")
+def no_avx512_cc(tmp_path_factory):
+    """C compilers for this host without AVX-512 (the AVX2 code paths where the host has AVX2 and
+    FMA), and without AVX-512 and AVX2 (the portable loops): build name -> cc."""
+    out = {}
+    for name, flags in (("no-avx512", "-mno-avx512f"), ("portable", "-mno-avx512f -mno-avx2")):
+        path = tmp_path_factory.mktemp("cc") / f"cc_{name}.sh"
+        path.write_text(f'#!/bin/sh\nexec "${{SF_TEST_CC:-cc}}" "$@" {flags}\n')
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        out[name] = str(path)
+    return out

@@ -9,8 +9,9 @@ import re
 import pytest
 
 from solverfuse.emit.program import render
+from solverfuse.plans import build_plan
 
-from .emit_helpers import check, graph
+from .emit_helpers import HW, check, graph, host_flags
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +88,54 @@ def test_pool_plane_helper(op, shape, attrs, cache):
     plan, _, _ = check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime")
     assert "sf_pool2d(T" in render(plan, g)["model.c"]
     check(g, [["p", "r"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
+
+
+#: column stride 2: blocks of 8 outputs (AVX2) and of 16 (AVX-512) with tails of every length
+#: class, kernels 2 and 3 wide (the even/odd streams) and 5 wide (a load per tap); windows wholly
+#: inside the input (one loop over the window's rows) and padded ones (a loop per row)
+STRIDE2 = [
+    ("MaxPool", (2, 3, 111, 111), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("MaxPool", (1, 2, 9, 77), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 3, 10, 36), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("MaxPool", (1, 2, 12, 35), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", (1, 2, 9, 75), {"kernel_shape": [3, 5], "strides": [2, 2], "pads": [1, 2, 1, 2]}),
+    ("AveragePool", (1, 2, 11, 49), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("AveragePool", (1, 2, 8, 46), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                    "count_include_pad": 1}),
+]
+
+
+@pytest.mark.parametrize("build", ["native", "no-avx512", "portable"])
+@pytest.mark.parametrize("op,shape,attrs", STRIDE2)
+def test_pool_stride2_columns_at_every_target(build, op, shape, attrs, cache, no_avx512_cc):
+    """sf_pool2d at column stride 2 built for this host, for AVX2 (no AVX-512) and for neither:
+    a pool alone (its planes written straight into the output) and with a ReLU epilogue (a
+    stack tile), against ONNX Runtime."""
+    if build == "no-avx512" and not {"avx2", "fma"} <= host_flags():
+        pytest.skip("the host cannot run AVX2+FMA code")
+    cc = None if build == "native" else no_avx512_cc[build]
+    t = {"x": list(shape)}
+    alone = graph(t, ["x"], ["y"], [("p", op, ["x"], ["y"], attrs)])
+    fused = graph(t, ["x"], ["y"], [("p", op, ["x"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
+    for g, groups in ((alone, [["p"]]), (fused, [["p", "r"]])):
+        plan, _, _ = check(g, groups, cache / build, rtol=1e-5, atol=1e-6, engine="onnxruntime", cc=cc)
+        src = render(plan, g)["model.c"]
+        kernel = src[src.index("static int k0("):]
+        assert "sf_pool2d(" in kernel
+        # alone: no stack tile and no copy loop; with the epilogue: the tile, then the ReLU loop
+        assert ("float T" in kernel) == (g is fused) and ("sf_pool2d(O" in kernel) == (g is alone)
+
+
+def test_pool_planes_written_in_place_with_threads_and_sanitizers(cache):
+    """A pool alone writes each plane straight into its output: at 2 threads (the threads take
+    disjoint planes) and under the sanitizers (no write outside the output, the row buffer
+    included), AveragePool's tap counts with padding included, against ONNX Runtime."""
+    t = {"x": [2, 8, 56, 56]}
+    g = graph(t, ["x"], ["y", "z"], [
+        ("mp", "MaxPool", ["x"], ["y"], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ("ap", "AveragePool", ["x"], ["z"], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                              "count_include_pad": 0})])
+    check(g, [["mp"], ["ap"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", threads=2)
+    check(g, [["mp"], ["ap"]], cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
+    src = render(build_plan(g, HW, [["mp"], ["ap"]], strategy="t"), g, threads=2)["model.c"]
+    assert src.count("sf_pool2d(O") == 2 and "float T" not in src

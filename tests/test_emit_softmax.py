@@ -10,7 +10,6 @@ them); and under the sanitizers."""
 from __future__ import annotations
 
 import re
-import stat
 
 import numpy as np
 import pytest
@@ -32,19 +31,6 @@ EXP16_ULP = 1.5
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("emit-softmax-cache")
-
-
-@pytest.fixture(scope="module")
-def no_avx512_cc(tmp_path_factory):
-    """C compilers for this host without AVX-512 (the AVX2 sf_exp8 where the host has AVX2 and FMA),
-    and without AVX-512 and AVX2 (the portable sf_expf loop): build name -> cc."""
-    out = {}
-    for name, flags in (("no-avx512", "-mno-avx512f"), ("portable", "-mno-avx512f -mno-avx2")):
-        path = tmp_path_factory.mktemp("cc") / f"cc_{name}.sh"
-        path.write_text(f'#!/bin/sh\nexec "${{SF_TEST_CC:-cc}}" "$@" {flags}\n')
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-        out[name] = str(path)
-    return out
 
 
 BUILDS = ["native", "no-avx512", "portable", "streamed", "deferred"]

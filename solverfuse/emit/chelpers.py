@@ -176,12 +176,26 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_pool2d(float *res
         const long r1 = H + ph - o*sh < kh ? H + ph - o*sh : kh;
         float *restrict v = V + pw;
         const float *restrict xr = x + (o*sh - ph + r0)*W;
-        if (r0 >= r1) for (long q = 0; q < W; q++) v[q] = init;  /* a window wholly in the padding */
-        else for (long q = 0; q < W; q++) v[q] = xr[q];
-        for (long r = r0 + 1; r < r1; r++) {
-            xr += W;
-            if (avg) for (long q = 0; q < W; q++) v[q] += xr[q];
-            else for (long q = 0; q < W; q++) v[q] = xr[q] > v[q] ? xr[q] : v[q];
+        if (r0 == 0 && r1 == kh) {
+            /* the whole window inside the input: its rows in one loop (kh constant: unrolled), V
+               stored once (a pass per row loaded and stored V kh times: 64x111x111 3x3/2, AVX2
+               Zen 3, 134 -> 85 us in all) */
+            for (long q = 0; q < W; q++) {
+                float m = xr[q];
+                for (long r = 1; r < kh; r++) {
+                    const float e = xr[r*W + q];
+                    m = avg ? m + e : (e > m ? e : m);
+                }
+                v[q] = m;
+            }
+        } else {
+            if (r0 >= r1) for (long q = 0; q < W; q++) v[q] = init;  /* a window wholly in the padding */
+            else for (long q = 0; q < W; q++) v[q] = xr[q];
+            for (long r = r0 + 1; r < r1; r++) {
+                xr += W;
+                if (avg) for (long q = 0; q < W; q++) v[q] += xr[q];
+                else for (long q = 0; q < W; q++) v[q] = xr[q] > v[q] ? xr[q] : v[q];
+            }
         }
         float *restrict t = T + o*OW;
         long j0 = 0;
@@ -210,6 +224,45 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_pool2d(float *res
                 SF_STORE16(t + j0, acc);
                 E = E2;
                 O = O2;
+            }
+        }
+#elif defined(SF_AVX2_TILES)
+        /* AVX2, stride 2: blocks of 8 outputs. Up to 3 columns wide: E / O, the even / odd floats
+           of the 16 from 2 j0 (two aligned loads; shuffle gives [a0 a2 b0 b2 | a4 a6 b4 b6], a
+           64-bit permute the order), tap 2 = E shifted by one float, its last from the next
+           block's E. Wider: each tap's even floats from unaligned loads. 64x111x111 3x3/2,
+           paired on a Zen 3 core: GCC's strided loop 191 us, per-tap loads 150, these 122 (ONNX
+           Runtime 87; with the whole-window row loop above: 71). */
+        if (sw == 2 && kw <= 3) {
+            __m256 a = _mm256_load_ps(V), b = _mm256_load_ps(V + 8);
+            __m256 E = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+            __m256 O = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+            for (; j0 + 8 <= OW; j0 += 8) {
+                a = _mm256_load_ps(V + 2*j0 + 16);
+                b = _mm256_load_ps(V + 2*j0 + 24);
+                const __m256 E2 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+                const __m256 O2 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+                __m256 acc = E;
+                if (kw > 1) acc = avg ? _mm256_add_ps(acc, O) : _mm256_max_ps(O, acc);
+                if (kw > 2) {
+                    const __m256 h = _mm256_permute2f128_ps(E, E2, 0x21);
+                    const __m256 e = _mm256_castsi256_ps(_mm256_alignr_epi8(_mm256_castps_si256(h), _mm256_castps_si256(E), 4));
+                    acc = avg ? _mm256_add_ps(acc, e) : _mm256_max_ps(e, acc);
+                }
+                _mm256_storeu_ps(t + j0, acc);
+                E = E2;
+                O = O2;
+            }
+        } else if (sw == 2) {
+            for (; j0 + 8 <= OW; j0 += 8) {
+                __m256 acc = _mm256_setzero_ps();
+                for (long c = 0; c < kw; c++) {
+                    const float *p = V + 2*j0 + c;
+                    const __m256 e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(
+                        _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88)), 0xD8));
+                    acc = c == 0 ? e : avg ? _mm256_add_ps(acc, e) : _mm256_max_ps(e, acc);
+                }
+                _mm256_storeu_ps(t + j0, acc);
             }
         }
 #endif

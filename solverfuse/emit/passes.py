@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple, Optional
 
-from . import anchors, conv_tiles, gemm_tiles, gemv_tiles, reductions, row_stream
+from . import anchors, conv_tiles, gemm_tiles, gemv_tiles, pool_tiles, reductions, row_stream
 from .ctile import CHUNK
 from ..ops import numel
 from .cexpr import linear
@@ -107,11 +107,14 @@ def _streamed_pass(k: Kernel, shape: tuple, body) -> bool:
     return True
 
 
-def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, post: Optional[Post] = None) -> None:
+def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, post: Optional[Post] = None,
+              writes: tuple = ()) -> None:
     """One pass: loops over ``shape``; an anchor's tile (its last d dims: a row, or a Conv's
     output plane) is computed before the inner loops that run the fused epilogue. ``split``: the
     last dim's loop runs as two (:func:`last_dim`). ``post``: the pass is one input of a Concat
-    and its body computes ops after the Concat too (:class:`Post`)."""
+    and its body computes ops after the Concat too (:class:`Post`). ``writes``: the tensors the
+    body stores, each its own value (a plain pass): a pooled plane stored alone is written
+    straight into its buffer (:func:`~solverfuse.emit.pool_tiles.pool_plane_into`)."""
     gemv = gemv_tiles.gemv_conv(k, shape, deps)
     if gemv is not None:
         return _emit_conv_gemv(k, gemv, shape, body)
@@ -156,7 +159,11 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, po
     if mb is not None:
         return _emit_matmul_blocked(k, t, node, shape, mb, body, split)
     d = tile_rank(k, node)
+    direct = d == 2 and node.op in ("MaxPool", "AveragePool") and tuple(writes) == (t,) and deps == {t} \
+        and post is None and not split
     with k.loops(shape[:-d], parallel=True) as outer:
+        if direct and pool_tiles.pool_plane_into(k, t, outer):
+            return
         anchors.TILES[node.op](k, t, outer, d)
         if node.op in ("Conv", "MaxPool", "AveragePool"):  # outer = (batch, channel, ...)
             _prime(k, deps, shape, outer[0], outer[1], post)

@@ -397,7 +397,8 @@ def _render_body(k: Kernel, forced: set) -> None:
             _, shape, ts = p
             deps = frozenset().union(*(inline_deps(k, t, memo) for t in ts))
             k.line(f"/* pass: {len(ts)} written tensor(s) of shape {list(shape)} */")
-            emit_loop(k, shape, deps, lambda idx, ts=ts: [k.store(t, idx, k.value(t, idx)) for t in ts])
+            emit_loop(k, shape, deps, lambda idx, ts=ts: [k.store(t, idx, k.value(t, idx)) for t in ts],
+                      writes=tuple(ts))
 
 
 def concat_parts(k: Kernel, t: str) -> Optional[list]:
