@@ -179,7 +179,7 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_pool2d(float *res
         if (r0 == 0 && r1 == kh) {
             /* the whole window inside the input: its rows in one loop (kh constant: unrolled), V
                stored once (a pass per row loaded and stored V kh times: 64x111x111 3x3/2, AVX2
-               Zen 3, 134 -> 85 us in all) */
+               Zen 3, paired, per-tap column loads: 134 -> 85 us in all) */
             for (long q = 0; q < W; q++) {
                 float m = xr[q];
                 for (long r = 1; r < kh; r++) {
@@ -230,9 +230,10 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_pool2d(float *res
         /* AVX2, stride 2: blocks of 8 outputs. Up to 3 columns wide: E / O, the even / odd floats
            of the 16 from 2 j0 (two aligned loads; shuffle gives [a0 a2 b0 b2 | a4 a6 b4 b6], a
            64-bit permute the order), tap 2 = E shifted by one float, its last from the next
-           block's E. Wider: each tap's even floats from unaligned loads. 64x111x111 3x3/2,
-           paired on a Zen 3 core: GCC's strided loop 191 us, per-tap loads 150, these 122 (ONNX
-           Runtime 87; with the whole-window row loop above: 71). */
+           block's E. Wider: each tap's even floats from unaligned loads. 64x111x111 3x3/2 on a
+           Zen 3 core, paired (with the whole-window row loop above, planes written in place):
+           per-tap loads 85 us, these 71; GCC's strided loop of the scalar code below took 191
+           (`run --time`, with a stack tile and its copy), ONNX Runtime 87 (its profile). */
         if (sw == 2 && kw <= 3) {
             __m256 a = _mm256_load_ps(V), b = _mm256_load_ps(V + 8);
             __m256 E = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));

@@ -215,7 +215,7 @@ def _pool_plane(k, node, arr: str, outer, counts=None) -> None:
 def pool_plane_into(k, t: str, outer) -> bool:
     """Where a pass stores only the pool output ``t`` itself (no epilogue) and its planes take
     sf_pool2d: the plane at ``outer`` = (n, c) written straight into ``t``'s buffer (True), not into
-    a stack tile that a loop then copied out (64x111x111 3x3/2 MaxPool, AVX2 Zen 3: 93 -> 72 us);
+    a stack tile that a loop then copied out (64x111x111 3x3/2 MaxPool, AVX2 Zen 3, paired: 93 -> 69 us);
     else nothing is emitted (False)."""
     node = k.graph.index.node[k.graph.index.producer[t]]
     if k.redirect or not _plane_helper(k, node, t):
