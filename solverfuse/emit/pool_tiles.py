@@ -41,8 +41,7 @@ def tile_pool(k, t, outer, d=1):
     nsp, fixed = len(kernel), len(kernel) - d
     ct = k.ct(t)
     avg = node.op == "AveragePool"
-    counts = [_pool_counts(node, x, out, e, avg and bool(node.attributes.get("count_include_pad", 0)))
-              for e in range(nsp)]
+    counts = _all_counts(node, x, out)
     if node.outputs.index(t) != 0 or (not avg and any(0 in c for c in counts)) or ct not in ("float", "double"):
         arr, ct, n = tile_open(k, t, d)
         js = [k.fresh("j") for _ in range(d)]
@@ -60,8 +59,8 @@ def tile_pool(k, t, outer, d=1):
     if d == 2 == nsp and ct == "float" and not k.counters and same_plane(node, x, out):
         _pool_same(k, node, arr, x, avg, counts, _linear(x, (nn, c, "0", "0")))
         return tile_done(k, t, outer, arr, d)
-    if d == 2 == nsp and ct == "float" and not k.counters and list(dil) == [1, 1]:
-        _pool_plane(k, node, arr, outer, counts)
+    if d == 2 and _takes_pool2d(k, node, t):
+        _pool_plane(k, node, arr, outer)
         return tile_done(k, t, outer, arr, d)
     k.line(f"for (long {j0} = 0; {j0} < {n}; {j0}++) {arr}[{j0}] = {'0' if avg else '-INFINITY'};")
     # measured: 24x112x112 MaxPool 3x3/2 0.105 -> 0.087 ms (ORT 0.086); 96x109x109 no change;
@@ -176,21 +175,25 @@ def _pool_same(k, node, arr: str, x, avg: bool, counts, plane: str) -> None:
             k.line(f"for (long {q} = 0; {q} < {n}; {q}++) {arr}[{q}] *= {tab}[{q}];")
 
 
-def _plane_helper(k, node, t: str) -> bool:
+def _all_counts(node, x, out) -> list:
+    """:func:`_pool_counts` of every spatial dim (AveragePool's count_include_pad applied)."""
+    inclusive = node.op == "AveragePool" and bool(node.attributes.get("count_include_pad", 0))
+    return [_pool_counts(node, x, out, e, inclusive) for e in range(len(node.attributes["kernel_shape"]))]
+
+
+def _takes_pool2d(k, node, t: str) -> bool:
     """Whether ``t``'s planes take :func:`_pool_plane` (sf_pool2d): the first output of a float
     2-D pool without dilation, no MaxPool window wholly in the padding, not instrumented, not a
     same-size window (those run as flat loops)."""
     x, out = k.shape(node.inputs[0]), k.shape(t)
     kernel = list(node.attributes["kernel_shape"])
     _, dil, _ = window_geometry(node.attributes, x[2:], kernel, out[2:])
-    avg = node.op == "AveragePool"
-    counts = [_pool_counts(node, x, out, e, avg and bool(node.attributes.get("count_include_pad", 0)))
-              for e in range(len(kernel))]
-    return node.outputs.index(t) == 0 and (avg or all(0 not in c for c in counts)) and k.ct(t) == "float" \
-        and len(kernel) == 2 and not k.counters and list(dil) == [1, 1] and not same_plane(node, x, out)
+    return node.outputs.index(t) == 0 and k.ct(t) == "float" and len(kernel) == 2 and not k.counters \
+        and list(dil) == [1, 1] and not same_plane(node, x, out) \
+        and (node.op == "AveragePool" or all(0 not in c for c in _all_counts(node, x, out)))
 
 
-def _pool_plane(k, node, arr: str, outer, counts=None) -> None:
+def _pool_plane(k, node, arr: str, outer) -> None:
     """The output plane at (n, c) = ``outer`` into ``arr`` (a C array or pointer of its H x W
     floats) by sf_pool2d: the rows of each window first (contiguous), then its columns in L1; an
     average divided by its tap counts."""
@@ -198,9 +201,6 @@ def _pool_plane(k, node, arr: str, outer, counts=None) -> None:
     kernel = list(node.attributes["kernel_shape"])
     st, _, pb = window_geometry(node.attributes, x[2:], kernel, out[2:])
     avg = node.op == "AveragePool"
-    if counts is None:
-        counts = [_pool_counts(node, x, out, e, avg and bool(node.attributes.get("count_include_pad", 0)))
-                  for e in range(2)]
     vw = max(pb[1] + x[3], (out[3] - 1) * st[1] + kernel[1])
     v = k.fresh("V")
     k.line(f"float {v}[{vw} + SF_POOL_SLACK] SF_ALIGN64;")
@@ -209,7 +209,7 @@ def _pool_plane(k, node, arr: str, outer, counts=None) -> None:
     k.line(f"sf_pool2d({arr}, {k.ptr(node.inputs[0], 'r')} + {plane}, {x[2]}, {x[3]}, {out[2]}, {out[3]}, "
            f"{kernel[0]}, {kernel[1]}, {st[0]}, {st[1]}, {pb[0]}, {pb[1]}, {int(avg)}, {v}, {vw});")
     if avg:
-        _pool_divide(k, arr, "float", out, counts, outer[2:], 2, 0)
+        _pool_divide(k, arr, "float", out, _all_counts(node, x, out), outer[2:], 2, 0)
 
 
 def pool_plane_into(k, t: str, outer) -> bool:
@@ -218,7 +218,7 @@ def pool_plane_into(k, t: str, outer) -> bool:
     a stack tile that a loop then copied out (64x111x111 3x3/2 MaxPool, AVX2 Zen 3, paired: 93 -> 69 us);
     else nothing is emitted (False)."""
     node = k.graph.index.node[k.graph.index.producer[t]]
-    if k.redirect or not _plane_helper(k, node, t):
+    if k.redirect or not _takes_pool2d(k, node, t):
         return False
     dst = k.fresh("O")
     shape = k.shape(t)
