@@ -132,3 +132,32 @@ def test_small_plane_tiles_in_the_simd_builds(target, extra, tmp_path, cache):
     out, ref = prog.run(ins, cs), reference_outputs(g, ins, cs, engine="onnxruntime")
     for name in g.outputs:
         np.testing.assert_allclose(out[name], ref[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+#: Depthwise 3x3 planes (stride 1, padded) whose one-channel tiles (small planes: rows of w + 2
+#: columns, h (w + 2) positions) leave, after the steps of 64 positions, every count of vectors
+#: of 8 (1-8), the last one full or partial.
+DW_PLANES = [(1, 3), (2, 3), (4, 4), (3, 7), (4, 6), (5, 5), (6, 6), (5, 8), (7, 6), (6, 8), (6, 10), (11, 13)]
+
+
+@pytest.mark.parametrize("build", ["native", "no-avx512", "portable"])
+def test_depthwise_tile_remainders_at_every_target(build, cache, no_avx512_cc):
+    """sf_conv_tile1 (one output channel per tile) over spans whose last 1-63 positions take every
+    count of vectors, built for this host, for AVX2 (no AVX-512) and for neither, against ONNX
+    Runtime; the spans emitted are the ones the planes were chosen for."""
+    if build == "no-avx512" and not {"avx2", "fma"} <= host_flags():
+        pytest.skip("the host cannot run AVX2+FMA code")
+    t, nodes = {}, []
+    for i, (h, w) in enumerate(DW_PLANES):
+        t.update({f"x{i}": [1, 8, h, w], f"w{i}": const([8, 1, 3, 3]), f"b{i}": const([8])})
+        nodes.append((f"c{i}", "Conv", [f"x{i}", f"w{i}", f"b{i}"], [f"h{i}"], {"group": 8, "pads": [1, 1, 1, 1]}))
+        nodes.append((f"r{i}", "Relu", [f"h{i}"], [f"y{i}"]))
+    g = graph(t, [f"x{i}" for i in range(len(DW_PLANES))], [f"y{i}" for i in range(len(DW_PLANES))], nodes)
+    groups = [[f"c{i}", f"r{i}"] for i in range(len(DW_PLANES))]
+    cc = None if build == "native" else no_avx512_cc[build]
+    plan, _, _ = check(g, groups, cache / build, rtol=1e-5, atol=1e-6, engine="onnxruntime", cc=cc)
+    src = render(plan, g)["model.c"]
+    spans = [int(s) for s in re.findall(r"sf_conv_tile1\(&\w+\[0\]\[0\], (\d+),", src)]
+    assert len(spans) == len(DW_PLANES), spans
+    left = {full: {(s % 64 + 7) // 8 for s in spans if s % 64 and (s % 8 == 0) == full} for full in (True, False)}
+    assert left[True] >= {1, 3, 4, 6, 7} and left[False] >= {1, 2, 4, 5, 7, 8}, spans  # last vector full / partial
