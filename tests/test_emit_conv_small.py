@@ -140,11 +140,11 @@ def test_small_plane_tiles_in_the_simd_builds(target, extra, tmp_path, cache):
 DW_PLANES = [(1, 3), (2, 3), (4, 4), (3, 7), (4, 6), (5, 5), (6, 6), (5, 8), (7, 6), (6, 8), (6, 10), (11, 13)]
 
 
-@pytest.mark.parametrize("build", ["native", "no-avx512", "portable"])
+@pytest.mark.parametrize("build", ["native", "no-avx512", "portable", "sanitized"])
 def test_depthwise_tile_remainders_at_every_target(build, cache, no_avx512_cc):
     """sf_conv_tile1 (one output channel per tile) over spans whose last 1-63 positions take every
-    count of vectors, built for this host, for AVX2 (no AVX-512) and for neither, against ONNX
-    Runtime; the spans emitted are the ones the planes were chosen for."""
+    count of vectors, built for this host (also under ASan/UBSan), for AVX2 (no AVX-512) and for
+    neither, against ONNX Runtime; the spans emitted are the ones the planes were chosen for."""
     if build == "no-avx512" and not {"avx2", "fma"} <= host_flags():
         pytest.skip("the host cannot run AVX2+FMA code")
     t, nodes = {}, []
@@ -154,8 +154,9 @@ def test_depthwise_tile_remainders_at_every_target(build, cache, no_avx512_cc):
         nodes.append((f"r{i}", "Relu", [f"h{i}"], [f"y{i}"]))
     g = graph(t, [f"x{i}" for i in range(len(DW_PLANES))], [f"y{i}" for i in range(len(DW_PLANES))], nodes)
     groups = [[f"c{i}", f"r{i}"] for i in range(len(DW_PLANES))]
-    cc = None if build == "native" else no_avx512_cc[build]
-    plan, _, _ = check(g, groups, cache / build, rtol=1e-5, atol=1e-6, engine="onnxruntime", cc=cc)
+    cc = None if build in ("native", "sanitized") else no_avx512_cc[build]
+    plan, _, _ = check(g, groups, cache / build, rtol=1e-5, atol=1e-6, engine="onnxruntime", cc=cc,
+                       sanitize=build == "sanitized")
     src = render(plan, g)["model.c"]
     spans = [int(s) for s in re.findall(r"sf_conv_tile1\(&\w+\[0\]\[0\], (\d+),", src)]
     assert len(spans) == len(DW_PLANES), spans

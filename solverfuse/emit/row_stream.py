@@ -67,8 +67,8 @@ def stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streamed
     """A row's output loop in blocks of ``STREAM_BLOCK``: the streamed tensors' values into stack
     blocks, written by ``sf_stream`` after each block; the others stored in place. A streamed
     softmax of the row (:func:`_kept_output`) is written by ``sf_drain`` straight from the kept
-    exponentials instead, with no stack block between (softmax_rows at 2x the LLC, Zen 3: 8.0 ->
-    7.2 ms; the block's store and reload cost more than the product itself)."""
+    exponentials instead, with no stack block between (softmax_rows at 2x the LLC, Zen 3, medians
+    of 12 side by side: 8.26 -> 7.30 ms; the block's store and reload cost more than the product)."""
     n = shape[-1]
     for t in list(streamed):
         kept = _kept_output(k, t)
