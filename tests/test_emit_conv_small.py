@@ -162,3 +162,23 @@ def test_depthwise_tile_remainders_at_every_target(build, cache, no_avx512_cc):
     assert len(spans) == len(DW_PLANES), spans
     left = {full: {(s % 64 + 7) // 8 for s in spans if s % 64 and (s % 8 == 0) == full} for full in (True, False)}
     assert left[True] >= {1, 3, 4, 6, 7} and left[False] >= {1, 2, 4, 5, 7, 8}, spans  # last vector full / partial
+
+
+def test_a_depthwise_conv_between_dense_convs_shares_their_region(cache):
+    """ShuffleNet's 544-channel 7x7 unit at 2 threads (1x1 conv, 3x3 depthwise conv, 1x1 conv):
+    the depthwise conv, under the serial threshold by its flops, is counted at its speed
+    (sharing.DEPTHWISE_FLOP_WEIGHT) and runs on the threads inside the one region of the three
+    kernels rather than serial between two; the values match ONNX Runtime."""
+    c = 544
+    g = graph({"x": [1, c, 7, 7], "w1": const([c, c, 1, 1]), "w2": const([c, 1, 3, 3]), "b2": const([c]),
+               "w3": const([c, c, 1, 1])}, ["x"], ["y"],
+              [("c1", "Conv", ["x", "w1"], ["h1"], {}), ("r1", "Relu", ["h1"], ["a1"]),
+               ("c2", "Conv", ["a1", "w2", "b2"], ["h2"], {"group": c, "pads": [1, 1, 1, 1]}),
+               ("c3", "Conv", ["h2", "w3"], ["h3"], {}), ("r3", "Relu", ["h3"], ["y"])])
+    groups = [["c1", "r1"], ["c2"], ["c3", "r3"]]
+    plan, _, _ = check(g, groups, cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=2)
+    src = render(plan, g, threads=2)["model.c"]
+    assert src.count("#pragma omp parallel") == 1, re.findall(r"#pragma omp parallel.*", src)
+    dw = src[src.index("static int k1("):]
+    dw = dw[:dw.index("\n}\n")]
+    assert "sf_conv_tile1(" in dw and "#pragma omp for" in dw
