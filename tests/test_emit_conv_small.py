@@ -4,7 +4,9 @@ place, column-shifted input copies (no junk columns on 13x13 / 7x7 planes; strid
 per-tile copy of a depthwise conv's input channel, bands split for an even share among threads
 and taken one at a time --
 at 1 and 2 threads, under the sanitizers (the host's vector form at -O1) and in the AVX2 build. Each case
-also checks that the path it is about was emitted (else it would prove nothing)."""
+also checks that the path it is about was emitted (else it would prove nothing). Then the depthwise
+tile's last positions (every count of vectors left) at every SIMD target, and a depthwise conv
+between two dense ones sharing their parallel region at 2 threads."""
 from __future__ import annotations
 
 import re

@@ -58,7 +58,7 @@ def parallel_groups(works: Sequence[int], views: Sequence[bool], threads: int) -
 
 
 #: Work per flop of a convolution with one output channel per group (depthwise): its one-channel
-#: tile does 9 multiply-adds per input vector where a dense conv's does 4 x 3 per 7 loads, and its
+#: tile loads an input vector for every multiply-add (a dense conv's tile: 7 loads for 12), and its
 #: per-channel copy and epilogue are paid on a plane of a few dozen positions: ShuffleNet's 3x3
 #: depthwise convs ran at 10-36 GFLOP/s, its dense 1x1 convs at 46-76 (1 thread, Zen 3). At flops
 #: x 1 its 544-channel 7x7 ones (0.05 ms each) ran serial at 2 threads between parallel 1x1 convs,
