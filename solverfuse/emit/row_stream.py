@@ -70,14 +70,13 @@ def stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streamed
     exponentials instead, with no stack block between (softmax_rows at 2x the LLC, Zen 3, medians
     of 12 side by side: 8.26 -> 7.30 ms; the block's store and reload cost more than the product)."""
     n = shape[-1]
-    for t in list(streamed):
-        kept = _kept_output(k, t)
-        if kept is not None:
-            arr, s, r, div = kept
+    kept = {t: _kept_output(k, t) for t in streamed}
+    for t in streamed:
+        if kept[t] is not None:
             k.use_helper("sf_drain")
-            k.line(f"sf_drain(&(sf_pend){{&{k.ptr(t, 'w')}[{linear(shape, outer + ('0',))}], {arr}, {s}, {r}, {div}}}, 0, {n});")
-            streamed = [u for u in streamed if u != t]
-            writes = [u for u in writes if u != t]
+            k.line(f"sf_drain(&{_pend(k, t, shape, outer, kept[t])}, 0, {n});")
+    streamed = [t for t in streamed if kept[t] is None]
+    writes = [t for t in writes if kept.get(t) is None]
     if not writes:
         return
     k.use_helper("sf_stream")
@@ -96,6 +95,13 @@ def stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streamed
                     k.store(t, idx, output_value(k, t, idx))
         for t, o in blk.items():
             k.line(f"sf_stream(&{k.ptr(t, 'w')}[{linear(shape, outer + (jb,))}], {o}, {hi} - {jb});")
+
+
+def _pend(k: Kernel, t: str, shape: tuple, outer: tuple, kept: tuple) -> str:
+    """The ``sf_pend`` literal of the written tensor ``t``'s row at ``outer`` from its
+    :func:`_kept_output` ``kept``: what ``sf_drain`` writes."""
+    arr, s, r, div = kept
+    return f"(sf_pend){{&{k.ptr(t, 'w')}[{linear(shape, outer + ('0',))}], {arr}, {s}, {r}, {div}}}"
 
 
 def _kept_output(k: Kernel, t: str):
@@ -138,7 +144,7 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     kept = _kept_output(k, writes[0])
     if kept is None:
         return []
-    arr, s, r, div = kept
+    arr = kept[0]   # the kept exponentials
     n = shape[-1]
     # the row array (row_loop.declare_row): its stack array goes, its pointer points into the buffers
     decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float *const {arr} = {arr}_s;"]
@@ -171,7 +177,7 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}[({row}) & 1];"
     del k.lines[decl[0] - 1]
     k.use_helper("sf_drain")
-    k.line(f"{pend} = (sf_pend){{&{k.ptr(writes[0], 'w')}[{linear(shape, outer + ('0',))}], {arr}, {s}, {r}, {div}}};")
+    k.line(f"{pend} = {_pend(k, writes[0], shape, outer, kept)};")
     return [pend, buf, n]
 
 
