@@ -201,6 +201,16 @@ static inline float sf_erff(float x)
    clamped fit left x Phi(-5.09) = -4e-6 at x = -30) and NaN for -inf (-inf * 0), not -inf. The
    test is one unsigned compare of x's bits (above those of -5.5: negative and larger in
    magnitude), so the loop stays a vector loop. */
+/* P and Q of that fit at z = |x|^2 by Horner's rule, for sf_geluf and the row loop's 8-lane form
+   (sf_gelu8): FMA and C make the multiply-add and a constant of either type. */
+#define SF_GELU_PQ(FMA, C, p, q, z) do { \
+    p = C(0x1.0911bap-25f); q = C(0x1.bca72ap-20f); \
+    p = FMA(p, z, C(0x1.2e06b8p-17f)); q = FMA(q, z, C(0x1.c2e7dap-14f)); \
+    p = FMA(p, z, C(0x1.065bbcp-12f)); q = FMA(q, z, C(0x1.65d64cp-9f)); \
+    p = FMA(p, z, C(0x1.b5ff00p-8f)); q = FMA(q, z, C(0x1.515752p-5f)); \
+    p = FMA(p, z, C(0x1.91e644p-5f)); q = FMA(q, z, C(0x1.6f48bcp-2f)); \
+    p = FMA(p, z, C(0x1.20dd72p-1f)); q = FMA(q, z, C(0x1.6a09e6p+0f)); \
+} while (0)
 static inline float sf_geluf(float x)
 {
     union { float f; uint32_t u; } a, phi;
@@ -210,12 +220,8 @@ static inline float sf_geluf(float x)
     const uint32_t sign = a.u & 0x80000000u, mag = a.u & 0x7FFFFFFFu;
     a.u = mag < 0x40A2EADBu ? mag : 0x40A2EADBu;     /* |x| <= 5.091169f (inf, NaN: 5.091169f) */
     const float z = a.f * a.f;
-    float p = 0x1.0911bap-25f, q = 0x1.bca72ap-20f;
-    p = fmaf(p, z, 0x1.2e06b8p-17f); q = fmaf(q, z, 0x1.c2e7dap-14f);
-    p = fmaf(p, z, 0x1.065bbcp-12f); q = fmaf(q, z, 0x1.65d64cp-9f);
-    p = fmaf(p, z, 0x1.b5ff00p-8f); q = fmaf(q, z, 0x1.515752p-5f);
-    p = fmaf(p, z, 0x1.91e644p-5f); q = fmaf(q, z, 0x1.6f48bcp-2f);
-    p = fmaf(p, z, 0x1.20dd72p-1f); q = fmaf(q, z, 0x1.6a09e6p+0f);
+    float p, q;
+    SF_GELU_PQ(fmaf, , p, q, z);
     a.u |= sign;
     phi.f = fmaf(a.f, p / q, 0.5f);
 #else
