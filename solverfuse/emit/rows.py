@@ -182,8 +182,9 @@ def _gelu_block(k: Kernel, t: str, x: str, outer: tuple, j0: str, hi: str, write
     """Inside the output loop's block [j0, hi) of at most ``GELU_BLOCK``: the GELU's input into a
     stack block, then ``sf_gelu_block`` (AVX-512: a per-interval polynomial read by vpermps, 12
     operations and 5 permutes per 16 lanes where sf_geluf takes 16, residual_layernorm_gelu's
-    output loop in L1 0.34 -> 0.28 ns per element; AVX2: sf_geluf on the block, so that a streamed
-    output is written with non-temporal stores); other targets keep the loop calling sf_geluf."""
+    output loop in L1 0.34 -> 0.28 ns per element; AVX2: sf_gelu8, sf_geluf's operations on 8
+    lanes, streamed output written with non-temporal stores); other targets keep the loop calling
+    sf_geluf."""
     k.use_helper("sf_gelu_block")
     k.pragma("#if defined(SF_AVX512_TILES) || defined(SF_AVX2_TILES)")
     g, j = k.fresh("G"), k.fresh("i")
