@@ -258,9 +258,9 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_lanesum64(const 
 /* sf_geluf (with FMA) on 8 lanes, operation for operation, so bit for bit: the clamp of |x| a
    vminps (a NaN lane takes the clamp, as the unsigned min of sf_geluf does), the sign put back
    with vorps, the x >= -5.5 test a vcmpps that keeps NaN lanes (NaN * phi is NaN either way).
-   GCC's vectorised sf_geluf did the clamp, sign and test in integer vector instructions: the
-   row loop's GELU in L1 0.40 -> 0.37 ns per element, residual_layernorm_gelu at 2x the LLC
-   12.9 -> 12.6 ms (Zen 3, medians of 14 side by side). */
+   GCC's vectorised sf_geluf did the clamp, sign and test in integer vector instructions: a
+   GELU loop in L1 0.40 -> 0.37 ns per element, residual_layernorm_gelu in cache 2-3% less time
+   (Zen 3, medians of 20 side by side); at 2x the LLC no gain beyond noise. */
 __attribute__((always_inline)) SF_UNUSED static inline __m256 sf_gelu8(__m256 x)
 {
     const __m256 sgn = _mm256_set1_ps(-0.0f);
