@@ -162,13 +162,13 @@ def cold_builds(spec: str) -> str:
     picks: wall time and the compilers' CPU time (children of this process)."""
     from emit_speed_cases import make_graph
 
-    from solverfuse.emit.build import build
+    from solverfuse.emit.build import build, translation_units
     from solverfuse.emit.program import render
     g = make_graph(spec)
     from solverfuse.plans import build_plan
     plan = build_plan(g, HW, fuse_where_legal(g), strategy="fuse-where-legal")
     out = ["| case | groups | translation units | wall s | compiler CPU s |", "|---|---|---|---|---|"]
-    for units in (1, min(2 * (os.cpu_count() or 1), len(plan.groups) // 8)):
+    for units in (1, translation_units(len(plan.groups))):
         files = render(plan, g, units=units)
         files.pop("buffers.json")
         with tempfile.TemporaryDirectory() as d:
