@@ -1,8 +1,14 @@
 """A program's kernels spread over several translation units, compiled in parallel and cached one
-object per unit: the same results as the single-file build, and a rebuild reuses unchanged units."""
+object per unit: the same results as the single-file build, and a rebuild reuses unchanged units;
+and what a unit costs to parse (the intrinsic headers it includes)."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from solverfuse.emit.build import Program, build
 from solverfuse.emit.data import constants, random_inputs
@@ -100,3 +106,22 @@ def test_a_compile_error_is_reported_once_not_retried_without_march(tmp_path):
         build(files, cc=cc, cache_dir=tmp_path / "cache")
     calls = (tmp_path / "cc.log").read_text().splitlines()
     assert len(calls) == 1 and "-march=native" in calls[0]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs GCC (-H lists the headers a unit includes)")
+def test_an_avx2_unit_parses_the_avx2_intrinsic_headers_not_all_of_immintrin(tmp_path):
+    """Built for AVX2 + FMA without AVX-512 (GCC), a unit of a conv program (whose tile helpers use
+    AVX2 intrinsics) includes the SSE-AVX2 and FMA headers, not <immintrin.h> and its AVX-512
+    headers (0.38 s more parsing per unit); compiling it needs nothing else."""
+    g = graph({"x": [1, 8, 12, 12], "w": {"shape": [16, 8, 3, 3], "constant": True}}, ["x"], ["y"],
+              [("c", "Conv", ["x", "w"], ["h"], {"pads": [1, 1, 1, 1]}), ("r", "Relu", ["h"], ["y"])])
+    files = render(build_plan(g, HW, [["c", "r"]], strategy="t"), g)
+    for name in ("model.c", "model.h"):
+        (tmp_path / name).write_text(files[name])
+    assert "_mm256_fmadd_ps" in files["model.c"]
+    r = subprocess.run(["gcc", "-O1", "-std=c11", "-mavx2", "-mfma", "-mno-avx512f", "-H", "-c", "model.c", "-o", "model.o"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    headers = {Path(ln.lstrip(". ").strip()).name for ln in r.stderr.splitlines() if ln.startswith(".")}
+    assert {"avx2intrin.h", "fmaintrin.h", "avxintrin.h"} <= headers, sorted(headers)
+    assert "immintrin.h" not in headers and not any(h.startswith("avx512") for h in headers), sorted(headers)
