@@ -78,7 +78,8 @@ SF_SIMD float powf(float, float);
 /* GCC: the SSE-AVX2 and FMA headers the emitted code uses, not all of <immintrin.h> (whose
    AVX-512, AMX, ... headers took 0.38 of its 0.42 s of parsing per translation unit with
    -march=native, GCC 12; a DenseNet-121 unit 65,000 -> 11,600 preprocessed lines). Each of these
-   headers refuses to be included without <immintrin.h>'s guard macro, defined here first. */
+   headers refuses to be included without <immintrin.h>'s guard macro, defined here for them and
+   undefined after (code that includes <immintrin.h> later still gets all of it). */
 #define _IMMINTRIN_H_INCLUDED 1
 #include <xmmintrin.h>
 #include <emmintrin.h>
@@ -88,6 +89,7 @@ SF_SIMD float powf(float, float);
 #include <avxintrin.h>
 #include <avx2intrin.h>
 #include <fmaintrin.h>
+#undef _IMMINTRIN_H_INCLUDED
 #else
 #include <immintrin.h>
 #endif
