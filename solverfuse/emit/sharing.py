@@ -83,7 +83,8 @@ def kernel_work(graph: Graph, nodes: Sequence[str]) -> int:
     (7200, 1800)
     """
     tensors = list(cost.group_reads(graph, nodes)) + list(cost.group_writes(graph, nodes))
-    flops = sum(graph.flops(v) * (DEPTHWISE_FLOP_WEIGHT if _depthwise(graph, v) else 1) for v in nodes)
+    flops = cost.group_flops(graph, nodes) \
+        + (DEPTHWISE_FLOP_WEIGHT - 1) * cost.group_flops(graph, [v for v in nodes if _depthwise(graph, v)])
     return flops + sum(numel(graph.tensors[t].shape) for t in tensors)
 
 
