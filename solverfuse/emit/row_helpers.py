@@ -10,6 +10,8 @@ standalone C text; :func:`~solverfuse.emit.chelpers.helper_text` serves them wit
 """
 from __future__ import annotations
 
+from .row_loop import SUM_BLOCK
+
 # ---- row helpers of the softmax (helper `softmax`): a vector exp and non-temporal row stores.
 # Kept apart from helper_text's dict: each is one standalone C text, used through Kernel.use_helper.
 
@@ -307,12 +309,12 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float 
    float sum: sf_exp16 on 16 lanes at a time with two partial sums, the remainder masked, the lanes
    added as a tree (AVX-512; an omp simd reduction adds its lanes one by one, 11% of l1_overflow's
    time with a call per 256 elements); with AVX2 + FMA sf_exp8 on 8 lanes, the last < 16 by sf_expf;
-   else the prelude's sf_expf in a loop GCC vectorises.
-   sf_expsum_from: e[i] = e^(x[i] - m), from the row x (no copy of x - m first). (No restrict: e
-   and x are one array in sf_expsum; each iteration reads its x before it writes its e.)
-   The _max forms, for m the max of the values (x - m <= 0 or NaN), take sf_exp16_nonpos. */
+   else the prelude's sf_expf in a loop GCC vectorises. pf (or NULL): the line of pf + i is
+   prefetched as e[i]'s is computed (the next row's input while this row's exponentials compute).
+   (No restrict: e and x are one array in sf_expsum; each iteration reads its x before it writes
+   its e.) nonpos: m is the max of the values (x - m <= 0 or NaN): sf_exp16_nonpos. */
 __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x,
-                                                                          int nonpos)
+                                                                          int nonpos, const float *pf)
 {
 #if defined(SF_AVX512_TILES)
 #define SF_EXPV(v) (nonpos ? sf_exp16_nonpos((v), tab) : sf_exp16((v), tab))
@@ -320,11 +322,13 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
     sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
     for (; i + 32 <= n; i += 32) {
+        if (pf) { __builtin_prefetch(pf + i); __builtin_prefetch(pf + i + 16); }
         const sf_v16 a = SF_EXPV(SF_LOAD16(x + i) - mv), b = SF_EXPV(SF_LOAD16(x + i + 16) - mv);
         SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
         s0 += a; s1 += b;
     }
     for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
+        if (pf) __builtin_prefetch(pf + i);
         const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
         const sf_v16 a = SF_MASKZ16(k, SF_EXPV(SF_LOADM(k, x + i) - mv));
 #undef SF_EXPV
@@ -337,12 +341,14 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m);
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     for (; i + 16 <= n; i += 16) {
+        if (pf) __builtin_prefetch(pf + i);
         const __m256 a = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), tab, nonpos);
         const __m256 b = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv), tab, nonpos);
         _mm256_storeu_ps(e + i, a); _mm256_storeu_ps(e + i + 8, b);
         s0 = _mm256_add_ps(s0, a); s1 = _mm256_add_ps(s1, b);
     }
     float s = sf_hsum8(_mm256_add_ps(s0, s1));
+    if (pf && i < n) __builtin_prefetch(pf + i);
     for (; i < n; i++) {
         const float v = sf_expf(x[i] - m);
         e[i] = v; s += v;
@@ -350,6 +356,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     return s;
 #else
     (void)nonpos;
+    if (pf) for (long q = 0; q < n; q += 16) __builtin_prefetch(pf + q);
     float s = 0;
     #pragma omp simd reduction(+:s)
     for (long j = 0; j < n; j++) {
@@ -359,22 +366,38 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     return s;
 #endif
 }
-/* noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder loop (-Werror builds) */
-SF_NOCLONE SF_UNUSED static float sf_expsum(float *e, float m, long n)
+/* A whole row, e[i] = e^(x[i] - m) for i < n: blocks of """ + str(SUM_BLOCK) + """ (emit/row_loop.py:
+   SUM_BLOCK), each block's float sum added to the double returned; pf (or NULL): the next row's
+   input, one line prefetched per line computed (one call per row, the prefetches spread over the
+   exponentials: softmax_rows at 2x the LLC ~10% faster than a call and a burst of 16 prefetches
+   per block, Zen 4). sf_expsum: in place (x = e); sf_expsum_from: from the row x (no copy of
+   x - m first); the _max forms for m the row's max. noipa (SF_NOCLONE): a clone for a constant n
+   made GCC warn of the remainder loop (-Werror builds). */
+__attribute__((always_inline)) SF_UNUSED static inline double sf_expsum_row(float *e, float m, long n, const float *x,
+                                                                           int nonpos, const float *pf)
 {
-    return sf_expsum_at(e, m, n, e, 0);
+    double s = 0;
+    for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """) {
+        const long len = n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """;
+        s += sf_expsum_at(e + j, m, len, x + j, nonpos, pf ? pf + j : 0);
+    }
+    return s;
 }
-SF_NOCLONE SF_UNUSED static float sf_expsum_from(float *e, float m, long n, const float *x)
+SF_NOCLONE SF_UNUSED static double sf_expsum(float *e, float m, long n, const float *pf)
 {
-    return sf_expsum_at(e, m, n, x, 0);
+    return sf_expsum_row(e, m, n, e, 0, pf);
 }
-SF_NOCLONE SF_UNUSED static float sf_expsum_max(float *e, float m, long n)
+SF_NOCLONE SF_UNUSED static double sf_expsum_from(float *e, float m, long n, const float *x, const float *pf)
 {
-    return sf_expsum_at(e, m, n, e, 1);
+    return sf_expsum_row(e, m, n, x, 0, pf);
 }
-SF_NOCLONE SF_UNUSED static float sf_expsum_from_max(float *e, float m, long n, const float *x)
+SF_NOCLONE SF_UNUSED static double sf_expsum_max(float *e, float m, long n, const float *pf)
 {
-    return sf_expsum_at(e, m, n, x, 1);
+    return sf_expsum_row(e, m, n, e, 1, pf);
+}
+SF_NOCLONE SF_UNUSED static double sf_expsum_from_max(float *e, float m, long n, const float *x, const float *pf)
+{
+    return sf_expsum_row(e, m, n, x, 1, pf);
 }
 """,
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in

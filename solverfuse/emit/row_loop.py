@@ -9,6 +9,7 @@ row for the row's later ops (:func:`row_array`). Used by :mod:`~solverfuse.emit.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from .cexpr import linear
@@ -16,8 +17,8 @@ from .cexpr import linear
 
 #: Values per block of a row's exp sum (``sf_expsum``, whose float block sums are added in double:
 #: a float accumulator keeps the exp loop at full vector width where a double one converts and
-#: adds every lane twice, softmax_rows motif: 0.54 -> 0.46 ns per element in L1 here) and of the
-#: next row's prefetches issued with it (:func:`prefetch_next_row`).
+#: adds every lane twice, softmax_rows motif: 0.54 -> 0.46 ns per element in L1 here), the blocks
+#: inside one call per row that also prefetches the next row (:func:`next_row_pointer`).
 SUM_BLOCK = 256
 
 
@@ -46,10 +47,11 @@ def row_inputs(k, x) -> list:
 
 def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
     """Inside a row loop: prefetch the next row's block [start, start + size) of every global
-    input x streams from (one prefetch per 64-byte line). The exp pass of a softmax is compute-bound
-    on a row already in L1, so memory would otherwise idle; issued a block at a time, the lines of
-    the next row arrive while this one computes (softmax_rows: ~70% -> ~85% of the triad here;
-    all of a row's prefetches at once were slower). Not in instrumented builds."""
+    input x streams from (one prefetch per 64-byte line). A pass that is compute-bound on a row
+    already in L1 would otherwise leave memory idle; issued a block at a time, the lines of the
+    next row arrive while this one computes (softmax_rows' exponentials: ~70% -> ~85% of the triad
+    here; all of a row's prefetches at once were slower; the exponentials now prefetch inside
+    ``sf_expsum``, :func:`next_row_pointer`). Not in instrumented builds."""
     if k.counters or row is None:
         return
     for t in row_inputs(k, x):
@@ -58,6 +60,32 @@ def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
         if nxt is not None:
             with k.block(f"if ({nxt[0]}) for (long {q} = 0; {q} < {size}; {q} += 16)"):
                 k.line(f"__builtin_prefetch({nxt[1]});")
+
+
+def next_row_pointer(k, x, row) -> str:
+    """Inside a row loop: a C pointer (declared here) to the start of the next row of the first
+    global input that x streams from (:func:`row_inputs`), null at the last row, for a helper that
+    prefetches it while this row computes (``sf_expsum``); "0" when there is none or in
+    instrumented builds. Only the first stream: the hardware prefetchers follow any others."""
+    if k.counters or row is None:
+        return "0"
+    for t in row_inputs(k, x):
+        nxt = next_row(k, t, row, "0")
+        if nxt is not None:
+            p = k.fresh("pf")
+            k.line(f"const float *{p} = {nxt[0]} ? {nxt[1]} : 0;")
+            return p
+    return "0"
+
+
+def prefetches_next_row(lines) -> bool:
+    """Whether these lines of a row prefetch the next row: a ``__builtin_prefetch`` or a pointer of
+    :func:`next_row_pointer` (a helper prefetches through it).
+
+    >>> prefetches_next_row(["const float *pf3 = i + 1 < 4 ? &b0[((i + 1))*8] : 0;"]), prefetches_next_row(["x;"])
+    (True, False)
+    """
+    return any("__builtin_prefetch" in ln or re.match(r"\s*const float \*pf\d+ = ", ln) for ln in lines)
 
 
 def next_row(k, t, row, at: str):

@@ -132,9 +132,10 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     rows of at least ``DEFER_MIN_ROW_BYTES``: the row's kept exponentials go to one of two buffers
     declared before the row loop (their declaration in the row becomes a pointer), and the previous
     row's output is streamed (``sf_drain``) block by block during this row's first pass of lane
-    sums over the row (a LayerNorm's statistics: loads only), else with each ``sf_expsum`` call's
-    block; this row's output is left pending. Returns [pending, buffers, n] for
-    :func:`finish_deferred` ([] when the row is not of that form: nothing is changed).
+    sums over the row (a LayerNorm's statistics: loads only), else with each block of the row's
+    ``sf_expsum`` call (:func:`_drained_expsum`); this row's output is left pending. Returns
+    [pending, buffers, n] for :func:`finish_deferred` ([] when the row is not of that form:
+    nothing is changed).
 
     The sums' pass is the least busy: l1_overflow at 2x the LLC (Zen 3) took 0.74-0.76 ns per
     element draining there, 0.78-0.80 during the exponentials (which also prefetch the next row)
@@ -150,14 +151,9 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float *const {arr} = {arr}_s;"]
     if len(decl) != 1 or not k.lines[decl[0] - 1].strip().startswith(f"float {arr}_s[{n}]"):
         return []
-    calls = [i for i, ln in enumerate(k.lines) if re.search(rf"sf_expsum(?:_from)?(?:_max)?\({arr} \+ ", ln)]
-    if len(decl) != 1 or not calls:
+    calls = [i for i, ln in enumerate(k.lines) if re.search(rf"sf_expsum(?:_from)?(?:_max)?\({arr}, ", ln)]
+    if not calls:
         return []
-    # sf_expsum(arr + jb, m, size) or sf_expsum_from(arr + jb, m, size, src + jb) (or their _max forms)
-    blocks = [re.search(r"sf_expsum(?:_from)?(?:_max)?\(\w+ \+ (\w+), [^,]+, (.+?)(?:, [^,]+ \+ \w+)?\);$", k.lines[i])
-              for i in calls]
-    if None in blocks:
-        raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {k.lines[calls[0]].strip()}")
     pend, buf = k.fresh("P"), k.fresh("SFB")
     row = linear(shape[:-1], outer) if outer else "0"
     # a lane-sum pass over the row at the row's own nesting (not in a conditional second pass)
@@ -170,15 +166,53 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
         k.lines.insert(sums[0] + 1, f"{ind}    sf_drain(&{pend}, {jb}, {size});")
         decl[0] += 1
     else:
-        for i, m in reversed(list(zip(calls, blocks))):
-            ln = k.lines[i]
-            k.lines.insert(i + 1, ln[:len(ln) - len(ln.lstrip())] + f"sf_drain(&{pend}, {m.group(1)}, {m.group(2)});")
+        for i in reversed(calls):
+            k.lines[i:i + 1] = _drained_expsum(k, k.lines[i], pend)
     ln = k.lines[decl[0]]
     k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}[({row}) & 1];"
     del k.lines[decl[0] - 1]
     k.use_helper("sf_drain")
     k.line(f"{pend} = {_pend(k, writes[0], shape, outer, kept)};")
     return [pend, buf, n]
+
+
+def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
+    """A row's one ``sf_expsum`` call (:func:`~solverfuse.emit.softmax.expsum_blocks`:
+    ``total += sf_expsum..(arr, m, n[, src], pf);``) as a loop over its blocks of
+    ``SUM_BLOCK``, each block's call followed by the previous row's output drained over the same
+    block (the same sums as the one call: each block's float sum is added to the double total)."""
+    ind = line[:len(line) - len(line.lstrip())]
+    m = re.fullmatch(r"(\w+) \+= (sf_expsum\w*)\((.*)\);", line.strip())
+    args = _split_args(m.group(3)) if m else []
+    if m is None or len(args) != (5 if "_from" in m.group(2) else 4):
+        raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {line.strip()}")
+    arr, mx, n, *src, pf = args
+    jb, step = k.fresh("jb"), row_loop.SUM_BLOCK
+    size = str(step) if int(n) % step == 0 else f"sf_min({step}, {n} - {jb})"
+    at = [f"{arr} + {jb}", mx, size] + [f"{x} + {jb}" for x in src] + [f"{pf} ? {pf} + {jb} : 0" if pf != "0" else "0"]
+    return [f"{ind}for (long {jb} = 0; {jb} < {n}; {jb} += {step}) {{",
+            f"{ind}    {m.group(1)} += {m.group(2)}({', '.join(at)});",
+            f"{ind}    sf_drain(&{pend}, {jb}, {size});", f"{ind}}}"]
+
+
+def _split_args(text: str) -> list:
+    """A C argument list split at its top-level commas.
+
+    >>> _split_args("E1, m2, 4912, &b0[sf_min(a, b)], pf3")
+    ['E1', 'm2', '4912', '&b0[sf_min(a, b)]', 'pf3']
+    """
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        cur += ch
+    return out + [cur.strip()]
 
 
 def finish_deferred(k: Kernel, mark: int, depth: int, pend: str, buf: str, n: int) -> None:

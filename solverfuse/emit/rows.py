@@ -262,7 +262,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             pend.extend(row_stream.defer_output(k, shape, tuple(outer), writes, mark))
             if pend:
                 return
-        prefetched = any("__builtin_prefetch" in ln for ln in k.lines[mark:]) or not _prefetching(k, writes)
+        prefetched = row_loop.prefetches_next_row(k.lines[mark:]) or not _prefetching(k, writes)
         streamed = [t for t in writes if row_stream.streamed(k, t)] if prefetched else []
         if streamed:
             row_stream.stream_outputs(k, shape, tuple(outer), writes, streamed)

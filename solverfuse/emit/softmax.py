@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..ops import numel
 from .cexpr import linear
 from .elementwise import stat_type
-from .row_loop import SUM_BLOCK, declare_row, lane_max, simd_max, lane_sums, prefetch_next_row, row_array, row_array_filled
+from .row_loop import declare_row, lane_max, simd_max, lane_sums, next_row_pointer, row_array, row_array_filled
 
 
 #: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
@@ -20,24 +20,19 @@ ROW_EXP_MAX = 16384
 
 
 def expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None, m_is_max=False) -> None:
-    """``arr[j] = exp(arr[j] - m)`` for j < n in blocks of ``SUM_BLOCK``, each block's float sum
-    added to the double ``total``: the shared helper ``sf_expsum`` (AVX-512: a table-driven vector
-    exp in 12 operations, ~40% fewer than the inline ``sf_expf`` that GCC vectorises; elsewhere
-    that loop). ``src`` (a pointer to a float row): ``arr[j] = exp(src[j] - m)``
-    (``sf_expsum_from``). ``prefetch`` (x, row) as :func:`float_blocks`. ``m_is_max``: m is the
-    max of the row's values (every argument <= 0 or NaN): the ``_max`` forms, without the upper
-    clamp."""
+    """``arr[j] = exp(arr[j] - m)`` for j < n, added to the double ``total`` by one call of the shared
+    helper ``sf_expsum`` (AVX-512: a table-driven vector exp in 12 operations, ~40% fewer than the
+    inline ``sf_expf`` that GCC vectorises; elsewhere that loop), which sums blocks of ``SUM_BLOCK``
+    in float and the blocks in double. ``src`` (a pointer to a float row): ``arr[j] = exp(src[j] -
+    m)`` (``sf_expsum_from``). ``prefetch`` (x, row) as :func:`float_blocks`: the helper
+    prefetches the next row of x's first input stream (:func:`next_row_pointer`) as it computes.
+    ``m_is_max``: m is the max of the row's values (every argument <= 0 or NaN): the ``_max``
+    forms, without the upper clamp."""
     k.use_helper("sf_expsum")
-    jb = k.fresh("jb")
-    tail = "_max" if m_is_max else ""
-    with k.block(f"for (long {jb} = 0; {jb} < {n}; {jb} += {SUM_BLOCK})"):
-        if prefetch is not None:
-            prefetch_next_row(k, prefetch[0], prefetch[1], jb)
-        size = str(SUM_BLOCK) if n % SUM_BLOCK == 0 else f"sf_min({SUM_BLOCK}, {n} - {jb})"
-        if src is None:
-            k.line(f"{total} += sf_expsum{tail}({arr} + {jb}, {m}, {size});")
-        else:
-            k.line(f"{total} += sf_expsum_from{tail}({arr} + {jb}, {m}, {size}, {src} + {jb});")
+    pf = next_row_pointer(k, *prefetch) if prefetch is not None else "0"
+    name = "sf_expsum" + ("_from" if src is not None else "") + ("_max" if m_is_max else "")
+    args = [arr, m, str(n)] + ([src] if src is not None else []) + [pf]
+    k.line(f"{total} += {name}({', '.join(args)});")
 
 
 def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
