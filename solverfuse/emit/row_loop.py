@@ -50,8 +50,8 @@ def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
     input x streams from (one prefetch per 64-byte line). A pass that is compute-bound on a row
     already in L1 would otherwise leave memory idle; issued a block at a time, the lines of the
     next row arrive while this one computes (softmax_rows' exponentials: ~70% -> ~85% of the triad
-    here; all of a row's prefetches at once were slower; the exponentials now prefetch inside
-    ``sf_expsum``, :func:`next_row_pointer`). Not in instrumented builds."""
+    here; all of a row's prefetches at once were slower; the exponentials prefetch inside
+    ``sf_expsum`` instead, :func:`next_row_pointer`). Not in instrumented builds."""
     if k.counters or row is None:
         return
     for t in row_inputs(k, x):
@@ -60,6 +60,10 @@ def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
         if nxt is not None:
             with k.block(f"if ({nxt[0]}) for (long {q} = 0; {q} < {size}; {q} += 16)"):
                 k.line(f"__builtin_prefetch({nxt[1]});")
+
+
+#: Name stem of :func:`next_row_pointer`'s pointers (:func:`prefetches_next_row` finds them by it).
+_NEXT_ROW_PTR = "pf"
 
 
 def next_row_pointer(k, x, row) -> str:
@@ -72,7 +76,7 @@ def next_row_pointer(k, x, row) -> str:
     for t in row_inputs(k, x):
         nxt = next_row(k, t, row, "0")
         if nxt is not None:
-            p = k.fresh("pf")
+            p = k.fresh(_NEXT_ROW_PTR)
             k.line(f"const float *{p} = {nxt[0]} ? {nxt[1]} : 0;")
             return p
     return "0"
@@ -85,7 +89,7 @@ def prefetches_next_row(lines) -> bool:
     >>> prefetches_next_row(["const float *pf3 = i + 1 < 4 ? &b0[((i + 1))*8] : 0;"]), prefetches_next_row(["x;"])
     (True, False)
     """
-    return any("__builtin_prefetch" in ln or re.match(r"\s*const float \*pf\d+ = ", ln) for ln in lines)
+    return any("__builtin_prefetch" in ln or re.match(rf"\s*const float \*{_NEXT_ROW_PTR}\d+ = ", ln) for ln in lines)
 
 
 def next_row(k, t, row, at: str):
