@@ -172,13 +172,30 @@ def plan_table(rows: list[dict]) -> str:
 
 
 def scaling(rows: list[dict]) -> str:
-    """Per case: time at 1 thread / time at 2 threads, ours (optimal plan) and ORT."""
+    """Per case: time at 1 thread / time at 2 threads, ours (optimal plan) and ORT; then the
+    medians over the cases and the number of cases where ours scales at least as ORT does.
+
+    >>> print(scaling([{"case": c, "threads": t, "ort_ms": o, "optimal_ms": u}
+    ...                for c, t, o, u in (("a", 1, 4, 4), ("a", 2, 2, 2.5), ("b", 1, 4, 4), ("b", 2, 2, 2))]))
+    | case | ORT 1t/2t | ours 1t/2t |
+    |---|---|---|
+    | a | 2.00 | 1.60 |
+    | b | 2.00 | 2.00 |
+    | median of 2 cases | 2.00 | 1.80 |
+    | cases where ours >= ORT's | | 1 of 2 |
+    """
     by = {(r["case"], r["threads"]): r for r in rows if "error" not in r}
     out = ["| case | ORT 1t/2t | ours 1t/2t |", "|---|---|---|"]
+    pairs = []
     for (case, th), r in by.items():
         r2 = by.get((case, 2))
         if th == 1 and r2:
-            out.append(f"| {case} | {r['ort_ms'] / r2['ort_ms']:.2f} | {r['optimal_ms'] / r2['optimal_ms']:.2f} |")
+            pairs.append((r["ort_ms"] / r2["ort_ms"], r["optimal_ms"] / r2["optimal_ms"]))
+            out.append(f"| {case} | {pairs[-1][0]:.2f} | {pairs[-1][1]:.2f} |")
+    if pairs:
+        out.append(f"| median of {len(pairs)} cases | {statistics.median(p[0] for p in pairs):.2f} | "
+                   f"{statistics.median(p[1] for p in pairs):.2f} |")
+        out.append(f"| cases where ours >= ORT's | | {sum(round(u, 2) >= round(o, 2) for o, u in pairs)} of {len(pairs)} |")
     return "\n".join(out)
 
 
