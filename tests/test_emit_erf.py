@@ -197,8 +197,8 @@ def _assert_gelu_bound(got, x):
 
 @pytest.mark.parametrize("target,edit", TARGETS)
 def test_gelu_of_a_layernorm_row_loop_over_a_dense_sweep(target, edit, tmp_path):
-    """The row loop's GELU output block (``sf_gelu_block``: AVX-512 per-interval polynomials; the
-    loop calling sf_geluf elsewhere) at every 5e-5 of [-10, 10] plus NaN, +-inf, +-0 and
+    """The row loop's GELU output block (``sf_gelu_block``: AVX-512 per-interval polynomials, AVX2
+    sf_gelu8; the loop calling sf_geluf elsewhere) at every 5e-5 of [-10, 10] plus NaN, +-inf, +-0 and
     subnormals, against float64 with the bound of the Gelu sweep above. The GELU's input is
     s + LayerNorm(x) with scale and bias 0 (the normalised row times 0 plus 0 is 0, s + 0 is s),
     rows of 1000 (a partial last block)."""
