@@ -26,7 +26,8 @@ import json, sys
 from pathlib import Path
 tree, spec, threads, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sys.path[:0] = [tree + "/benchmarks", tree]
-from zoo_profile import instrument, make_graph, HW
+from zoo_profile import instrument, HW
+from gemm_speed import graph_for as make_graph
 from solverfuse import api, cost
 from solverfuse.emit.build import build
 from solverfuse.emit.program import buffer_table, render
@@ -60,7 +61,7 @@ def runner(info: dict, spec: str):
     """(run once, seconds array) of a built library, with seeded inputs and constants."""
     from bound import bind_buffers
     from solverfuse.emit.data import constants, random_inputs
-    from zoo_profile import make_graph
+    from gemm_speed import graph_for as make_graph
     g = make_graph(spec)
     x, cs = random_inputs(g, seed=0), constants(g, seed=0)
     arrays, ptrs = bind_buffers(info["table"], x, cs)
