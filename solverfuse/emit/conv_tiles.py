@@ -4,8 +4,9 @@ of accumulators in vector registers through the whole reduction, in the shared h
 ``sf_conv_tile<mb>`` (on small planes 32 channels x 14 positions, vectorised across the
 channels). Filters are packed once at load by output-channel block; the tile reads a zero-padded
 input copy split by stride phase, or one copy per kernel column (small planes, kernels up to 3
-wide with junk columns, strided depthwise convs), 1x1 convs in place, strided 1x1 convs a copy of
-the positions they read; grouped convs in padded 8-channel blocks.
+wide with junk columns, strided depthwise convs), on wide planes copied band by band in the tile
+loop; 1x1 convs in place, strided 1x1 convs a copy of the positions they read; grouped convs in
+padded 8-channel blocks.
 
 Apart from :mod:`~solverfuse.emit.gemm_tiles` and :mod:`~solverfuse.emit.pool_tiles`: one op
 family per module; the tables of all anchors are in :mod:`~solverfuse.emit.anchors`.
@@ -136,6 +137,7 @@ class ConvBlocking:
     s0: int = 1   # the strides
     s1: int = 1
     local: int = 0  # floats of a per-tile copy of the block's one input channel (0: a copy of all)
+    band: bool = False  # each band copies its rows of every channel (hq: a band's rows with the taps' halo)
 
     @property
     def padded(self) -> bool:
@@ -179,8 +181,10 @@ def conv_blocking(k, node):
     stride, row pitch = output width; tap (r, kw) reads copy kw).
     A depthwise conv copies its one input channel per tile into a stack buffer (``local``: in L1
     when it is used) rather than the whole input in a pass of its own. On wide planes (``WIDE_PLANE``
-    columns and more) a band's input copy is kept within ``BAND_BYTES``. With threads, the rows are
-    split into more bands when the tiles would not divide evenly among the threads.
+    columns and more) a band's input copy is kept within ``BAND_BYTES``, and each band copies its
+    own rows of every channel just before its blocks read them (``band``: :func:`band_copy`, one
+    copy per thread). With threads, the rows are split into more bands when the tiles (or, with
+    band copies, the bands) would not divide evenly among the threads.
     Instrumented builds keep the plain tile (the counters then see the reads the cost model
     describes, not the copy)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
@@ -219,7 +223,7 @@ def conv_blocking(k, node):
     tiles = x[0] * group * -(-mg // mb)  # tiles per band of rows
     # the threads share the (batch, block, band) tiles: split the rows into more bands when the
     # tiles would not divide evenly among them (3 tiles on 2 threads: one waits a third of the time)
-    even = [r for r in fits if (tiles * (out[2] // r)) % k.threads == 0 or tiles * (out[2] // r) >= 8 * k.threads]
+    even = [r for r in fits if _even(tiles * (out[2] // r), k.threads)]
     rows = max(even or fits)
     span = rows * wq
     # an ungrouped conv may pad its last block of 32 channels by up to 1/32 (squeezenet's 1000-channel
@@ -236,6 +240,20 @@ def conv_blocking(k, node):
         mb = CM_CHANNELS
     s0, s1 = (1, 1) if _subsampled(kernel, st, pb, out) else st
     blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, s0, s1)
+    in_place = kernel == [1, 1] and st == [1, 1] and pb == [0, 0]
+    # the threads share whole bands: at least two each, evenly (then maybe fewer rows a band)
+    shared = [r for r in fits if r <= rows and x[0] * (out[2] // r) >= 2 * k.threads
+              and _even(x[0] * (out[2] // r), k.threads)]
+    if out[3] >= WIDE_PLANE and not in_place and not _subsampled(kernel, st, pb, out) and shared:
+        # each band copies its rows (and the taps' halo) just before its blocks read them: the
+        # copy stays in the L2, where the whole input's copy went through memory first (VGG-19's
+        # 224x224 64-channel plane: 13 MB) and, with threads, waited at a barrier after it.
+        # Paired, Zen 4: that conv standalone 0.91 of the time at 1 thread, 0.87 at 2; 112x112
+        # 128-channel 3x3 1.00 / 0.97; ShuffleNet's stride-2 stem in-model 0.70 at 1 thread
+        r = max(shared)
+        band_hq = r + (kernel[0] - 1) * dil[0] // s0
+        if 4 * x[1] * (cols or s1) * s0 * band_hq * wq <= BAND_BYTES:
+            return ConvBlocking(mb, r, band_hq, wq, CHUNK, mg, -(-mg // mb), cols, s0, s1, band=True)
     if w[1] == 1 and group > 1 and rows == out[2]:
         # depthwise: each tile copies its one input channel into L1 just before using it (a
         # separate copy pass of the whole input cost as much as the convolution)
@@ -243,6 +261,15 @@ def conv_blocking(k, node):
         if local <= MAX_TILE:
             blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1], local)
     return blk
+
+
+def _even(count: int, threads: int) -> bool:
+    """Whether ``count`` tiles taken one at a time keep ``threads`` threads about evenly busy.
+
+    >>> _even(6, 2), _even(7, 2), _even(17, 2)
+    (True, False, True)
+    """
+    return count % threads == 0 or count >= 8 * threads
 
 
 def _subsampled(kernel, st, pb, out) -> bool:
@@ -293,6 +320,8 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     if blk.local:
         k.line("/* each tile copies its input channel (tile_conv_blocked) */")
         return k.ptr(node.inputs[0], "r")
+    if blk.band:
+        return k.alloc("float", k.threads * _band_floats(k, node, blk), "each thread's copy of a band (band_copy)")
     if _subsampled(kernel, st, pb, out):
         arr = k.alloc("float", x[0] * x[1] * blk.cplane, "the positions a strided 1x1 Conv reads")
         _copy_sub_call(k, arr, k.ptr(node.inputs[0], "r"), x, out, st)
@@ -305,6 +334,40 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     fill = f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;" if slack else ""
     _copy_call(k, arr, k.ptr(node.inputs[0], "r"), x, blk, pb, dil, fill)
     return arr
+
+
+def _band_floats(k, node, blk: ConvBlocking) -> int:
+    """Floats of one thread's band copy: every input channel's band, then zeroed slack for the
+    last channel's taps (whole cache lines, so the threads' copies share none)."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    last = blk.rows * blk.wq - 1 + _max_tap(blk, kernel, st, dil)
+    return round_up(x[1] * blk.cplane + max(0, last + 1 - blk.cplane), 16)
+
+
+def band_copy(k, node, blk: ConvBlocking, view: str, n: str, r0: str) -> str:
+    """In the tile loop of a banded blocking (:attr:`ConvBlocking.band`): the calling thread's
+    copy of output rows ``r0``.. of batch ``n`` -- every input channel's phase-plane rows from
+    ``r0`` on (``sf_conv_copy`` with the padding shifted by the band's first row), then the
+    slack zeroed; the C name of the copy, which the band's tiles read from its start."""
+    x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
+    per = _band_floats(k, node, blk)
+    buf, q = k.fresh("X"), k.fresh("q")
+    at = f" + (long)SF_TID()*{per}" if k.threads > 1 else ""
+    k.line(f"float *restrict {buf} = {view}{at};")
+    size = x[1] * blk.cplane
+    if per > size:
+        k.line(f"for (long {q} = {size}; {q} < {per}; {q}++) {buf}[{q}] = 0;")
+    src = k.ptr(node.inputs[0], "r")
+    if n != "0":
+        src = f"{src} + {n}*{x[1] * x[2] * x[3]}"
+    p0 = str(pb[0]) if r0 == "0" else f"{pb[0]} - {r0}" + (f"*{blk.s0}" if blk.s0 != 1 else "")
+    fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
+    geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {p0}, {pb[1]}"
+    if blk.cols:
+        geom += f", {blk.cols}, {dil[1]}"
+    k.use_helper(fn)
+    k.line(f"{fn}({buf}, {src}, {x[1]}, {geom});")
+    return buf
 
 
 def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil, fill: str = "") -> None:
@@ -388,7 +451,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     k.line(f"static const long {off}[{taps + 1}] = {{{', '.join(map(str, offs + [pass_floats(offs)]))}}};")
     # the block's group starts at input channel goff (0 when ungrouped)
     goff = "" if group == 1 or m0 == "0" else f"({m0} / {out[1] // group})*{w[1]} + "
-    plane = f"({n}*{x[1]} + {goff}0)*{cplane}" if n != "0" else f"({goff}0)*{cplane}"
+    plane = f"({n}*{x[1]} + {goff}0)*{cplane}" if n != "0" and not blk.band else f"({goff}0)*{cplane}"
     if blk.local:  # copy the one input channel here, then read the copy
         buf = k.fresh("X")
         chan = f"({n}*{x[1]} + {goff}0)*{x[2] * x[3]}" if n != "0" else f"({goff}0)*{x[2] * x[3]}"
@@ -400,7 +463,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
         geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
         k.line(f"{fn}({buf}, {src} + {chan}, 1, {geom}{f', {blk.cols}, {dil[1]}' if blk.cols else ''});")
         src, plane = buf, "0"
-    row0 = "" if r0 == "0" else f" + {r0}*{blk.wq}"
+    row0 = "" if r0 == "0" or blk.band else f" + {r0}*{blk.wq}"
     wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     # a bias in a buffer of its own starts the accumulators (no pass over the tile); not for a

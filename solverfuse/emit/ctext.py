@@ -20,6 +20,13 @@ PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 #include <time.h>
 #include <tgmath.h>
 #include "model.h"
+/* The calling thread's number in its OpenMP team (0 without OpenMP: a sanitizer build). */
+#ifdef _OPENMP
+#include <omp.h>
+#define SF_TID() omp_get_thread_num()
+#else
+#define SF_TID() 0
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) \
     && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))

@@ -188,16 +188,19 @@ DYNAMIC_TILES = True
 
 def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: frozenset,
                        post: Optional[Post] = None) -> None:
-    """A pass over a Conv output with the register-blocked tile: loops over (batch, block of mb
-    output channels, band of output rows), the tile, then per channel (its constants loaded,
-    :func:`prime_channel_reads`) the epilogue: one loop over the band (:func:`flat_band`) or,
-    per row of the tile, a loop over the row (read as ``(T[a] + r*wq)[j]``)."""
+    """A pass over a Conv output with the register-blocked tile: loops over (batch, band of output
+    rows, block of mb output channels) -- a banded blocking's threads take whole bands, each
+    copying its band's input first (:func:`~solverfuse.emit.conv_tiles.band_copy`) -- the tile,
+    then per channel (its constants loaded, :func:`prime_channel_reads`) the epilogue: one loop
+    over the band (:func:`flat_band`) or, per row of the tile, a loop over the row (read as
+    ``(T[a] + r*wq)[j]``)."""
     view = conv_tiles.conv_input_view(k, node, blk)
     weights = conv_tiles.conv_weight_view(k, node, blk)
     bands = shape[2] // blk.rows
     nblocks = shape[1] // blk.mg * blk.blocks
     flat = flat_band(k, t, shape, blk, deps) and _flat_post(k, post)
-    with k.loops((shape[0], bands, nblocks), parallel=True, dynamic=DYNAMIC_TILES) as (n, band, mi):
+
+    def tile_and_epilogue(n, band, mi, src):
         valid = ""
         if mi == "0":
             m0 = "0"
@@ -208,7 +211,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
         else:
             m0 = k.index(f"{mi}*{blk.mb}")
         r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
-        arr = conv_tiles.tile_conv_blocked(k, node, n, m0, r0, view, blk, weights, mi, valid)
+        arr = conv_tiles.tile_conv_blocked(k, node, n, m0, r0, src, blk, weights, mi, valid)
         with k.loops((blk.mb,)) as (a,):
             if valid:
                 k.line(f"if ({a} >= {valid}) break;")
@@ -222,6 +225,16 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
                 k.drop_tile(t)
             else:
                 _conv_rows(k, t, shape, blk, body, arr, (n, m, a, r0))
+
+    if blk.band:
+        with k.loops((shape[0], bands), parallel=True, dynamic=DYNAMIC_TILES) as (n, band):
+            r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
+            src = conv_tiles.band_copy(k, node, blk, view, n, r0)
+            with k.loops((nblocks,)) as (mi,):
+                tile_and_epilogue(n, band, mi, src)
+        return
+    with k.loops((shape[0], bands, nblocks), parallel=True, dynamic=DYNAMIC_TILES) as (n, band, mi):
+        tile_and_epilogue(n, band, mi, view)
 
 
 def _emit_conv_gemv(k: Kernel, t: str, shape: tuple, body) -> None:

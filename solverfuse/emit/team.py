@@ -48,9 +48,7 @@ from typing import Optional
 #: Without OpenMP (a sanitizer build) the team is the calling thread alone.
 SYNC = r"""
 #ifdef _OPENMP
-#include <omp.h>
 #include <sched.h>
-#define SF_TID() omp_get_thread_num()
 #if defined(__x86_64__) || defined(__i386__)
 #define SF_PAUSE() __builtin_ia32_pause()
 #elif defined(__aarch64__)
@@ -138,7 +136,6 @@ static SF_UNUSED int sf_sync(int flag)
     return __atomic_load_n(&sf_team.flag[gen & 1], __ATOMIC_RELAXED);
 }
 #else
-#define SF_TID() 0
 static SF_UNUSED int sf_sync(int flag) { return flag != 0; }
 #endif
 """
