@@ -6,6 +6,10 @@ time (the calling thread's CPU time at 1 thread). Load and other jobs shift both
 the per-kernel ratio after/before is steadier than two separate zoo_profile runs.
 
     PYTHONPATH=. python benchmarks/conv_ab.py light:resnet50 --before /path/to/other/tree [--top 30]
+
+At 1 thread only: with two libraries' thread teams in one process, the per-kernel times of a
+2-thread run did not add up (ShuffleNet: kernels summing to 1.3 ms of a 3.4 ms run, its stem at
+7 us); ``zoo_profile.py --threads 2`` profiles one library at a time.
 """
 from __future__ import annotations
 
@@ -85,7 +89,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spec")
     ap.add_argument("--before", required=True, help="the other source tree (its solverfuse and benchmarks)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, choices=[1], help="1 only (see the module's docstring)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-gemm-speed"))

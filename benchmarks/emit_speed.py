@@ -193,7 +193,8 @@ def main(argv=None) -> int:
     ap.add_argument("--append", action="store_true", help="add this run's tables to --out")
     ap.add_argument("--title", default="Emitter speed: before/after of the emit changes, vs ONNX Runtime",
                     help="heading of this run's section")
-    ap.add_argument("--cold-build", help="only measure the cold build of this case (e.g. light:densenet121)")
+    ap.add_argument("--cold-build", help="only measure the cold build of this case (e.g. light:densenet121); "
+                    "its table is always added to --out (alone it would replace the file's other runs)")
     args = ap.parse_args(argv)
     if args.cold_build:
         load0 = os.getloadavg()[0]
@@ -201,7 +202,7 @@ def main(argv=None) -> int:
         text = [f"## Cold build ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
                 f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores shared with other "
                 "jobs: wall times are the machine's, compiler CPU time is the build's)", "", rows, ""]
-        print(write_results(args.out, text, args.append))
+        print(write_results(args.out, text, append=True))
         return 0
     from emit_speed_cases import KERNELS
     specs = KERNELS if args.cases == "kernels" else CASES if args.cases == "all" else [c for c in CASES if c.startswith("zoo:")] if args.cases == "motifs" \
