@@ -244,23 +244,27 @@ def test_a_row_minimum_is_no_softmax_normaliser(cache):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
-def test_a_rows_exponentials_are_one_call_that_prefetches_the_next_row(cache):
+@pytest.mark.parametrize("cols", [600, 2100])
+def test_a_rows_exponentials_are_one_call_that_prefetches_the_next_row(cols, cache):
     """A Softmax row's exponentials are one sf_expsum call per row (not a call per 256-value block),
     passed a pointer to the next row of the input, null at the last row, which the helper prefetches
-    as it computes; the instrumented build passes none. The outputs match ONNX Runtime."""
-    g = graph({"x": [6, 600]}, ["x"], ["y"], [("sm", "Softmax", ["x"], ["y"], {"axis": -1})])
+    as it computes -- into the L1 for a row of 2,400 bytes, into the L2 only (far = 1) for one of
+    8,400 (FAR_PREFETCH_ROW_BYTES = 8,192); the instrumented build passes none. The outputs match
+    ONNX Runtime."""
+    g = graph({"x": [6, cols]}, ["x"], ["y"], [("sm", "Softmax", ["x"], ["y"], {"axis": -1})])
     plan = build_plan(g, HW, [["sm"]], strategy="test")
     for counters in (False, True):
         body = render(plan, g, counters=counters)["model.c"]
         lines = [ln.strip() for ln in body[body.index("static int k0("):].split("\n")]
         calls = [ln for ln in lines if "sf_expsum" in ln]
-        assert len(calls) == 1 and re.search(r"sf_expsum\w*\(\w+, \w+, 600, ", calls[0]), calls
-        pf = calls[0].rsplit(", ", 1)[1].rstrip(");")
+        assert len(calls) == 1 and re.search(rf"sf_expsum\w*\(\w+, \w+, {cols}, ", calls[0]), calls
+        pf, far = calls[0].rstrip(");").rsplit(", ", 2)[1:]
         if counters:
-            assert pf == "0", calls
+            assert (pf, far) == ("0", "0"), calls
         else:
-            assert f"const float *{pf} = i1 + 1 < 6 ? &b0[((i1 + 1))*600] : 0;" in lines, (pf, lines)
-    x = np.random.default_rng(2).normal(0, 3, (6, 600)).astype(np.float32)
+            assert f"const float *{pf} = i1 + 1 < 6 ? &b0[((i1 + 1))*{cols}] : 0;" in lines, (pf, lines)
+            assert far == ("1" if cols == 2100 else "0"), calls
+    x = np.random.default_rng(2).normal(0, 3, (6, cols)).astype(np.float32)
     got = compile_plan(plan, g, cache_dir=cache, strict=True).run({"x": x}, {})["y"]
     np.testing.assert_allclose(got, reference_outputs(g, {"x": x}, {}, engine="onnxruntime")["y"], rtol=1e-6, atol=1e-7)
 

@@ -310,11 +310,13 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float 
    added as a tree (AVX-512; an omp simd reduction adds its lanes one by one, 11% of l1_overflow's
    time with a call per 256 elements); with AVX2 + FMA sf_exp8 on 8 lanes, the last < 16 by sf_expf;
    else the prelude's sf_expf in a loop GCC vectorises. pf (or NULL): the line of pf + i is
-   prefetched as e[i]'s is computed (the next row's input while this row's exponentials compute).
+   prefetched as e[i]'s is computed (the next row's input while this row's exponentials compute),
+   into the L1, or with far (a constant where this is inlined) into the L2 only.
    (No restrict: e and x are one array in sf_expsum; each iteration reads its x before it writes
    its e.) nonpos: m is the max of the values (x - m <= 0 or NaN): sf_exp16_nonpos. */
+#define SF_PREFETCH_ROW(p, far) do { if (far) __builtin_prefetch((p), 0, 2); else __builtin_prefetch(p); } while (0)
 __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x,
-                                                                          int nonpos, const float *pf)
+                                                                          int nonpos, const float *pf, int far)
 {
 #if defined(SF_AVX512_TILES)
 #define SF_EXPV(v) (nonpos ? sf_exp16_nonpos((v), tab) : sf_exp16((v), tab))
@@ -322,13 +324,13 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
     sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
     for (; i + 32 <= n; i += 32) {
-        if (pf) { __builtin_prefetch(pf + i); __builtin_prefetch(pf + i + 16); }
+        if (pf) { SF_PREFETCH_ROW(pf + i, far); SF_PREFETCH_ROW(pf + i + 16, far); }
         const sf_v16 a = SF_EXPV(SF_LOAD16(x + i) - mv), b = SF_EXPV(SF_LOAD16(x + i + 16) - mv);
         SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
         s0 += a; s1 += b;
     }
     for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
-        if (pf) __builtin_prefetch(pf + i);
+        if (pf) SF_PREFETCH_ROW(pf + i, far);
         const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
         const sf_v16 a = SF_MASKZ16(k, SF_EXPV(SF_LOADM(k, x + i) - mv));
 #undef SF_EXPV
@@ -341,14 +343,14 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m);
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     for (; i + 16 <= n; i += 16) {
-        if (pf) __builtin_prefetch(pf + i);
+        if (pf) SF_PREFETCH_ROW(pf + i, far);
         const __m256 a = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), tab, nonpos);
         const __m256 b = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv), tab, nonpos);
         _mm256_storeu_ps(e + i, a); _mm256_storeu_ps(e + i + 8, b);
         s0 = _mm256_add_ps(s0, a); s1 = _mm256_add_ps(s1, b);
     }
     float s = sf_hsum8(_mm256_add_ps(s0, s1));
-    if (pf && i < n) __builtin_prefetch(pf + i);
+    if (pf && i < n) SF_PREFETCH_ROW(pf + i, far);
     for (; i < n; i++) {
         const float v = sf_expf(x[i] - m);
         e[i] = v; s += v;
@@ -356,7 +358,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     return s;
 #else
     (void)nonpos;
-    if (pf) for (long q = 0; q < n; q += 16) __builtin_prefetch(pf + q);
+    if (pf) for (long q = 0; q < n; q += 16) SF_PREFETCH_ROW(pf + q, far);
     float s = 0;
     #pragma omp simd reduction(+:s)
     for (long j = 0; j < n; j++) {
@@ -370,34 +372,37 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
    SUM_BLOCK), each block's float sum added to the double returned; pf (or NULL): the next row's
    input, one line prefetched per line computed (one call per row, the prefetches spread over the
    exponentials: softmax_rows at 2x the LLC ~10% faster than a call and a burst of 16 prefetches
-   per block, Zen 4). sf_expsum: in place (x = e); sf_expsum_from: from the row x (no copy of
+   per block, Zen 4); far: into the L2 only (emit/row_loop.py: FAR_PREFETCH_ROW_BYTES), the loop
+   specialised for each. sf_expsum: in place (x = e); sf_expsum_from: from the row x (no copy of
    x - m first); the _max forms for m the row's max. noipa (SF_NOCLONE): a clone for a constant n
    made GCC warn of the remainder loop (-Werror builds). */
 __attribute__((always_inline)) SF_UNUSED static inline double sf_expsum_row(float *e, float m, long n, const float *x,
-                                                                           int nonpos, const float *pf)
+                                                                           int nonpos, const float *pf, int far)
 {
     double s = 0;
-    for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """) {
-        const long len = n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """;
-        s += sf_expsum_at(e + j, m, len, x + j, nonpos, pf ? pf + j : 0);
-    }
+    if (far)
+        for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """)
+            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 1);
+    else
+        for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """)
+            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 0);
     return s;
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum(float *e, float m, long n, const float *pf)
+SF_NOCLONE SF_UNUSED static double sf_expsum(float *e, float m, long n, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, e, 0, pf);
+    return sf_expsum_row(e, m, n, e, 0, pf, far);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_from(float *e, float m, long n, const float *x, const float *pf)
+SF_NOCLONE SF_UNUSED static double sf_expsum_from(float *e, float m, long n, const float *x, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, x, 0, pf);
+    return sf_expsum_row(e, m, n, x, 0, pf, far);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_max(float *e, float m, long n, const float *pf)
+SF_NOCLONE SF_UNUSED static double sf_expsum_max(float *e, float m, long n, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, e, 1, pf);
+    return sf_expsum_row(e, m, n, e, 1, pf, far);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_from_max(float *e, float m, long n, const float *x, const float *pf)
+SF_NOCLONE SF_UNUSED static double sf_expsum_from_max(float *e, float m, long n, const float *x, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, x, 1, pf);
+    return sf_expsum_row(e, m, n, x, 1, pf, far);
 }
 """,
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in

@@ -178,18 +178,18 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
 
 def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
     """A row's one ``sf_expsum`` call (:func:`~solverfuse.emit.softmax.expsum_blocks`:
-    ``total += sf_expsum..(arr, m, n[, src], pf);``) as a loop over its blocks of
+    ``total += sf_expsum..(arr, m, n[, src], pf, far);``) as a loop over its blocks of
     ``SUM_BLOCK``, each block's call followed by the previous row's output drained over the same
     block (the same sums as the one call: each block's float sum is added to the double total)."""
     ind = line[:len(line) - len(line.lstrip())]
     m = re.fullmatch(r"(\w+) \+= (sf_expsum\w*)\((.*)\);", line.strip())
     args = _split_args(m.group(3)) if m else []
-    if m is None or len(args) != (5 if "_from" in m.group(2) else 4):
+    if m is None or len(args) != (6 if "_from" in m.group(2) else 5):
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {line.strip()}")
-    arr, mx, n, *src, pf = args
+    arr, mx, n, *src, pf, far = args
     jb, step = k.fresh("jb"), row_loop.SUM_BLOCK
     size = str(step) if int(n) % step == 0 else f"sf_min({step}, {n} - {jb})"
-    at = [f"{arr} + {jb}", mx, size] + [f"{x} + {jb}" for x in src] + [f"{pf} ? {pf} + {jb} : 0" if pf != "0" else "0"]
+    at = [f"{arr} + {jb}", mx, size] + [f"{x} + {jb}" for x in src] + [f"{pf} ? {pf} + {jb} : 0" if pf != "0" else "0", far]
     return [f"{ind}for (long {jb} = 0; {jb} < {n}; {jb} += {step}) {{",
             f"{ind}    {m.group(1)} += {m.group(2)}({', '.join(at)});",
             f"{ind}    sf_drain(&{pend}, {jb}, {size});", f"{ind}}}"]
