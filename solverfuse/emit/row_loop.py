@@ -66,9 +66,9 @@ def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
 _NEXT_ROW_PTR = "pf"
 #: Bytes of a next row from which ``sf_expsum`` prefetches it into the L2 only (``far``): such a
 #: row does not stay in the L1 with the row computing, whose passes evict it before it is read.
-#: Paired at 2x the LLC, 1 thread, Zen 4 (medians of 15-21 interleaved rounds; A-A 0.985-0.989):
-#: l1_overflow's 19.6 KB rows 0.947-0.956 of the time; softmax_rows' 4 KB rows 0.985-1.022 (kept
-#: in the L1).
+#: Paired at 2x the LLC, 1 thread, Zen 4 (medians of 15-31 interleaved rounds; A-A 0.985-0.989):
+#: l1_overflow's 19.6 KB rows 0.947-0.98 of the time; softmax_rows' 4 KB rows 0.985-1.022 with it
+#: (so they keep the L1 prefetch).
 FAR_PREFETCH_ROW_BYTES = 8192
 
 
