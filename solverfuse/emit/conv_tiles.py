@@ -240,11 +240,10 @@ def conv_blocking(k, node):
         mb = CM_CHANNELS
     s0, s1 = (1, 1) if _subsampled(kernel, st, pb, out) else st
     blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, s0, s1)
-    in_place = kernel == [1, 1] and st == [1, 1] and pb == [0, 0]
     # the threads share whole bands: at least two each, evenly (then maybe fewer rows a band)
     shared = [r for r in fits if r <= rows and x[0] * (out[2] // r) >= 2 * k.threads
               and _even(x[0] * (out[2] // r), k.threads)]
-    if out[3] >= WIDE_PLANE and not in_place and not _subsampled(kernel, st, pb, out) and shared:
+    if out[3] >= WIDE_PLANE and not _in_place(kernel, st, pb) and not _subsampled(kernel, st, pb, out) and shared:
         # each band copies its rows (and the taps' halo) just before its blocks read them: the
         # copy stays in the L2, where the whole input's copy went through memory first (VGG-19's
         # 224x224 64-channel plane: 13 MB) and, with threads, waited at a barrier after it.
@@ -270,6 +269,11 @@ def _even(count: int, threads: int) -> bool:
     (True, False, True)
     """
     return count % threads == 0 or count >= 8 * threads
+
+
+def _in_place(kernel, st, pb) -> bool:
+    """A 1x1 convolution at stride 1 without padding: its tile reads the input itself, no copy."""
+    return list(kernel) == [1, 1] and list(st) == [1, 1] and list(pb) == [0, 0]
 
 
 def _subsampled(kernel, st, pb, out) -> bool:
@@ -314,7 +318,7 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     zeroed slack after it for the last band's taps, which run past the last plane; the copy is
     shared out among the threads (:func:`_copy_call`)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
-    if kernel == [1, 1] and st == [1, 1] and pb == [0, 0]:
+    if _in_place(kernel, st, pb):
         k.line("/* a 1x1 convolution reads its input in place */")
         return k.ptr(node.inputs[0], "r")
     if blk.local:
