@@ -70,17 +70,25 @@ _NEXT_ROW_PTR = "pf"
 #: l1_overflow's 19.6 KB rows 0.947-0.98 of the time; softmax_rows' 4 KB rows 0.985-1.022 with it
 #: (so they keep the L1 prefetch).
 FAR_PREFETCH_ROW_BYTES = 8192
+#: Rows ahead that a far prefetch (``FAR_PREFETCH_ROW_BYTES``) reaches: the row after next, whose
+#: lines then have all of the next row's passes to arrive; prefetched one row ahead, the lines asked
+#: for late in this row's exponentials were still on their way when the next row's first pass read
+#: them. l1_overflow at 2x the LLC, 1 thread, Zen 4, medians of 15-21 interleaved rounds: 0.945-0.965
+#: of the time at 2 rows ahead, 0.922-0.957 at 4, 0.943 at 8. The L1 prefetches of shorter rows stay
+#: one row ahead: at 2 (4) rows ahead softmax_rows took 1.12 (1.19) of the time, and
+#: residual_layernorm_gelu's block prefetches 1.17 (1.15).
+FAR_PREFETCH_ROWS_AHEAD = 2
 
 
-def next_row_pointer(k, x, row) -> str:
-    """Inside a row loop: a C pointer (declared here) to the start of the next row of the first
-    global input that x streams from (:func:`row_inputs`), null at the last row, for a helper that
-    prefetches it while this row computes (``sf_expsum``); "0" when there is none or in
+def next_row_pointer(k, x, row, ahead: int = 1) -> str:
+    """Inside a row loop: a C pointer (declared here) to the start of the row ``ahead`` rows on of
+    the first global input that x streams from (:func:`row_inputs`), null past the last row, for a
+    helper that prefetches it while this row computes (``sf_expsum``); "0" when there is none or in
     instrumented builds. Only the first stream: the hardware prefetchers follow any others."""
     if k.counters or row is None:
         return "0"
     for t in row_inputs(k, x):
-        nxt = next_row(k, t, row, "0")
+        nxt = next_row(k, t, row, "0", ahead)
         if nxt is not None:
             p = k.fresh(_NEXT_ROW_PTR)
             k.line(f"const float *{p} = {nxt[0]} ? {nxt[1]} : 0;")
@@ -98,16 +106,16 @@ def prefetches_next_row(lines) -> bool:
     return any("__builtin_prefetch" in ln or re.match(rf"\s*const float \*{_NEXT_ROW_PTR}\d+ = ", ln) for ln in lines)
 
 
-def next_row(k, t, row, at: str):
-    """(condition, address) of element ``at`` of the row after ``row`` of the float tensor ``t``
-    (the row index that moves is the last one not fixed at 0); None when there is no such row
-    index or ``t`` is not float (one prefetch per 64-byte line is 16 floats)."""
+def next_row(k, t, row, at: str, ahead: int = 1):
+    """(condition, address) of element ``at`` of the row ``ahead`` rows after ``row`` of the float
+    tensor ``t`` (the row index that moves is the last one not fixed at 0); None when there is no
+    such row index or ``t`` is not float (one prefetch per 64-byte line is 16 floats)."""
     live = [n for n, i in enumerate(row) if i != "0"]
     if not live or k.ct(t) != "float":
         return None
     pos, shape = live[-1], k.shape(t)
-    nxt = tuple(f"({i} + 1)" if n == pos else i for n, i in enumerate(row)) + (at,)
-    return f"{row[pos]} + 1 < {shape[pos]}", f"&{k.ptr(t, 'r')}[{linear(shape, nxt)}]"
+    nxt = tuple(f"({i} + {ahead})" if n == pos else i for n, i in enumerate(row)) + (at,)
+    return f"{row[pos]} + {ahead} < {shape[pos]}", f"&{k.ptr(t, 'r')}[{linear(shape, nxt)}]"
 
 
 #: Float partial sums of a row sum (:func:`lane_sums`): four 16-float vectors, whose adds overlap

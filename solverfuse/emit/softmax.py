@@ -11,8 +11,8 @@ from __future__ import annotations
 from ..ops import numel
 from .cexpr import linear
 from .elementwise import stat_type
-from .row_loop import (FAR_PREFETCH_ROW_BYTES, declare_row, lane_max, simd_max, lane_sums, next_row_pointer,
-                       row_array, row_array_filled)
+from .row_loop import (FAR_PREFETCH_ROW_BYTES, FAR_PREFETCH_ROWS_AHEAD, declare_row, lane_max, simd_max, lane_sums,
+                       next_row_pointer, row_array, row_array_filled)
 
 
 #: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
@@ -26,13 +26,14 @@ def expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None, m_is_m
     inline ``sf_expf`` that GCC vectorises; elsewhere that loop), which sums blocks of ``SUM_BLOCK``
     in float and the blocks in double. ``src`` (a pointer to a float row): ``arr[j] = exp(src[j] -
     m)`` (``sf_expsum_from``). ``prefetch`` (x, row) as :func:`float_blocks`: the helper
-    prefetches the next row of x's first input stream (:func:`next_row_pointer`) as it computes,
-    into the L2 only from ``FAR_PREFETCH_ROW_BYTES`` a row.
+    prefetches the next row of x's first input stream (:func:`next_row_pointer`) as it computes;
+    from ``FAR_PREFETCH_ROW_BYTES`` a row, into the L2 only and ``FAR_PREFETCH_ROWS_AHEAD`` rows on.
     ``m_is_max``: m is the max of the row's values (every argument <= 0 or NaN): the ``_max``
     forms, without the upper clamp."""
     k.use_helper("sf_expsum")
-    pf = next_row_pointer(k, *prefetch) if prefetch is not None else "0"
-    far = "1" if pf != "0" and 4 * n >= FAR_PREFETCH_ROW_BYTES else "0"
+    far_row = 4 * n >= FAR_PREFETCH_ROW_BYTES
+    pf = next_row_pointer(k, *prefetch, FAR_PREFETCH_ROWS_AHEAD if far_row else 1) if prefetch is not None else "0"
+    far = "1" if pf != "0" and far_row else "0"
     name = "sf_expsum" + ("_from" if src is not None else "") + ("_max" if m_is_max else "")
     args = [arr, m, str(n)] + ([src] if src is not None else []) + [pf, far]
     k.line(f"{total} += {name}({', '.join(args)});")
