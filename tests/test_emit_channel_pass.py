@@ -46,7 +46,7 @@ def test_batchnorm_pass_loads_statistics_per_channel(threads, cache):
     assert len(re.findall(r"const float v\d+ = b\d+\[i\d+\];", head[2] if threads == 1 else head[2] + head[3])) >= 5, body
     assert re.search(r"for \(long i\d+ = 0; i\d+ < 5120; i\d+\+\+\)", body)  # the plane as one loop (64 x 80)
     if threads > 1:
-        assert "schedule(dynamic)" in body
+        assert "schedule(guided)" in body
     check(g, groups, cache, rtol=1e-5, atol=1e-6, engine="onnxruntime", sanitize=True)
 
 

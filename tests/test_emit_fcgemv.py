@@ -28,7 +28,7 @@ def _shared_columns(src: str) -> bool:
     shares = re.search(r"sf_mm_tile1\(&\w+\[0\]\[0\], t\d+, t\d+,", src) \
         or re.search(r"sf_mm_tile\d\(&\w+\[0\]\[0\], .*, t\d+, t\d+, \w+\);", src)
     # a loop of its own region, or an orphaned loop of the run's one region (emit/team.py)
-    return bool(shares) and re.search(r"#pragma omp (parallel )?for schedule\(dynamic\)", src) is not None
+    return bool(shares) and re.search(r"#pragma omp (parallel )?for schedule\(guided\)", src) is not None
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -63,7 +63,7 @@ def test_fc_gemv_softmax_row(threads, m, cache):
     assert f"sf_mm_tile{m}(" in src
     assert _shared_columns(src) == (threads == 2)
     if threads == 2:  # one region per run: the kernel is the team's, its loop an orphaned omp for
-        assert src.count("#pragma omp parallel") == 1 and "#pragma omp for schedule(dynamic) nowait" in src
+        assert src.count("#pragma omp parallel") == 1 and "#pragma omp for schedule(guided) nowait" in src
         assert "if (SF_TID() == 0) {" in src
 
 

@@ -77,7 +77,7 @@ def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, bu
 
 def test_large_b_fused_with_a_row_norm_shares_two_tiles_between_two_threads(cache):
     """The same group with M = 128 at 2 threads: two tiles of 64 rows, which the threads take one
-    each (a loop of whole tiles, schedule(dynamic); as a plain loop under 2 iterations per
+    each (a loop of whole tiles, schedule(guided); as a plain loop under 2 iterations per
     thread it ran on one thread) -- against ONNX Runtime."""
     m, k, n = 128, 1100, 1000
     t = {"a": [m, k], "b": const((k, n)), "c": const((n,)), "s": const((n,)), "z": const((n,))}
@@ -86,7 +86,7 @@ def test_large_b_fused_with_a_row_norm_shares_two_tiles_between_two_threads(cach
     plan, _, _ = check(g, [["mm", "ad", "ln"]], cache, rtol=1e-3, atol=1e-4, engine="onnxruntime", threads=2)
     src = render(plan, g, threads=2)["model.c"]
     body = src[src.index("static int k0("):]
-    assert re.search(r"#pragma omp for schedule\(dynamic\)[^\n]*\n\s*for \(long (\w+) = 0; \1 < 2; \1\+\+\) \{"
+    assert re.search(r"#pragma omp for schedule\(guided\)[^\n]*\n\s*for \(long (\w+) = 0; \1 < 2; \1\+\+\) \{"
                      r"\n[^\n]*\n\s*float T\d+\[64\]", body), body[:1500]
 
 

@@ -264,6 +264,6 @@ def test_tile_loops_with_few_bands_are_shared_tile_by_tile(cache):
     g = graph({"x": [1, 16, 55, 55], "w": {"shape": [64, 16, 3, 3], "constant": True}}, ["x"], ["y"],
               [("c", "Conv", ["x", "w"], ["h"], {"pads": [1, 1, 1, 1]}), ("r", "Relu", ["h"], ["y"])])
     src = render(build_plan(g, HW, [["c", "r"]], strategy="t"), g, threads=2)["model.c"]
-    assert re.search(r"#pragma omp for collapse\(2\) schedule\(dynamic\) nowait\n\s*for \(long \w+ = 0; \w+ < 5;", src), \
+    assert re.search(r"#pragma omp for collapse\(2\) schedule\(guided\) nowait\n\s*for \(long \w+ = 0; \w+ < 5;", src), \
         re.findall(r"#pragma omp.*", src)
     check(g, [["c", "r"]], cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)

@@ -263,7 +263,7 @@ def conv_blocking(k, node):
 
 
 def _even(count: int, threads: int) -> bool:
-    """Whether ``count`` tiles taken one at a time keep ``threads`` threads about evenly busy.
+    """Whether ``count`` tiles taken as the threads go keep ``threads`` threads about evenly busy.
 
     >>> _even(6, 2), _even(7, 2), _even(17, 2)
     (True, False, True)

@@ -185,7 +185,7 @@ def column_share(threads: int, n: int, blocks: int) -> int:
     """Columns per share of a MatMul/Gemm output row block when the threads split its ``n``
     columns, or 0 (each thread takes whole blocks of rows): with fewer than 2 of the ``blocks``
     per thread (a linear layer at batch 1: one row), the row's CHUNK-column panels of packed B in
-    about 8 shares per thread, which the threads take one at a time -- each share a contiguous
+    about 8 shares per thread, which the threads take as they go -- each share a contiguous
     stream of B, and the row's read of B split among the threads.
 
     >>> column_share(2, 4096, 1), column_share(2, 1000, 1), column_share(1, 4096, 1), column_share(2, 4096, 8)

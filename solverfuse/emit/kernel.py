@@ -49,6 +49,16 @@ class UntiledRead(Exception):
 
 #: Ops whose output an untiled read must not recompute per element (an inner product each).
 _RECOMPUTE_EXPENSIVE = ("Conv", "MatMul", "Gemm")
+#: The OpenMP schedule of a loop of whole tiles (:meth:`Kernel.loops`' ``dynamic``): guided, each
+#: grab half of what is left over the threads, down to one tile. Taken one at a time (dynamic), the
+#: threads alternated tiles: neighbouring tiles' shared output and input lines moved between the
+#: cores and each thread's streams restarted at every tile (SqueezeNet's stem, 37 bands of 3 rows
+#: of 111: 0.38-0.40 ms, guided 0.33, static 0.32-0.34). Whole models at 2 threads, paired rounds
+#: (Zen 4, 15-40 rounds; guided against dynamic): ShuffleNet 0.85-0.93 of the time, DenseNet-121
+#: 0.92-0.96, SqueezeNet 0.99, Inception v1 0.98, ResNet-50 and AlexNet 1.00, VGG-19 0.99-1.02 (A-A
+#: controls 0.96-1.02). A thread that starts late still gets its share: the grabs shrink as the
+#: loop runs out.
+TILE_SCHEDULE = "guided"
 
 
 def gathered_reads(graph: Graph, nodes: Sequence[str]) -> dict[str, tuple]:
@@ -164,8 +174,8 @@ class Kernel:
         ``simd`` (e.g. ``"reduction(+:s)"``) marks the innermost loop ``#pragma omp simd``: a
         reduction the compiler may then reorder into vector lanes (it may not without it).
         ``dynamic`` (loops whose every iteration is a whole tile): the threads take iterations
-        one at a time, so a thread that starts late (its core busy with another job) does not
-        hold the others at the end of the loop with a fixed half of the work."""
+        as they go (``TILE_SCHEDULE``), so a thread that starts late (its core busy with another
+        job) does not hold the others at the end of the loop with a fixed half of the work."""
         idx, dims = [], []
         for d in shape:
             if d == 1:
@@ -179,7 +189,7 @@ class Kernel:
         with contextlib.ExitStack() as stack:
             if outer and dynamic:
                 self.line("#pragma omp parallel for " + (f"collapse({outer}) " if outer > 1 else "")
-                          + f"schedule(dynamic) num_threads({self.threads})")
+                          + f"schedule({TILE_SCHEDULE}) num_threads({self.threads})")
                 for v, d in dims:
                     stack.enter_context(self.block(f"for (long {v} = 0; {v} < {d}; {v}++)"))
             elif outer and len(dims) == 1:

@@ -181,8 +181,8 @@ def emit_loop(k: Kernel, shape: tuple, deps: frozenset, body, split: int = 0, po
     k.drop_tile(t)
 
 
-#: Blocked conv/matmul tiles are shared among the threads one at a time (``Kernel.loops``'s
-#: ``dynamic``), not in fixed halves.
+#: Blocked conv/matmul tiles are taken by the threads as they go (``Kernel.loops``' ``dynamic``,
+#: ``kernel.TILE_SCHEDULE``), not in fixed halves.
 DYNAMIC_TILES = True
 
 

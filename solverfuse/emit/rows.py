@@ -303,7 +303,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
             k.set_tile(t, tuple("0" if d == 1 else x for x, d in zip(outer, shape[:-1])), f"{arr}[{a}]", 1)
             row(outer)
     elif mb is not None:
-        # whole tiles: the threads take them one at a time (2 tiles of 64 rows on 2 threads run
+        # whole tiles: the threads take them as they go (2 tiles of 64 rows on 2 threads run
         # one each; as a plain loop, under 2 per thread, they ran serial)
         with k.loops(tuple(shape[:-2]) + (shape[-2] // mb,), parallel=True, dynamic=True) as blk:
             batch, mi = tuple(blk[:-1]), blk[-1]

@@ -102,7 +102,7 @@ def parallel_dims(trips: Sequence[int], threads: int, dynamic: bool = False) -> 
     leading loops as it takes -- never the innermost of several (collapsing it into the parallel
     index stops vectorisation); a single loop is split into per-thread chunks. 0: too few
     iterations to share. ``dynamic`` (every iteration of the nest a whole tile, no vector loop
-    among them, the threads taking them one at a time): as many leading loops as it takes for
+    among them, the threads taking them as they go): as many leading loops as it takes for
     the shares to come out even -- a trip count that is a multiple of the threads, or at least 8
     per thread. Inception v1's 55x55 3x3 conv has 5 bands of rows x 24 blocks of channels: 5
     bands on 2 threads are 3 + 2 (the kernel took 0.6 of its 1-thread time), 120 tiles 60 + 60.
