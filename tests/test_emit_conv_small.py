@@ -76,7 +76,7 @@ def test_bands_split_so_the_threads_share_tiles_evenly(cache):
     assert span[0] % 26 == 0 and span[0] // 26 >= 26  # 1 thread: the whole plane in one band
     bands = span[0] // span[1]
     assert span[0] % span[1] == 0 and bands > 1 and (3 * bands) % 2 == 0  # 2 threads: 3 x bands tiles
-    # and the threads take the tiles one at a time (a late thread does not hold up a fixed half)
+    # and the threads take the tiles as they go (a late thread does not hold up a fixed half)
     assert "schedule(guided)" in two and "schedule(guided)" not in one
 
 
