@@ -365,23 +365,25 @@ def band_copy(k, node, blk: ConvBlocking, view: str, n: str, r0: str) -> str:
     if n != "0":
         src = f"{src} + {n}*{x[1] * x[2] * x[3]}"
     p0 = str(pb[0]) if r0 == "0" else f"{pb[0]} - {r0}" + (f"*{blk.s0}" if blk.s0 != 1 else "")
-    fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
-    geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {p0}, {pb[1]}"
-    if blk.cols:
-        geom += f", {blk.cols}, {dil[1]}"
-    k.use_helper(fn)
+    fn, geom = _copy_fn(k, x, blk, p0, pb, dil)
     k.line(f"{fn}({buf}, {src}, {x[1]}, {geom});")
     return buf
+
+
+def _copy_fn(k, x, blk: ConvBlocking, p0, pb, dil) -> tuple:
+    """The input copy helper a blocking reads (``sf_conv_copy``, or ``sf_conv_copy_cols`` for
+    column copies; marked used) and its geometry arguments after the plane count, the first row's
+    padding ``p0`` (a C expression: a band's is shifted by its first row)."""
+    fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
+    k.use_helper(fn)
+    geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {p0}, {pb[1]}"
+    return fn, geom + (f", {blk.cols}, {dil[1]}" if blk.cols else "")
 
 
 def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil, fill: str = "") -> None:
     """``sf_conv_copy`` (or ``sf_conv_copy_cols``) of all N*C planes, and the C statement ``fill``
     (zeroing the slack after them), over the threads as :func:`_plane_runs`."""
-    fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
-    geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
-    if blk.cols:
-        geom += f", {blk.cols}, {dil[1]}"
-    k.use_helper(fn)
+    fn, geom = _copy_fn(k, x, blk, pb[0], pb, dil)
     _plane_runs(k, x[0] * x[1], lambda c, n: f"{fn}({_at(dst, c, blk.cplane)}, {_at(src, c, x[2] * x[3])}, {n}, {geom});",
                 fill)
 
@@ -462,10 +464,8 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
         k.line(f"float {buf}[{blk.local}] SF_ALIGN64;")
         if blk.local > cplane:
             k.line(f"for (long {j} = {cplane}; {j} < {blk.local}; {j}++) {buf}[{j}] = 0;")
-        fn = "sf_conv_copy_cols" if blk.cols else "sf_conv_copy"
-        k.use_helper(fn)
-        geom = f"{x[2]}, {x[3]}, {blk.s0}, {blk.s1}, {blk.hq}, {blk.wq}, {pb[0]}, {pb[1]}"
-        k.line(f"{fn}({buf}, {src} + {chan}, 1, {geom}{f', {blk.cols}, {dil[1]}' if blk.cols else ''});")
+        fn, geom = _copy_fn(k, x, blk, pb[0], pb, dil)
+        k.line(f"{fn}({buf}, {src} + {chan}, 1, {geom});")
         src, plane = buf, "0"
     row0 = "" if r0 == "0" or blk.band else f" + {r0}*{blk.wq}"
     wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
