@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from solverfuse.emit import row_stream
+from solverfuse.emit import norm_stats, row_stream
 from solverfuse.emit.build import compile_plan
 from solverfuse.emit.program import render
 from solverfuse.emit.reference import reference_outputs
@@ -274,8 +274,11 @@ def test_a_rows_exponentials_are_one_call_that_prefetches_the_next_row(cols, cac
 def test_layernorm_softmax_rows_drain_during_the_statistics(cols, cache, monkeypatch):
     """softmax(layernorm(x) * 2) over rows (the l1_overflow motif) streamed and deferred: the
     previous row's output is drained block by block inside the LayerNorm statistics' pass (rows of
-    2,048: whole blocks of 1,024; of 2,113: a last block of 65), not with the exponentials. The
-    outputs match ONNX Runtime; the sanitizer build reports nothing and gives the plain build's."""
+    2,048: whole blocks of 1,024; of 2,113: a last block of 65), not with the exponentials, where
+    each row computes its own statistics (norm_stats: not carried from the previous row, as rows
+    of CARRY_MIN_ROW_BYTES are; tests/test_emit_carried_stats.py). The outputs match ONNX Runtime;
+    the sanitizer build reports nothing and gives the plain build's."""
+    monkeypatch.setattr(norm_stats, "CARRY_MIN_ROW_BYTES", 1 << 30)
     monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
     g = graph({"x": [5, cols], "s": {"shape": [cols], "constant": True}, "b": {"shape": [cols], "constant": True},

@@ -131,6 +131,8 @@ class Kernel:
         self.helpers: set[str] = set()            # shared helper functions the kernel calls
         self.hoisted: dict[str, str] = {}         # one-element tensor -> its value, loaded at entry
         self.splits: dict[str, tuple] = {}        # index of a loop run as two -> their indices (schedule)
+        self.carry_rows = False                   # a plain serial row loop: a row may compute the next
+                                                  # row's statistics (rows sets it, norm_stats reads it)
 
     # ---- text
     def fresh(self, prefix: str) -> str:

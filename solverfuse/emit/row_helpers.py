@@ -313,21 +313,29 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float 
    prefetched as e[i]'s is computed (the next row's input while this row's exponentials compute),
    into the L1, or with far (a constant where this is inlined) into the L2 only.
    (No restrict: e and x are one array in sf_expsum; each iteration reads its x before it writes
-   its e.) nonpos: m is the max of the values (x - m <= 0 or NaN): sf_exp16_nonpos. */
+   its e.) nonpos: m is the max of the values (x - m <= 0 or NaN): sf_exp16_nonpos. xs (or NULL):
+   st[0], st[1] = the float sums of d = xs[i] - K and of d * d, i < n, in the same loop (a
+   LayerNorm's statistics of the next row, emit/norm_stats.py: their loads and adds run while the
+   exponentials keep the FMA units busy); a constant NULL where this is inlined leaves no trace. */
 #define SF_PREFETCH_ROW(p, far) do { if (far) __builtin_prefetch((p), 0, 2); else __builtin_prefetch(p); } while (0)
 __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x,
-                                                                          int nonpos, const float *pf, int far)
+                                                                          int nonpos, const float *pf, int far,
+                                                                          const float *xs, float K, float *st)
 {
 #if defined(SF_AVX512_TILES)
 #define SF_EXPV(v) (nonpos ? sf_exp16_nonpos((v), tab) : sf_exp16((v), tab))
     long i = 0;
-    const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m);
-    sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16;
+    const sf_v16 tab = SF_LOAD16(sf_exp2_16), mv = SF_SET1(m), kv = SF_SET1(K);
+    sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16, d0 = SF_ZERO16, d1 = SF_ZERO16, q0 = SF_ZERO16, q1 = SF_ZERO16;
     for (; i + 32 <= n; i += 32) {
         if (pf) { SF_PREFETCH_ROW(pf + i, far); SF_PREFETCH_ROW(pf + i + 16, far); }
         const sf_v16 a = SF_EXPV(SF_LOAD16(x + i) - mv), b = SF_EXPV(SF_LOAD16(x + i + 16) - mv);
         SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
         s0 += a; s1 += b;
+        if (xs) {
+            const sf_v16 u = SF_LOAD16(xs + i) - kv, v = SF_LOAD16(xs + i + 16) - kv;
+            d0 += u; d1 += v; q0 = SF_FMA16(u, u, q0); q1 = SF_FMA16(v, v, q1);
+        }
     }
     for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
         if (pf) SF_PREFETCH_ROW(pf + i, far);
@@ -336,25 +344,35 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
 #undef SF_EXPV
         SF_STOREM(e + i, k, a);
         s0 += a;
+        if (xs) { const sf_v16 u = SF_MASKZ16(k, SF_LOADM(k, xs + i) - kv); d0 += u; q0 = SF_FMA16(u, u, q0); }
     }
+    if (xs) { st[0] = sf_hsum16(d0 + d1); st[1] = sf_hsum16(q0 + q1); }
     return sf_hsum16(s0 + s1);
 #elif defined(SF_AVX2_TILES)
     long i = 0;
-    const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m);
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    const __m256 tab = _mm256_load_ps(sf_exp2_8), mv = _mm256_set1_ps(m), kv = _mm256_set1_ps(K);
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), d0 = s0, d1 = s0, q0 = s0, q1 = s0;
     for (; i + 16 <= n; i += 16) {
         if (pf) SF_PREFETCH_ROW(pf + i, far);
         const __m256 a = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), tab, nonpos);
         const __m256 b = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv), tab, nonpos);
         _mm256_storeu_ps(e + i, a); _mm256_storeu_ps(e + i + 8, b);
         s0 = _mm256_add_ps(s0, a); s1 = _mm256_add_ps(s1, b);
+        if (xs) {
+            const __m256 u = _mm256_sub_ps(_mm256_loadu_ps(xs + i), kv), v = _mm256_sub_ps(_mm256_loadu_ps(xs + i + 8), kv);
+            d0 = _mm256_add_ps(d0, u); d1 = _mm256_add_ps(d1, v);
+            q0 = _mm256_fmadd_ps(u, u, q0); q1 = _mm256_fmadd_ps(v, v, q1);
+        }
     }
-    float s = sf_hsum8(_mm256_add_ps(s0, s1));
+    float s = sf_hsum8(_mm256_add_ps(s0, s1)), ds = 0, qs = 0;
+    if (xs) { ds = sf_hsum8(_mm256_add_ps(d0, d1)); qs = sf_hsum8(_mm256_add_ps(q0, q1)); }
     if (pf && i < n) SF_PREFETCH_ROW(pf + i, far);
     for (; i < n; i++) {
         const float v = sf_expf(x[i] - m);
         e[i] = v; s += v;
+        if (xs) { const float u = xs[i] - K; ds += u; qs = fmaf(u, u, qs); }
     }
+    if (xs) { st[0] = ds; st[1] = qs; }
     return s;
 #else
     (void)nonpos;
@@ -365,6 +383,12 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
         const float v = sf_expf(x[j] - m);
         e[j] = v; s += v;
     }
+    if (xs) {
+        float ds = 0, qs = 0;
+        #pragma omp simd reduction(+:ds,qs)
+        for (long j = 0; j < n; j++) { const float u = xs[j] - K; ds += u; qs += u * u; }
+        st[0] = ds; st[1] = qs;
+    }
     return s;
 #endif
 }
@@ -374,35 +398,53 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
    exponentials: softmax_rows at 2x the LLC ~10% faster than a call and a burst of 16 prefetches
    per block, Zen 4); far: into the L2 only (emit/row_loop.py: FAR_PREFETCH_ROW_BYTES), the loop
    specialised for each. sf_expsum: in place (x = e); sf_expsum_from: from the row x (no copy of
-   x - m first); the _max forms for m the row's max. noipa (SF_NOCLONE): a clone for a constant n
-   made GCC warn of the remainder loop (-Werror builds). */
+   x - m first); the _max forms for m the row's max; the _ln forms also add the sums of xs[i] - K
+   and of its square (sf_expsum_at's st, each block's float sums) to sq[0] and sq[1] (doubles;
+   xs may be NULL). noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder
+   loop (-Werror builds). */
 __attribute__((always_inline)) SF_UNUSED static inline double sf_expsum_row(float *e, float m, long n, const float *x,
-                                                                           int nonpos, const float *pf, int far)
+                                                                           int nonpos, const float *pf, int far,
+                                                                           const float *xs, float K, double *sq)
 {
     double s = 0;
+    float st[2] = {0, 0};
     if (far)
-        for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """)
-            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 1);
+        for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """) {
+            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 1, xs ? xs + j : 0, K, st);
+            if (xs) { sq[0] += st[0]; sq[1] += st[1]; }
+        }
     else
-        for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """)
-            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 0);
+        for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """) {
+            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 0, xs ? xs + j : 0, K, st);
+            if (xs) { sq[0] += st[0]; sq[1] += st[1]; }
+        }
     return s;
 }
 SF_NOCLONE SF_UNUSED static double sf_expsum(float *e, float m, long n, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, e, 0, pf, far);
+    return sf_expsum_row(e, m, n, e, 0, pf, far, 0, 0, 0);
 }
 SF_NOCLONE SF_UNUSED static double sf_expsum_from(float *e, float m, long n, const float *x, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, x, 0, pf, far);
+    return sf_expsum_row(e, m, n, x, 0, pf, far, 0, 0, 0);
 }
 SF_NOCLONE SF_UNUSED static double sf_expsum_max(float *e, float m, long n, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, e, 1, pf, far);
+    return sf_expsum_row(e, m, n, e, 1, pf, far, 0, 0, 0);
 }
 SF_NOCLONE SF_UNUSED static double sf_expsum_from_max(float *e, float m, long n, const float *x, const float *pf, int far)
 {
-    return sf_expsum_row(e, m, n, x, 1, pf, far);
+    return sf_expsum_row(e, m, n, x, 1, pf, far, 0, 0, 0);
+}
+SF_NOCLONE SF_UNUSED static double sf_expsum_ln(float *e, float m, long n, const float *pf, int far,
+                                                const float *xs, float K, double *sq)
+{
+    return sf_expsum_row(e, m, n, e, 0, pf, far, xs, K, sq);
+}
+SF_NOCLONE SF_UNUSED static double sf_expsum_ln_max(float *e, float m, long n, const float *pf, int far,
+                                                    const float *xs, float K, double *sq)
+{
+    return sf_expsum_row(e, m, n, e, 1, pf, far, xs, K, sq);
 }
 """,
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in

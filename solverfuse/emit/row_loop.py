@@ -106,16 +106,50 @@ def prefetches_next_row(lines) -> bool:
     return any("__builtin_prefetch" in ln or re.match(rf"\s*const float \*{_NEXT_ROW_PTR}\d+ = ", ln) for ln in lines)
 
 
+def moving_index(row):
+    """The position in ``row`` (a row loop's indices) of the index that moves from one row to the
+    next: the last one not fixed at 0; None for a single row.
+
+    >>> moving_index(("i1", "i2", "0")), moving_index(("0",))
+    (1, None)
+    """
+    live = [n for n, i in enumerate(row) if i != "0"]
+    return live[-1] if live else None
+
+
 def next_row(k, t, row, at: str, ahead: int = 1):
     """(condition, address) of element ``at`` of the row ``ahead`` rows after ``row`` of the float
-    tensor ``t`` (the row index that moves is the last one not fixed at 0); None when there is no
+    tensor ``t`` (the row index that moves: :func:`moving_index`); None when there is no
     such row index or ``t`` is not float (one prefetch per 64-byte line is 16 floats)."""
-    live = [n for n, i in enumerate(row) if i != "0"]
-    if not live or k.ct(t) != "float":
+    pos = moving_index(row)
+    if pos is None or k.ct(t) != "float":
         return None
-    pos, shape = live[-1], k.shape(t)
+    shape = k.shape(t)
     nxt = tuple(f"({i} + {ahead})" if n == pos else i for n, i in enumerate(row)) + (at,)
     return f"{row[pos]} + {ahead} < {shape[pos]}", f"&{k.ptr(t, 'r')}[{linear(shape, nxt)}]"
+
+
+#: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
+#: the l1_overflow motif has 4,912): the output loop then multiplies instead of calling exp again.
+ROW_EXP_MAX = 16384
+
+
+def keeps_exponentials(k, node) -> bool:
+    """Whether the Softmax ``node``, in a row loop, keeps its float row's exponentials in an array
+    that ``sf_expsum`` fills in place (:mod:`~solverfuse.emit.softmax`): a row of at most
+    ``ROW_EXP_MAX`` over the last axis.
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
+    >>> g = zoo.l1_overflow(2, "intel-xeon-8480")   # LayerNormalization, Mul, Softmax
+    >>> k = whole_graph_kernel(g)
+    >>> [keeps_exponentials(k, n) for n in g.nodes]
+    [False, False, True]
+    """
+    shape = k.shape(node.inputs[0])
+    axis = node.attributes.get("axis", -1) % len(shape)
+    return (node.op == "Softmax" and k.ct(node.inputs[0]) == "float" and axis == len(shape) - 1
+            and shape[axis] <= ROW_EXP_MAX)
 
 
 #: Float partial sums of a row sum (:func:`lane_sums`): four 16-float vectors, whose adds overlap

@@ -133,7 +133,9 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     declared before the row loop (their declaration in the row becomes a pointer), and the previous
     row's output is streamed (``sf_drain``) block by block during this row's first pass of lane
     sums over the row (a LayerNorm's statistics: loads only), else with each block of the row's
-    ``sf_expsum`` call (:func:`_drained_expsum`); this row's output is left pending. Returns
+    ``sf_expsum`` call (:func:`_drained_expsum`; also where the row's LayerNorm statistics are
+    carried from the previous row, :mod:`~solverfuse.emit.norm_stats`, and its pass of sums is
+    gone); this row's output is left pending. Returns
     [pending, buffers, n] for :func:`finish_deferred` ([] when the row is not of that form:
     nothing is changed).
 
@@ -151,7 +153,7 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     decl = [i for i, ln in enumerate(k.lines) if ln.strip() == f"float *const {arr} = {arr}_s;"]
     if len(decl) != 1 or not k.lines[decl[0] - 1].strip().startswith(f"float {arr}_s[{n}]"):
         return []
-    calls = [i for i, ln in enumerate(k.lines) if re.search(rf"sf_expsum(?:_from)?(?:_max)?\({arr}, ", ln)]
+    calls = [i for i, ln in enumerate(k.lines) if re.search(rf"sf_expsum(?:_from|_ln)?(?:_max)?\({arr}, ", ln)]
     if not calls:
         return []
     pend, buf = k.fresh("P"), k.fresh("SFB")
@@ -178,18 +180,23 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
 
 def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
     """A row's one ``sf_expsum`` call (:func:`~solverfuse.emit.softmax.expsum_blocks`:
-    ``total += sf_expsum..(arr, m, n[, src], pf, far);``) as a loop over its blocks of
+    ``total += sf_expsum..(arr, m, n[, src], pf, far[, xs, K, sq]);``) as a loop over its blocks of
     ``SUM_BLOCK``, each block's call followed by the previous row's output drained over the same
     block (the same sums as the one call: each block's float sum is added to the double total)."""
     ind = line[:len(line) - len(line.lstrip())]
     m = re.fullmatch(r"(\w+) \+= (sf_expsum\w*)\((.*)\);", line.strip())
     args = _split_args(m.group(3)) if m else []
-    if m is None or len(args) != (6 if "_from" in m.group(2) else 5):
+    if m is None or len(args) != (6 if "_from" in m.group(2) else 8 if "_ln" in m.group(2) else 5):
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {line.strip()}")
-    arr, mx, n, *src, pf, far = args
+    if "_ln" in m.group(2):  # the next row's statistics (xs, K, sq): the same block of xs
+        (arr, mx, n, pf, far, xs, sh, sq), src = args, []
+        ln = [f"{xs} ? {xs} + {{jb}} : 0", sh, sq]
+    else:
+        (arr, mx, n, *src, pf, far), ln = args, []
     jb, step = k.fresh("jb"), row_loop.SUM_BLOCK
     size = str(step) if int(n) % step == 0 else f"sf_min({step}, {n} - {jb})"
     at = [f"{arr} + {jb}", mx, size] + [f"{x} + {jb}" for x in src] + [f"{pf} ? {pf} + {jb} : 0" if pf != "0" else "0", far]
+    at += [a.format(jb=jb) for a in ln]
     return [f"{ind}for (long {jb} = 0; {jb} < {n}; {jb} += {step}) {{",
             f"{ind}    {m.group(1)} += {m.group(2)}({', '.join(at)});",
             f"{ind}    sf_drain(&{pend}, {jb}, {size});", f"{ind}}}"]

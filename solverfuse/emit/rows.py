@@ -15,7 +15,7 @@ import math
 from typing import Optional
 
 from ..ops import OPS
-from . import anchors, gemm_tiles, reductions, row_loop, row_stream
+from . import anchors, gemm_tiles, norm_stats, reductions, row_loop, row_stream
 from .ctile import CHUNK
 from .tiles import MAX_TILE, round_up
 from .cexpr import attr_str, bmap, linear
@@ -317,10 +317,13 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
                 row(outer)
     else:
         mark, depth = len(k.lines), k.depth
+        k.carry_rows = k.threads == 1 and not k.counters and not tiled
         with k.loops(shape[:-1], parallel=True) as outer:
             for t in tiled:
                 anchors.TILES[g.index.node[g.index.producer[t]].op](k, t, outer, 1)
             row(outer)
+        k.carry_rows = False
+        k.lines[mark:mark] = ["    " * depth + d for d in norm_stats.carried_declarations(k)]
         if pend:
             row_stream.finish_deferred(k, mark, depth, *pend)
     for t in set(k.tiles) - before:

@@ -11,13 +11,9 @@ from __future__ import annotations
 from ..ops import numel
 from .cexpr import linear
 from .elementwise import stat_type
-from .row_loop import (FAR_PREFETCH_ROW_BYTES, FAR_PREFETCH_ROWS_AHEAD, declare_row, lane_max, simd_max, lane_sums,
-                       next_row_pointer, row_array, row_array_filled)
-
-
-#: Longest row whose exponentials a Softmax inside a row loop keeps in a stack array (64 KiB;
-#: the l1_overflow motif has 4,912): the output loop then multiplies instead of calling exp again.
-ROW_EXP_MAX = 16384
+from .norm_stats import next_row_stats
+from .row_loop import (FAR_PREFETCH_ROW_BYTES, FAR_PREFETCH_ROWS_AHEAD, ROW_EXP_MAX, declare_row,
+                       lane_max, simd_max, lane_sums, next_row_pointer, row_array, row_array_filled)
 
 
 def expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None, m_is_max=False) -> None:
@@ -29,14 +25,19 @@ def expsum_blocks(k, arr, m, n: int, total: str, prefetch=None, src=None, m_is_m
     prefetches the next row of x's first input stream (:func:`next_row_pointer`) as it computes;
     from ``FAR_PREFETCH_ROW_BYTES`` a row, into the L2 only and ``FAR_PREFETCH_ROWS_AHEAD`` rows on.
     ``m_is_max``: m is the max of the row's values (every argument <= 0 or NaN): the ``_max``
-    forms, without the upper clamp."""
+    forms, without the upper clamp. Where a LayerNorm of the row waits for the next row's
+    statistics (:func:`~solverfuse.emit.norm_stats.next_row_stats`), the ``_ln`` form computes them
+    in the same loop."""
     k.use_helper("sf_expsum")
     far_row = 4 * n >= FAR_PREFETCH_ROW_BYTES
     pf = next_row_pointer(k, *prefetch, FAR_PREFETCH_ROWS_AHEAD if far_row else 1) if prefetch is not None else "0"
     far = "1" if pf != "0" and far_row else "0"
-    name = "sf_expsum" + ("_from" if src is not None else "") + ("_max" if m_is_max else "")
-    args = [arr, m, str(n)] + ([src] if src is not None else []) + [pf, far]
+    nxt = next_row_stats(k, prefetch[1]) if prefetch is not None and src is None else None
+    name = "sf_expsum" + ("_from" if src is not None else "") + ("_ln" if nxt else "") + ("_max" if m_is_max else "")
+    args = [arr, m, str(n)] + ([src] if src is not None else []) + [pf, far] + (nxt.args if nxt else [])
     k.line(f"{total} += {name}({', '.join(args)});")
+    if nxt:
+        nxt.finish()
 
 
 def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
