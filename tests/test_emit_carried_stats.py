@@ -77,16 +77,22 @@ def test_carried_statistics_match_onnxruntime(build, cache, no_avx512_cc):
 
 
 def test_carried_statistics_deferred_and_sanitized(cache, monkeypatch):
-    """With the output streamed and deferred (row_stream), the previous row is drained with the
-    exponentials' blocks (the statistics' pass is gone), and the sanitizer build reports nothing and
-    gives the plain build's outputs, which match ONNX Runtime."""
+    """With the output streamed and deferred (row_stream) and the statistics' pass gone, the
+    previous row is drained from the one buffer of exponentials chunk by chunk in the max pass,
+    each chunk before the row overwrites it; the sanitizer build reports nothing and gives the
+    plain build's outputs, which match ONNX Runtime."""
     monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
     shape = (6, COLS)
     g, plan = _ln_softmax(shape)
     lines = [ln.strip() for ln in _kernel(render(plan, g)["model.c"]).split("\n")]
     call = [i for i, ln in enumerate(lines) if "sf_expsum_ln_max(" in ln]
-    assert len(call) == 1 and lines[call[0] + 1].startswith("sf_drain(&"), lines
+    drains = [i for i, ln in enumerate(lines) if ln.startswith("sf_drain(&")]
+    assert len(call) == 1 and len(drains) == 3 and drains[0] < drains[1] < call[0] < drains[2], lines
+    chunk = re.fullmatch(rf"for \(long (jc\d+) = 0; \1 \+ 64 <= {COLS}; \1 \+= 64\) \{{", lines[drains[0] - 1])
+    assert chunk and re.fullmatch(rf"sf_drain\(&P\d+, {chunk.group(1)}, 64\);", lines[drains[0]]), lines
+    assert re.fullmatch(rf"sf_drain\(&P\d+, {COLS // 64 * 64}, {COLS % 64}\);", lines[drains[1]]), lines
+    assert re.search(rf"float SFB\d+\[{COLS}\] SF_ALIGN64;", _kernel(render(plan, g)["model.c"]))   # one buffer
     ins, cs = {"x": _rows(shape)}, _constants(COLS)
     plain = compile_plan(plan, g, cache_dir=cache, strict=True).run(ins, cs)["y"]
     np.testing.assert_allclose(plain, reference_outputs(g, ins, cs, engine="onnxruntime")["y"], rtol=2e-5, atol=1e-7)

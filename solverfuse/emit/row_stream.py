@@ -162,20 +162,59 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     ind = k.lines[decl[0]][:len(k.lines[decl[0]]) - len(k.lines[decl[0]].lstrip())]
     sums = [i for i in range(start, decl[0]) if re.fullmatch(
         rf"{ind}for \(long (\w+) = 0; \1 < {n}; \1 \+= {row_loop.LANE_BLOCK}\) \{{", k.lines[i])]
+    single = False
     if sums:  # each block of the sums' pass drains the same block of the previous row
         jb = re.search(r"long (\w+)", k.lines[sums[0]]).group(1)
         size = row_loop.LANE_BLOCK if n % row_loop.LANE_BLOCK == 0 else f"sf_min({row_loop.LANE_BLOCK}, {n} - {jb})"
         k.lines.insert(sums[0] + 1, f"{ind}    sf_drain(&{pend}, {jb}, {size});")
         decl[0] += 1
     else:
-        for i in reversed(calls):
-            k.lines[i:i + 1] = _drained_expsum(k, k.lines[i], pend)
+        single = _drained_max_pass(k, decl[0] + 1, calls[0], ind, arr, n, pend)
+        if not single:
+            for i in reversed(calls):
+                k.lines[i:i + 1] = _drained_expsum(k, k.lines[i], pend)
     ln = k.lines[decl[0]]
-    k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}[({row}) & 1];"
+    k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}{'' if single else f'[({row}) & 1]'};"
     del k.lines[decl[0] - 1]
     k.use_helper("sf_drain")
     k.line(f"{pend} = {_pend(k, writes[0], shape, outer, kept)};")
-    return [pend, buf, n]
+    return [pend, buf, n, single]
+
+
+def _drained_max_pass(k: Kernel, lo: int, hi: int, ind: str, arr: str, n: int, pend: str) -> bool:
+    """Where the row's max pass (:func:`~solverfuse.emit.row_loop.lane_max`) is the loops at the
+    row's nesting (``ind``) between lines ``lo`` and ``hi`` that store into the kept array ``arr``
+    -- chunks of ``SUM_LANES`` over [0, n - n % SUM_LANES), then one loop over the rest --: the
+    previous row's output is drained from ``arr`` chunk by chunk just before the chunk overwrites
+    it (one buffer for both rows: each line is read by the drain and written again while in the L1,
+    where a second buffer's lines came from the L2 to be written). Returns whether it did (else
+    nothing is changed). l1_overflow at 2x the LLC, 1 thread, Zen 4, with the LayerNorm statistics
+    carried (no pass of sums): 0.93-0.98 of the time drained with the exponentials' blocks (medians
+    of 9-21 interleaved rounds, three runs)."""
+    lanes = row_loop.SUM_LANES
+    heads = []
+    for i in range(lo, hi):
+        ln = k.lines[i]
+        if ln.startswith(f"{ind}for (") and ln.endswith("{"):
+            end = next(j for j in range(i + 1, len(k.lines)) if k.lines[j] == f"{ind}}}")
+            if any(re.search(rf"\b{arr}\[\w+\] = ", x) for x in k.lines[i + 1:end]):
+                heads.append(i)
+        elif re.search(rf"\b{arr}\[", ln) and not ln.startswith(f"{ind} "):
+            return False     # the kept array touched at the row's own nesting: not the max pass
+    chunk = [i for i in heads if re.fullmatch(rf"{ind}for \(long (\w+) = 0; \1 \+ {lanes} <= {n}; \1 \+= {lanes}\) \{{",
+                                                 k.lines[i])]
+    rest = [i for i in heads if re.fullmatch(rf"{ind}for \(long (\w+) = {n // lanes * lanes}; \1 < {n}; \1\+\+\) \{{",
+                                                k.lines[i])]
+    if len(heads) != len(chunk) + len(rest) or len(chunk) != (n >= lanes) or len(rest) != (n % lanes > 0):
+        return False
+    for i in sorted(heads, reverse=True):
+        if i in rest:
+            at = i - 1 if k.lines[i - 1].startswith("#pragma omp") or k.lines[i - 1].strip().startswith("#pragma omp") else i
+            k.lines.insert(at, f"{ind}sf_drain(&{pend}, {n // lanes * lanes}, {n % lanes});")
+        else:
+            jc = re.search(r"long (\w+)", k.lines[i]).group(1)
+            k.lines.insert(i + 1, f"{ind}    sf_drain(&{pend}, {jc}, {lanes});")
+    return True
 
 
 def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
@@ -222,12 +261,14 @@ def _split_args(text: str) -> list:
     return out + [cur.strip()]
 
 
-def finish_deferred(k: Kernel, mark: int, depth: int, pend: str, buf: str, n: int) -> None:
-    """The deferred output's buffers and pending row declared before the row loop (which starts at
-    line ``mark``, nesting ``depth``), and the last row's output streamed after it."""
+def finish_deferred(k: Kernel, mark: int, depth: int, pend: str, buf: str, n: int, single: bool = False) -> None:
+    """The deferred output's buffers (one, ``single``, where the max pass drains the previous row:
+    :func:`_drained_max_pass`) and pending row declared before the row loop (which starts at line
+    ``mark``, nesting ``depth``), and the last row's output streamed after it."""
     ind = "    " * depth
     # the two buffers 64 bytes more than a row apart: rows of 1,024 floats 4 KiB apart made the
     # drain's loads of one alias the exponentials' stores to the other (4K aliasing), and
     # softmax_rows ran 25% slower deferred than not
-    k.lines[mark:mark] = [f"{ind}float {buf}[2][{n + 16}] SF_ALIGN64;", f"{ind}sf_pend {pend} = {{0}};"]
+    dims = f"[{n}]" if single else f"[2][{n + 16}]"
+    k.lines[mark:mark] = [f"{ind}float {buf}{dims} SF_ALIGN64;", f"{ind}sf_pend {pend} = {{0}};"]
     k.line(f"sf_drain(&{pend}, 0, {n});")
