@@ -104,8 +104,8 @@ def _ln_moments(k, n: int, sh: str, s: str, q: str, value, names: tuple):
 #: inside this row's exponentials (:func:`layernorm_stats`) when a Softmax of the row keeps them
 #: (:func:`~solverfuse.emit.row_loop.keeps_exponentials`): rows that do not stay in the L1 through
 #: the row's passes, where the statistics' pass of their own streams the row from the L2 while
-#: the FMA units idle. l1_overflow (rows of 4,912), 1 thread, Zen 4, prototype against main
-#: interleaved: 0.886 of the time at 2x the LLC, 0.94 in cache.
+#: the FMA units idle. l1_overflow (rows of 4,912), 1 thread, Zen 4, against each row's own pass
+#: (interleaved rounds): 0.884 and 0.94 of the time at 2x the LLC in two runs, in cache 1.00.
 CARRY_MIN_ROW_BYTES = 8192
 
 

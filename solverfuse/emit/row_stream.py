@@ -132,12 +132,13 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
     rows of at least ``DEFER_MIN_ROW_BYTES``: the row's kept exponentials go to one of two buffers
     declared before the row loop (their declaration in the row becomes a pointer), and the previous
     row's output is streamed (``sf_drain``) block by block during this row's first pass of lane
-    sums over the row (a LayerNorm's statistics: loads only), else with each block of the row's
-    ``sf_expsum`` call (:func:`_drained_expsum`; also where the row's LayerNorm statistics are
-    carried from the previous row, :mod:`~solverfuse.emit.norm_stats`, and its pass of sums is
-    gone); this row's output is left pending. Returns
-    [pending, buffers, n] for :func:`finish_deferred` ([] when the row is not of that form:
-    nothing is changed).
+    sums over the row (a LayerNorm's statistics: loads only); else, where the row's max pass
+    stores the kept row (a LayerNorm's statistics carried from the previous row,
+    :mod:`~solverfuse.emit.norm_stats`), chunk by chunk in that pass from one buffer
+    (:func:`_drained_max_pass`); else with each block of the row's ``sf_expsum`` call
+    (:func:`_drained_expsum`). This row's output is left pending. Returns [pending, buffers, n,
+    one buffer] for :func:`finish_deferred` ([] when the row is not of that form: nothing is
+    changed).
 
     The sums' pass is the least busy: l1_overflow at 2x the LLC (Zen 3) took 0.74-0.76 ns per
     element draining there, 0.78-0.80 during the exponentials (which also prefetch the next row)
@@ -189,8 +190,8 @@ def _drained_max_pass(k: Kernel, lo: int, hi: int, ind: str, arr: str, n: int, p
     it (one buffer for both rows: each line is read by the drain and written again while in the L1,
     where a second buffer's lines came from the L2 to be written). Returns whether it did (else
     nothing is changed). l1_overflow at 2x the LLC, 1 thread, Zen 4, with the LayerNorm statistics
-    carried (no pass of sums): 0.93-0.98 of the time drained with the exponentials' blocks (medians
-    of 9-21 interleaved rounds, three runs)."""
+    carried (no pass of sums): 0.93-0.99 of the time drained with the exponentials' blocks (five
+    runs, medians of 9-25 interleaved rounds)."""
     lanes = row_loop.SUM_LANES
     heads = []
     for i in range(lo, hi):
@@ -209,7 +210,7 @@ def _drained_max_pass(k: Kernel, lo: int, hi: int, ind: str, arr: str, n: int, p
         return False
     for i in sorted(heads, reverse=True):
         if i in rest:
-            at = i - 1 if k.lines[i - 1].startswith("#pragma omp") or k.lines[i - 1].strip().startswith("#pragma omp") else i
+            at = i - 1 if k.lines[i - 1].strip().startswith("#pragma omp") else i   # the pragma stays on its loop
             k.lines.insert(at, f"{ind}sf_drain(&{pend}, {n // lanes * lanes}, {n % lanes});")
         else:
             jc = re.search(r"long (\w+)", k.lines[i]).group(1)
