@@ -297,8 +297,9 @@ def test_large_layernorm_rows_keep_the_prefetching_output_loop():
     """A LayerNorm + GELU row loop whose output is past the non-temporal-store threshold (the
     motif at 2x LLC) keeps its output loop that prefetches the next row; it had been replaced by
     the streamed output loop when the two branches met (residual_layernorm_gelu 56% -> 38% of the
-    triad); its GELU blocks store non-temporally, and a fence follows, only at that size. A
-    softmax of the same size still streams."""
+    triad); its GELU blocks store non-temporally, and a fence follows, only at that size, and it
+    prefetches each input line of the row 3 rows on into the L2 as well (row_loop.output_prefetch:
+    inputs from memory). A softmax of the same size still streams."""
     from solverfuse.emit.program import render
     big = zoo.residual_layernorm_gelu(11000, 768)  # 33.8 MB output per tensor, above 32 MiB
     src = render(build_plan(big, HW, fuse_greedily(big), strategy="t"), big, threads=1)["model.c"]
@@ -306,10 +307,14 @@ def test_large_layernorm_rows_keep_the_prefetching_output_loop():
     assert "__builtin_prefetch" in body and "sf_stream(" not in body
     # the GELU block (test_gelu_of_a_layernorm_row_loop_...) writes the large output non-temporally
     assert re.search(r"sf_gelu_block\(.*, 1\);", body) and "sf_stream_fence();" in body
+    near = re.findall(r"if \((i\d+) \+ 1 < 11000\) __builtin_prefetch\(&(b\d+)\[\(\(\1 \+ 1\)\)\*768 \+ [^]]+\]\);", body)
+    far = re.findall(r"if \((i\d+) \+ 3 < 11000\) __builtin_prefetch\(&(b\d+)\[\(\(\1 \+ 3\)\)\*768 \+ [^]]+\], 0, 2\);", body)
+    assert len(near) == len(far) == 8 and sorted(near) == sorted(far), (near, far)   # 2 inputs x 4 lines a block
     small = zoo.residual_layernorm_gelu(64, 768)
     src = render(build_plan(small, HW, fuse_greedily(small), strategy="t"), small, threads=1)["model.c"]
     body = src[src.index("static int k0("):]
     assert re.search(r"sf_gelu_block\(.*, 0\);", body) and "sf_stream_fence();" not in body
+    assert "__builtin_prefetch" in body and ", 0, 2);" not in body
     soft = zoo.softmax_rows(11000, 768)
     src = render(build_plan(soft, HW, fuse_greedily(soft), strategy="t"), soft, threads=1)["model.c"]
     body = src[src.index("static int k0("):]

@@ -329,9 +329,19 @@ def row_streams(k, tensors) -> list:
     return sorted(set().union(*(row_inputs(k, x) for x in tensors)))
 
 
-def output_prefetch(k, streams, row, at: str) -> None:
+#: Rows ahead that an output loop's second prefetch, into the L2 only, reaches (:func:`output_prefetch`,
+#: ``far``): for a row loop whose inputs come from memory, the lines of the row after next have more
+#: than one row's time to arrive. residual_layernorm_gelu (rows of 768, two inputs) at 2x the LLC,
+#: 1 thread, Zen 4, against the L1 prefetch one row ahead alone (interleaved rounds, two runs): 0.90
+#: at 2 rows ahead, 0.86-0.87 at 3, 0.86 at 4, 0.87 at 6; the L2 prefetch alone, one row ahead
+#: 1.14, and the L1 prefetch two rows ahead 1.08.
+OUTPUT_FAR_ROWS_AHEAD = 3
+
+
+def output_prefetch(k, streams, row, at: str, far=()) -> None:
     """Inside a row loop's output loop, run 16 outputs at a time: prefetch the next row's cache
-    line at ``at`` of each float tensor of ``streams`` (:func:`row_streams`). A row whose output
+    line at ``at`` of each float tensor of ``streams`` (:func:`row_streams`); of those also in
+    ``far``, the line ``OUTPUT_FAR_ROWS_AHEAD`` rows on into the L2 as well. A row whose output
     loop computes much (LayerNorm + erf GELU: ~0.45 ns per element in L1) leaves memory idle
     while it does, and the next row's statistics loop then waits on memory: the
     residual_layernorm_gelu motif ran at about memory + compute time (48% of the triad). One
@@ -345,6 +355,9 @@ def output_prefetch(k, streams, row, at: str) -> None:
         nxt = next_row(k, t, row, at)
         if nxt is not None:
             k.line(f"if ({nxt[0]}) __builtin_prefetch({nxt[1]});")
+        nxt = next_row(k, t, row, at, OUTPUT_FAR_ROWS_AHEAD) if t in far else None
+        if nxt is not None:
+            k.line(f"if ({nxt[0]}) __builtin_prefetch({nxt[1]}, 0, 2);")
 
 
 def declare_row(k, ct: str, name: str, n: int) -> None:

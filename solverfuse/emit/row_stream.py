@@ -54,6 +54,13 @@ def output_value(k: Kernel, t: str, idx: tuple) -> str:
     return k.value(t, idx)
 
 
+def from_memory(k: Kernel, t: str) -> bool:
+    """Whether the float tensor ``t`` is of at least ``STREAM_MIN_BYTES``: larger than the
+    last-level caches measured, so a row loop reads it from memory (its output loop then also
+    prefetches it into the L2 rows ahead: :func:`~solverfuse.emit.row_loop.output_prefetch`)."""
+    return k.ct(t) == "float" and 4 * numel(k.shape(t)) >= STREAM_MIN_BYTES
+
+
 def streamed(k: Kernel, t: str) -> bool:
     """Whether the row loop writes ``t`` with non-temporal stores: a float row tensor of at least
     ``STREAM_MIN_BYTES``, in a serial kernel (the fence after the row loop orders one thread's
