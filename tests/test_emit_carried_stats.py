@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from solverfuse.emit import norm_stats, row_stream
+from solverfuse.emit import norm_stats, row_loop, row_stream
 from solverfuse.emit.build import compile_plan
 from solverfuse.emit.program import render
 from solverfuse.emit.reference import reference_outputs
@@ -81,7 +81,7 @@ def test_carried_statistics_deferred_and_sanitized(cache, monkeypatch):
     previous row is drained from the one buffer of exponentials chunk by chunk in the max pass,
     each chunk before the row overwrites it; the sanitizer build reports nothing and gives the
     plain build's outputs, which match ONNX Runtime."""
-    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
     shape = (6, COLS)
     g, plan = _ln_softmax(shape)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from solverfuse import zoo
-from solverfuse.emit import row_stream
+from solverfuse.emit import row_loop
 from solverfuse.emit.build import BASE_FLAGS, compile_plan
 from solverfuse.emit.data import constants, random_inputs
 from solverfuse.emit.program import render
@@ -148,7 +148,7 @@ def test_streamed_layernorm_gelu_matches_onnxruntime(extra, monkeypatch, tmp_pat
     -mno-avx512f there and natively on AVX2 hosts -- on rows of 100 (a block of 36 at each row's
     end, rows starting at every 16-byte offset: whole blocks at unaligned dst take plain stores)
     and of 768, against ONNX Runtime."""
-    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
     cc = None
     if extra:
         cc = tmp_path / "cc.sh"

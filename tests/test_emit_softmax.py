@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from solverfuse.emit import norm_stats, row_stream
+from solverfuse.emit import norm_stats, row_loop, row_stream
 from solverfuse.emit.build import compile_plan
 from solverfuse.emit.program import render
 from solverfuse.emit.reference import reference_outputs
@@ -38,7 +38,7 @@ BUILDS = ["native", "no-avx512", "portable", "streamed", "deferred"]
 
 def _compile(g, groups, build, cache, cc, monkeypatch, **kw):
     if build in ("streamed", "deferred"):
-        monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+        monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
     if build == "deferred":
         monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
     plan = build_plan(g, HW, groups, strategy="test")
@@ -171,7 +171,7 @@ def test_double_softmax_rows_match_numpy_float64(build, cache, no_avx512_cc, mon
 def test_streamed_softmax_is_clean_under_the_sanitizers(cache, monkeypatch):
     """The streamed row loop (forced on small rows of odd length) in the ASan/UBSan build: no
     report, and the values of the plain build (to rounding: -O1 sums in another order)."""
-    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 4000)   # rows of 1000 floats deferred, of 17 not
     g, groups = _softmax_graph((17, 1000))
     # and a softmax squared: its output is not the kept exponentials, so it is streamed in place
@@ -245,26 +245,36 @@ def test_a_row_minimum_is_no_softmax_normaliser(cache):
 
 
 @pytest.mark.parametrize("cols", [600, 2100])
-def test_a_rows_exponentials_are_one_call_that_prefetches_the_next_row(cols, cache):
+@pytest.mark.parametrize("memory", [False, True])
+def test_a_rows_exponentials_are_one_call_that_prefetches_the_next_row(cols, memory, cache, monkeypatch):
     """A Softmax row's exponentials are one sf_expsum call per row (not a call per 256-value block),
     passed a pointer to the next row of the input, null at the last row, which the helper prefetches
     as it computes -- into the L1 for a row of 2,400 bytes, into the L2 only (far = 1) and the row
     after next for one of 8,400 (FAR_PREFETCH_ROW_BYTES = 8,192); the instrumented build passes
-    none. The outputs match ONNX Runtime."""
+    none. An input from memory (row_loop.STREAM_MIN_BYTES, forced) read into the L1 one row ahead
+    also passes the row OUTPUT_FAR_ROWS_AHEAD on (pf2), into the L2. The outputs match ONNX Runtime."""
+    if memory:
+        monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
     g = graph({"x": [6, cols]}, ["x"], ["y"], [("sm", "Softmax", ["x"], ["y"], {"axis": -1})])
     plan = build_plan(g, HW, [["sm"]], strategy="test")
     for counters in (False, True):
         body = render(plan, g, counters=counters)["model.c"]
         lines = [ln.strip() for ln in body[body.index("static int k0("):].split("\n")]
-        calls = [ln for ln in lines if "sf_expsum" in ln]
-        assert len(calls) == 1 and re.search(rf"sf_expsum\w*\(\w+, \w+, {cols}, ", calls[0]), calls
-        pf, far = calls[0].rstrip(");").rsplit(", ", 2)[1:]
+        calls = [ln for ln in lines if "sf_expsum" in ln and "sf_drain" not in ln]
+        loops = [ln for ln in lines if "sf_expsum" in ln and ln.startswith("for (")]
+        assert len(calls) == 1 and not loops and re.search(rf"sf_expsum\w*\(\w+, \w+, {cols}, ", calls[0]), calls
+        pf, far, pf2 = calls[0].rstrip(");").rsplit(", ", 3)[1:]
         if counters:
-            assert (pf, far) == ("0", "0"), calls
+            assert (pf, far, pf2) == ("0", "0", "0"), calls
+            continue
+        d = 2 if cols == 2100 else 1
+        assert f"const float *{pf} = i1 + {d} < 6 ? &b0[((i1 + {d}))*{cols}] : 0;" in lines, (pf, lines)
+        assert far == ("1" if cols == 2100 else "0"), calls
+        if memory and cols == 600:
+            d = row_loop.OUTPUT_FAR_ROWS_AHEAD
+            assert f"const float *{pf2} = i1 + {d} < 6 ? &b0[((i1 + {d}))*{cols}] : 0;" in lines, (pf2, lines)
         else:
-            d = 2 if cols == 2100 else 1
-            assert f"const float *{pf} = i1 + {d} < 6 ? &b0[((i1 + {d}))*{cols}] : 0;" in lines, (pf, lines)
-            assert far == ("1" if cols == 2100 else "0"), calls
+            assert pf2 == "0", calls
     x = np.random.default_rng(2).normal(0, 3, (6, cols)).astype(np.float32)
     got = compile_plan(plan, g, cache_dir=cache, strict=True).run({"x": x}, {})["y"]
     np.testing.assert_allclose(got, reference_outputs(g, {"x": x}, {}, engine="onnxruntime")["y"], rtol=1e-6, atol=1e-7)
@@ -279,7 +289,7 @@ def test_layernorm_softmax_rows_drain_during_the_statistics(cols, cache, monkeyp
     of CARRY_MIN_ROW_BYTES are; tests/test_emit_carried_stats.py). The outputs match ONNX Runtime;
     the sanitizer build reports nothing and gives the plain build's."""
     monkeypatch.setattr(norm_stats, "CARRY_MIN_ROW_BYTES", 1 << 30)
-    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
     g = graph({"x": [5, cols], "s": {"shape": [cols], "constant": True}, "b": {"shape": [cols], "constant": True},
                "two": {"shape": [], "constant": True, "value": [2.0]}}, ["x"], ["y"],

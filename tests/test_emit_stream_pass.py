@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from solverfuse import zoo
-from solverfuse.emit import row_stream
+from solverfuse.emit import row_loop
 from solverfuse.emit.program import render
 from solverfuse.plans import build_plan
 
@@ -18,7 +18,7 @@ from .emit_helpers import HW, check, fuse_greedily, graph
 
 @pytest.fixture
 def low_threshold(monkeypatch):
-    monkeypatch.setattr(row_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
 
 
 def _body(g, groups) -> str:

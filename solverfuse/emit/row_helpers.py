@@ -311,7 +311,8 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float 
    time with a call per 256 elements); with AVX2 + FMA sf_exp8 on 8 lanes, the last < 16 by sf_expf;
    else the prelude's sf_expf in a loop GCC vectorises. pf (or NULL): the line of pf + i is
    prefetched as e[i]'s is computed (the next row's input while this row's exponentials compute),
-   into the L1, or with far (a constant where this is inlined) into the L2 only.
+   into the L1, or with far (a constant where this is inlined) into the L2 only; pf2 (or NULL): the
+   line of pf2 + i into the L2 as well (a row further on, emit/softmax.py).
    (No restrict: e and x are one array in sf_expsum; each iteration reads its x before it writes
    its e.) nonpos: m is the max of the values (x - m <= 0 or NaN): sf_exp16_nonpos. xs (or NULL):
    st[0], st[1] = the float sums of d = xs[i] - K and of d * d, i < n, in the same loop (a
@@ -320,7 +321,8 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_gelu_block(float 
 #define SF_PREFETCH_ROW(p, far) do { if (far) __builtin_prefetch((p), 0, 2); else __builtin_prefetch(p); } while (0)
 __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float *e, float m, long n, const float *x,
                                                                           int nonpos, const float *pf, int far,
-                                                                          const float *xs, float K, float *st)
+                                                                          const float *pf2, const float *xs, float K,
+                                                                          float *st)
 {
 #if defined(SF_AVX512_TILES)
 #define SF_EXPV(v) (nonpos ? sf_exp16_nonpos((v), tab) : sf_exp16((v), tab))
@@ -329,6 +331,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     sf_v16 s0 = SF_ZERO16, s1 = SF_ZERO16, d0 = SF_ZERO16, d1 = SF_ZERO16, q0 = SF_ZERO16, q1 = SF_ZERO16;
     for (; i + 32 <= n; i += 32) {
         if (pf) { SF_PREFETCH_ROW(pf + i, far); SF_PREFETCH_ROW(pf + i + 16, far); }
+        if (pf2) { __builtin_prefetch(pf2 + i, 0, 2); __builtin_prefetch(pf2 + i + 16, 0, 2); }
         const sf_v16 a = SF_EXPV(SF_LOAD16(x + i) - mv), b = SF_EXPV(SF_LOAD16(x + i + 16) - mv);
         SF_STORE16(e + i, a); SF_STORE16(e + i + 16, b);
         s0 += a; s1 += b;
@@ -339,6 +342,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     }
     for (; i < n; i += 16) {  /* the last 1-31: whole vectors, then one masked */
         if (pf) SF_PREFETCH_ROW(pf + i, far);
+        if (pf2) __builtin_prefetch(pf2 + i, 0, 2);
         const sf_mask16 k = n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1);
         const sf_v16 a = SF_MASKZ16(k, SF_EXPV(SF_LOADM(k, x + i) - mv));
 #undef SF_EXPV
@@ -354,6 +358,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), d0 = s0, d1 = s0, q0 = s0, q1 = s0;
     for (; i + 16 <= n; i += 16) {
         if (pf) SF_PREFETCH_ROW(pf + i, far);
+        if (pf2) __builtin_prefetch(pf2 + i, 0, 2);
         const __m256 a = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), tab, nonpos);
         const __m256 b = sf_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv), tab, nonpos);
         _mm256_storeu_ps(e + i, a); _mm256_storeu_ps(e + i + 8, b);
@@ -367,6 +372,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
     float s = sf_hsum8(_mm256_add_ps(s0, s1)), ds = 0, qs = 0;
     if (xs) { ds = sf_hsum8(_mm256_add_ps(d0, d1)); qs = sf_hsum8(_mm256_add_ps(q0, q1)); }
     if (pf && i < n) SF_PREFETCH_ROW(pf + i, far);
+    if (pf2 && i < n) __builtin_prefetch(pf2 + i, 0, 2);
     for (; i < n; i++) {
         const float v = sf_expf(x[i] - m);
         e[i] = v; s += v;
@@ -377,6 +383,7 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
 #else
     (void)nonpos;
     if (pf) for (long q = 0; q < n; q += 16) SF_PREFETCH_ROW(pf + q, far);
+    if (pf2) for (long q = 0; q < n; q += 16) __builtin_prefetch(pf2 + q, 0, 2);
     float s = 0;
     #pragma omp simd reduction(+:s)
     for (long j = 0; j < n; j++) {
@@ -397,54 +404,59 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
    input, one line prefetched per line computed (one call per row, the prefetches spread over the
    exponentials: softmax_rows at 2x the LLC ~10% faster than a call and a burst of 16 prefetches
    per block, Zen 4); far: into the L2 only (emit/row_loop.py: FAR_PREFETCH_ROW_BYTES), the loop
-   specialised for each. sf_expsum: in place (x = e); sf_expsum_from: from the row x (no copy of
+   specialised for each; pf2 (or NULL): a row further on, into the L2 as well. sf_expsum: in place (x = e); sf_expsum_from: from the row x (no copy of
    x - m first); the _max forms for m the row's max; the _ln forms also add the sums of xs[i] - K
    and of its square (sf_expsum_at's st, each block's float sums) to sq[0] and sq[1] (doubles;
    xs may be NULL). noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder
    loop (-Werror builds). */
 __attribute__((always_inline)) SF_UNUSED static inline double sf_expsum_row(float *e, float m, long n, const float *x,
                                                                            int nonpos, const float *pf, int far,
-                                                                           const float *xs, float K, double *sq)
+                                                                           const float *pf2, const float *xs, float K,
+                                                                           double *sq)
 {
     double s = 0;
     float st[2] = {0, 0};
     if (far)
         for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """) {
-            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 1, xs ? xs + j : 0, K, st);
+            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 1,
+                              pf2 ? pf2 + j : 0, xs ? xs + j : 0, K, st);
             if (xs) { sq[0] += st[0]; sq[1] += st[1]; }
         }
     else
         for (long j = 0; j < n; j += """ + str(SUM_BLOCK) + """) {
-            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 0, xs ? xs + j : 0, K, st);
+            s += sf_expsum_at(e + j, m, n - j < """ + str(SUM_BLOCK) + """ ? n - j : """ + str(SUM_BLOCK) + """, x + j, nonpos, pf ? pf + j : 0, 0,
+                              pf2 ? pf2 + j : 0, xs ? xs + j : 0, K, st);
             if (xs) { sq[0] += st[0]; sq[1] += st[1]; }
         }
     return s;
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum(float *e, float m, long n, const float *pf, int far)
+SF_NOCLONE SF_UNUSED static double sf_expsum(float *e, float m, long n, const float *pf, int far, const float *pf2)
 {
-    return sf_expsum_row(e, m, n, e, 0, pf, far, 0, 0, 0);
+    return sf_expsum_row(e, m, n, e, 0, pf, far, pf2, 0, 0, 0);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_from(float *e, float m, long n, const float *x, const float *pf, int far)
+SF_NOCLONE SF_UNUSED static double sf_expsum_from(float *e, float m, long n, const float *x, const float *pf, int far,
+                                                  const float *pf2)
 {
-    return sf_expsum_row(e, m, n, x, 0, pf, far, 0, 0, 0);
+    return sf_expsum_row(e, m, n, x, 0, pf, far, pf2, 0, 0, 0);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_max(float *e, float m, long n, const float *pf, int far)
+SF_NOCLONE SF_UNUSED static double sf_expsum_max(float *e, float m, long n, const float *pf, int far, const float *pf2)
 {
-    return sf_expsum_row(e, m, n, e, 1, pf, far, 0, 0, 0);
+    return sf_expsum_row(e, m, n, e, 1, pf, far, pf2, 0, 0, 0);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_from_max(float *e, float m, long n, const float *x, const float *pf, int far)
+SF_NOCLONE SF_UNUSED static double sf_expsum_from_max(float *e, float m, long n, const float *x, const float *pf, int far,
+                                                      const float *pf2)
 {
-    return sf_expsum_row(e, m, n, x, 1, pf, far, 0, 0, 0);
+    return sf_expsum_row(e, m, n, x, 1, pf, far, pf2, 0, 0, 0);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_ln(float *e, float m, long n, const float *pf, int far,
+SF_NOCLONE SF_UNUSED static double sf_expsum_ln(float *e, float m, long n, const float *pf, int far, const float *pf2,
                                                 const float *xs, float K, double *sq)
 {
-    return sf_expsum_row(e, m, n, e, 0, pf, far, xs, K, sq);
+    return sf_expsum_row(e, m, n, e, 0, pf, far, pf2, xs, K, sq);
 }
-SF_NOCLONE SF_UNUSED static double sf_expsum_ln_max(float *e, float m, long n, const float *pf, int far,
+SF_NOCLONE SF_UNUSED static double sf_expsum_ln_max(float *e, float m, long n, const float *pf, int far, const float *pf2,
                                                     const float *xs, float K, double *sq)
 {
-    return sf_expsum_row(e, m, n, e, 1, pf, far, xs, K, sq);
+    return sf_expsum_row(e, m, n, e, 1, pf, far, pf2, xs, K, sq);
 }
 """,
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from ..ops import numel
 from .cexpr import linear
 
 
@@ -62,6 +63,28 @@ def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
                 k.line(f"__builtin_prefetch({nxt[1]});")
 
 
+#: Bytes of a float tensor from which a row loop takes it to come from memory (:func:`from_memory`):
+#: larger than the last-level caches of the hosts measured (32 MiB here), it is in memory by the
+#: time anything reads it. Such an output is written with non-temporal stores (row_stream: its
+#: lines need not be read into the cache before being written; softmax_rows at 2x the LLC: 12 of
+#: plain stores' 16 bytes of traffic per element become 8; a smaller output stays cached for its
+#: reader), and such an input is also prefetched into the L2 rows ahead
+#: (``OUTPUT_FAR_ROWS_AHEAD``).
+STREAM_MIN_BYTES = 32 << 20
+
+
+def from_memory(k, t) -> bool:
+    """Whether the float tensor ``t`` is of at least ``STREAM_MIN_BYTES``.
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
+    >>> k = whole_graph_kernel(zoo.softmax_rows(16384, 1024))   # 64 MiB rows
+    >>> from_memory(k, "x"), from_memory(whole_graph_kernel(zoo.softmax_rows(4, 1024)), "x")
+    (True, False)
+    """
+    return k.ct(t) == "float" and 4 * numel(k.shape(t)) >= STREAM_MIN_BYTES
+
+
 #: Name stem of :func:`next_row_pointer`'s pointers (:func:`prefetches_next_row` finds them by it).
 _NEXT_ROW_PTR = "pf"
 #: Bytes of a next row from which ``sf_expsum`` prefetches it into the L2 only (``far``): such a
@@ -80,16 +103,19 @@ FAR_PREFETCH_ROW_BYTES = 8192
 FAR_PREFETCH_ROWS_AHEAD = 2
 
 
-def next_row_pointer(k, x, row, ahead: int = 1) -> str:
+def next_row_pointer(k, x, row, ahead: int = 1, memory_only: bool = False) -> str:
     """Inside a row loop: a C pointer (declared here) to the start of the row ``ahead`` rows on of
     the first global input that x streams from (:func:`row_inputs`), null past the last row, for a
-    helper that prefetches it while this row computes (``sf_expsum``); "0" when there is none or in
-    instrumented builds. Only the first stream: the hardware prefetchers follow any others."""
+    helper that prefetches it while this row computes (``sf_expsum``); "0" when there is none, in
+    instrumented builds, or (``memory_only``) when that input is not :func:`from_memory`. Only the
+    first stream: the hardware prefetchers follow any others."""
     if k.counters or row is None:
         return "0"
     for t in row_inputs(k, x):
         nxt = next_row(k, t, row, "0", ahead)
         if nxt is not None:
+            if memory_only and not from_memory(k, t):
+                return "0"
             p = k.fresh(_NEXT_ROW_PTR)
             k.line(f"const float *{p} = {nxt[0]} ? {nxt[1]} : 0;")
             return p

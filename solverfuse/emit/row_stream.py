@@ -7,25 +7,18 @@ memory. :func:`defer_output` stores row i's output block by block while row i + 
 exponentials (the rows' kept exponentials in two alternating buffers), so the stores drain during
 arithmetic. :func:`output_value` writes a Div by a softmax normaliser as ``sf_divq``.
 
->>> STREAM_MIN_BYTES >= 1 << 20
-True
+>>> STREAM_BLOCK
+256
 """
 from __future__ import annotations
 
 import re
 
 from ..errors import InternalError
-from ..ops import numel
 from . import reductions, row_loop
 from .cexpr import bmap, linear
 from .kernel import Kernel
 
-#: Bytes from which a row loop writes a float output with non-temporal stores (``sf_stream``): a
-#: tensor larger than the last-level caches of the hosts measured (32 MiB here) is in memory by
-#: the time anything reads it, so its lines need not be read into the cache before being written
-#: (softmax_rows at 2x the LLC: 12 of plain stores' 16 bytes of traffic per element become 8). A
-#: smaller output stays cached for its reader.
-STREAM_MIN_BYTES = 32 << 20
 #: Elements of a streamed output computed into a stack block before ``sf_stream`` writes them.
 STREAM_BLOCK = 256
 #: Bytes of a row from which a softmax output is deferred to the next row (:func:`defer_output`).
@@ -54,20 +47,14 @@ def output_value(k: Kernel, t: str, idx: tuple) -> str:
     return k.value(t, idx)
 
 
-def from_memory(k: Kernel, t: str) -> bool:
-    """Whether the float tensor ``t`` is of at least ``STREAM_MIN_BYTES``: larger than the
-    last-level caches measured, so a row loop reads it from memory (its output loop then also
-    prefetches it into the L2 rows ahead: :func:`~solverfuse.emit.row_loop.output_prefetch`)."""
-    return k.ct(t) == "float" and 4 * numel(k.shape(t)) >= STREAM_MIN_BYTES
-
-
 def streamed(k: Kernel, t: str) -> bool:
     """Whether the row loop writes ``t`` with non-temporal stores: a float row tensor of at least
-    ``STREAM_MIN_BYTES``, in a serial kernel (the fence after the row loop orders one thread's
-    stores; the instrumented build counts plain stores)."""
+    ``row_loop.STREAM_MIN_BYTES`` (:func:`~solverfuse.emit.row_loop.from_memory`), in a serial
+    kernel (the fence after the row loop orders one thread's stores; the instrumented build counts
+    plain stores)."""
     shape = k.shape(t)
-    return (not k.counters and k.threads == 1 and k.ct(t) == "float" and len(shape) > 0
-            and shape[-1] >= 16 and 4 * numel(shape) >= STREAM_MIN_BYTES)
+    return (not k.counters and k.threads == 1 and len(shape) > 0 and shape[-1] >= 16
+            and row_loop.from_memory(k, t))
 
 
 def stream_outputs(k: Kernel, shape: tuple, outer: tuple, writes: list, streamed: list) -> None:
@@ -227,22 +214,24 @@ def _drained_max_pass(k: Kernel, lo: int, hi: int, ind: str, arr: str, n: int, p
 
 def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
     """A row's one ``sf_expsum`` call (:func:`~solverfuse.emit.softmax.expsum_blocks`:
-    ``total += sf_expsum..(arr, m, n[, src], pf, far[, xs, K, sq]);``) as a loop over its blocks of
+    ``total += sf_expsum..(arr, m, n[, src], pf, far, pf2[, xs, K, sq]);``) as a loop over its blocks of
     ``SUM_BLOCK``, each block's call followed by the previous row's output drained over the same
     block (the same sums as the one call: each block's float sum is added to the double total)."""
     ind = line[:len(line) - len(line.lstrip())]
     m = re.fullmatch(r"(\w+) \+= (sf_expsum\w*)\((.*)\);", line.strip())
     args = _split_args(m.group(3)) if m else []
-    if m is None or len(args) != (6 if "_from" in m.group(2) else 8 if "_ln" in m.group(2) else 5):
+    if m is None or len(args) != (7 if "_from" in m.group(2) else 9 if "_ln" in m.group(2) else 6):
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {line.strip()}")
     if "_ln" in m.group(2):  # the next row's statistics (xs, K, sq): the same block of xs
-        (arr, mx, n, pf, far, xs, sh, sq), src = args, []
+        (arr, mx, n, pf, far, pf2, xs, sh, sq), src = args, []
         ln = [f"{xs} ? {xs} + {{jb}} : 0", sh, sq]
     else:
-        (arr, mx, n, *src, pf, far), ln = args, []
+        (arr, mx, n, *src, pf, far, pf2), ln = args, []
     jb, step = k.fresh("jb"), row_loop.SUM_BLOCK
     size = str(step) if int(n) % step == 0 else f"sf_min({step}, {n} - {jb})"
-    at = [f"{arr} + {jb}", mx, size] + [f"{x} + {jb}" for x in src] + [f"{pf} ? {pf} + {jb} : 0" if pf != "0" else "0", far]
+    def moved(p):  # a prefetch pointer (or "0") at this block
+        return f"{p} ? {p} + {jb} : 0" if p != "0" else "0"
+    at = [f"{arr} + {jb}", mx, size] + [f"{x} + {jb}" for x in src] + [moved(pf), far, moved(pf2)]
     at += [a.format(jb=jb) for a in ln]
     return [f"{ind}for (long {jb} = 0; {jb} < {n}; {jb} += {step}) {{",
             f"{ind}    {m.group(1)} += {m.group(2)}({', '.join(at)});",

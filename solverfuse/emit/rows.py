@@ -276,7 +276,7 @@ def emit_rows(k: Kernel, shape: tuple) -> None:
         # line of each input stream per 16 outputs (see row_loop.output_prefetch; a GELU's blocks of
         # GELU_BLOCK prefetch their lines at the block's start)
         n, j0, j = shape[-1], k.fresh("j"), k.fresh("i")
-        far = [t for t in streams if row_stream.from_memory(k, t)]
+        far = [t for t in streams if row_loop.from_memory(k, t)]
         gelu = _gelu_output(k, writes)
         step = GELU_BLOCK if gelu is not None else 16
         with k.block(f"for (long {j0} = 0; {j0} < {n}; {j0} += {step})"):
