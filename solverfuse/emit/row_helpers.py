@@ -404,11 +404,11 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_expsum_at(float 
    input, one line prefetched per line computed (one call per row, the prefetches spread over the
    exponentials: softmax_rows at 2x the LLC ~10% faster than a call and a burst of 16 prefetches
    per block, Zen 4); far: into the L2 only (emit/row_loop.py: FAR_PREFETCH_ROW_BYTES), the loop
-   specialised for each; pf2 (or NULL): a row further on, into the L2 as well. sf_expsum: in place (x = e); sf_expsum_from: from the row x (no copy of
-   x - m first); the _max forms for m the row's max; the _ln forms also add the sums of xs[i] - K
-   and of its square (sf_expsum_at's st, each block's float sums) to sq[0] and sq[1] (doubles;
-   xs may be NULL). noipa (SF_NOCLONE): a clone for a constant n made GCC warn of the remainder
-   loop (-Werror builds). */
+   specialised for each; pf2 (or NULL): a row further on, into the L2 as well. sf_expsum: in
+   place (x = e); sf_expsum_from: from the row x (no copy of x - m first); the _max forms for m the
+   row's max; the _ln forms also add the sums of xs[i] - K and of its square (sf_expsum_at's st,
+   each block's float sums) to sq[0] and sq[1] (doubles; xs may be NULL). noipa (SF_NOCLONE): a
+   clone for a constant n made GCC warn of the remainder loop (-Werror builds). */
 __attribute__((always_inline)) SF_UNUSED static inline double sf_expsum_row(float *e, float m, long n, const float *x,
                                                                            int nonpos, const float *pf, int far,
                                                                            const float *pf2, const float *xs, float K,

@@ -355,12 +355,13 @@ def row_streams(k, tensors) -> list:
     return sorted(set().union(*(row_inputs(k, x) for x in tensors)))
 
 
-#: Rows ahead that an output loop's second prefetch, into the L2 only, reaches (:func:`output_prefetch`,
-#: ``far``): for a row loop whose inputs come from memory, the lines of the row after next have more
-#: than one row's time to arrive. residual_layernorm_gelu (rows of 768, two inputs) at 2x the LLC,
-#: 1 thread, Zen 4, against the L1 prefetch one row ahead alone (interleaved rounds, two runs): 0.90
-#: at 2 rows ahead, 0.86-0.87 at 3, 0.86 at 4, 0.87 at 6; the L2 prefetch alone, one row ahead
-#: 1.14, and the L1 prefetch two rows ahead 1.08.
+#: Rows ahead that a second prefetch, into the L2 only, reaches where a row loop's input comes from
+#: memory (:func:`from_memory`) and its lines are prefetched into the L1 one row ahead: an output
+#: loop's (:func:`output_prefetch`, ``far``) and a softmax row's ``sf_expsum`` (its ``pf2``): a
+#: line asked for a row ahead alone was often still on its way. residual_layernorm_gelu (rows of
+#: 768, two inputs) at 2x the LLC, 1 thread, Zen 4, against the L1 prefetch one row ahead alone
+#: (interleaved rounds, two runs): 0.90 at 2 rows ahead, 0.86-0.87 at 3, 0.86 at 4, 0.87 at 6; the
+#: L2 prefetch alone, one row ahead 1.14, and the L1 prefetch two rows ahead 1.08.
 OUTPUT_FAR_ROWS_AHEAD = 3
 
 
