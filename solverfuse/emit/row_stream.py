@@ -216,7 +216,17 @@ def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
     """A row's one ``sf_expsum`` call (:func:`~solverfuse.emit.softmax.expsum_blocks`:
     ``total += sf_expsum..(arr, m, n[, src], pf, far, pf2[, xs, K, sq]);``) as a loop over its blocks of
     ``SUM_BLOCK``, each block's call followed by the previous row's output drained over the same
-    block (the same sums as the one call: each block's float sum is added to the double total)."""
+    block (the same sums as the one call: each block's float sum is added to the double total).
+
+    >>> from solverfuse import zoo
+    >>> from solverfuse.emit.lowering import whole_graph_kernel
+    >>> k = whole_graph_kernel(zoo.softmax_rows(2, 8))
+    >>> print("\\n".join(_drained_expsum(k, "s1 += sf_expsum_ln_max(E2, m3, 300, pf4, 1, 0, xs5, K6, sq7);", "P8")))
+    for (long jb1 = 0; jb1 < 300; jb1 += 256) {
+        s1 += sf_expsum_ln_max(E2 + jb1, m3, sf_min(256, 300 - jb1), pf4 ? pf4 + jb1 : 0, 1, 0, xs5 ? xs5 + jb1 : 0, K6, sq7);
+        sf_drain(&P8, jb1, sf_min(256, 300 - jb1));
+    }
+    """
     ind = line[:len(line) - len(line.lstrip())]
     m = re.fullmatch(r"(\w+) \+= (sf_expsum\w*)\((.*)\);", line.strip())
     args = _split_args(m.group(3)) if m else []
@@ -224,15 +234,16 @@ def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {line.strip()}")
     if "_ln" in m.group(2):  # the next row's statistics (xs, K, sq): the same block of xs
         (arr, mx, n, pf, far, pf2, xs, sh, sq), src = args, []
-        ln = [f"{xs} ? {xs} + {{jb}} : 0", sh, sq]
     else:
-        (arr, mx, n, *src, pf, far, pf2), ln = args, []
+        (arr, mx, n, *src, pf, far, pf2), xs = args, None
     jb, step = k.fresh("jb"), row_loop.SUM_BLOCK
     size = str(step) if int(n) % step == 0 else f"sf_min({step}, {n} - {jb})"
-    def moved(p):  # a prefetch pointer (or "0") at this block
+
+    def moved(p):  # a pointer that may be null (or "0") at this block
         return f"{p} ? {p} + {jb} : 0" if p != "0" else "0"
     at = [f"{arr} + {jb}", mx, size] + [f"{x} + {jb}" for x in src] + [moved(pf), far, moved(pf2)]
-    at += [a.format(jb=jb) for a in ln]
+    if xs is not None:
+        at += [moved(xs), sh, sq]
     return [f"{ind}for (long {jb} = 0; {jb} < {n}; {jb} += {step}) {{",
             f"{ind}    {m.group(1)} += {m.group(2)}({', '.join(at)});",
             f"{ind}    sf_drain(&{pend}, {jb}, {size});", f"{ind}}}"]
