@@ -221,10 +221,10 @@ def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
     >>> from solverfuse import zoo
     >>> from solverfuse.emit.lowering import whole_graph_kernel
     >>> k = whole_graph_kernel(zoo.softmax_rows(2, 8))
-    >>> print("\\n".join(_drained_expsum(k, "s1 += sf_expsum_ln_max(E2, m3, 300, pf4, 1, 0, xs5, K6, sq7);", "P8")))
-    for (long jb1 = 0; jb1 < 300; jb1 += 256) {
-        s1 += sf_expsum_ln_max(E2 + jb1, m3, sf_min(256, 300 - jb1), pf4 ? pf4 + jb1 : 0, 1, 0, xs5 ? xs5 + jb1 : 0, K6, sq7);
-        sf_drain(&P8, jb1, sf_min(256, 300 - jb1));
+    >>> print("\\n".join(_drained_expsum(k, "s1 += sf_expsum_ln_max(E2, m3, 3000, pf4, 1, 0, xs5, K6, sq7);", "P8")))
+    for (long jb1 = 0; jb1 < 3000; jb1 += 1024) {
+        s1 += sf_expsum_ln_max(E2 + jb1, m3, sf_min(1024, 3000 - jb1), pf4 ? pf4 + jb1 : 0, 1, 0, xs5 ? xs5 + jb1 : 0, K6, sq7);
+        sf_drain(&P8, jb1, sf_min(1024, 3000 - jb1));
     }
     """
     ind = line[:len(line) - len(line.lstrip())]

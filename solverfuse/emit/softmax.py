@@ -68,7 +68,10 @@ def _softmax_loops(k, x, at, n, row=None, keep_exp=False):
         if stash:
             k.line(f"{stash}[{j}] = {v};")
         return v
-    lane_max(k, n, m, max_body) if st == "float" else simd_max(k, "0", str(n), m, max_body)
+    if st == "float":
+        lane_max(k, n, m, max_body, stores=copy is not None or stash is not None)
+    else:
+        simd_max(k, "0", str(n), m, max_body)
     row_array_filled(k, x, row, copy)
     if k.ct(x) != "float":  # a double row: double exponentials summed in double, as tgmath's exp gives
         with k.loops([n], simd=f"reduction(+:{s})") as (j,):
