@@ -79,7 +79,7 @@ def test_carried_statistics_match_onnxruntime(build, cache, no_avx512_cc):
 def test_carried_statistics_deferred_and_sanitized(cache, monkeypatch):
     """With the output streamed and deferred (row_stream) and the statistics' pass gone, the
     previous row is drained from the one buffer of exponentials chunk by chunk in the max pass,
-    each chunk before the row overwrites it; the sanitizer build reports nothing and gives the
+    each chunk before the row overwrites it and takes its max in registers; the sanitizer build reports nothing and gives the
     plain build's outputs, which match ONNX Runtime."""
     monkeypatch.setattr(row_loop, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(row_stream, "DEFER_MIN_ROW_BYTES", 0)
@@ -91,6 +91,8 @@ def test_carried_statistics_deferred_and_sanitized(cache, monkeypatch):
     assert len(call) == 1 and len(drains) == 3 and drains[0] < drains[1] < call[0] < drains[2], lines
     chunk = re.fullmatch(rf"for \(long (jc\d+) = 0; \1 \+ 64 <= {COLS}; \1 \+= 64\) \{{", lines[drains[0] - 1])
     assert chunk and re.fullmatch(rf"sf_drain\(&P\d+, {chunk.group(1)}, 64\);", lines[drains[0]]), lines
+    # the row is kept, so each chunk's max is a simd reduction in registers (no lanes array)
+    assert re.fullmatch(r"#pragma omp simd reduction\(max:m\d+\)", lines[drains[0] + 1]), lines
     assert re.fullmatch(rf"sf_drain\(&P\d+, {COLS // 64 * 64}, {COLS % 64}\);", lines[drains[1]]), lines
     assert re.search(rf"float SFB\d+\[{COLS}\] SF_ALIGN64;", _kernel(render(plan, g)["model.c"]))   # one buffer
     ins, cs = {"x": _rows(shape)}, _constants(COLS)

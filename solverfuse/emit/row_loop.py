@@ -317,6 +317,8 @@ def lane_max(k, n: int, m: str, body, stores: bool = False) -> None:
     >>> k.line("float m = -INFINITY;"); lane_max(k, 100, "m", lambda j: f"b0[{j}]")
     >>> [ln.strip() for ln in k.lines if "b0[" in ln or "m = mp" in ln]
     ['mp1[l4] = b0[i5] > mp1[l4] ? b0[i5] : mp1[l4];', 'if (b0[i6] > m) m = b0[i6];', 'if (mp1[0] > m) m = mp1[0];']
+    >>> k.lines = []; lane_max(k, 128, "m", lambda j: f"b0[{j}]", stores=True); [ln.strip() for ln in k.lines[:3]]
+    ['for (long jc13 = 0; jc13 + 64 <= 128; jc13 += 64) {', '#pragma omp simd reduction(max:m)', 'for (long l14 = 0; l14 < 64; l14++) {']
     """
     if n < SUM_LANES:
         simd_max(k, "0", str(n), m, body)
