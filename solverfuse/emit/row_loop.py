@@ -48,7 +48,7 @@ def row_inputs(k, x) -> list:
     return sorted(out)
 
 
-def prefetch_next_row(k, x, row, start: str, size: int = SUM_BLOCK) -> None:
+def prefetch_next_row(k, x, row, start: str, size: int) -> None:
     """Inside a row loop: prefetch the next row's block [start, start + size) of every global
     input x streams from (one prefetch per 64-byte line). A pass that is compute-bound on a row
     already in L1 would otherwise leave memory idle; issued a block at a time, the lines of the
@@ -247,7 +247,7 @@ def lane_sums(k, n: int, total, body, prefetch=None) -> None:
 
     if n < SUM_LANES:  # no whole chunk: one simd reduction (a lane array and its tree cost more)
         if prefetch is not None:
-            prefetch_next_row(k, prefetch[0], prefetch[1], "0")
+            prefetch_next_row(k, prefetch[0], prefetch[1], "0", n)   # the next row's n values, no further
         simd_sums("0", str(n), lambda i, p: k.line(f"{totals[i]} += {p};"))
         return
     jb = k.fresh("jb")
