@@ -492,6 +492,7 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("concat", "Concat + BatchNorm passes, one-position convs, same-size pooling before/after (`benchmarks/concat_speed.py`)"),
           ("fused", "Fused vs unfused C before/after: inlined conv copies, math materialised at its own shape (`benchmarks/fused_ab.py`, `benchmarks/fused_groups.py`)"),
           ("motifs", "Motifs' compute per element: lane sums, GELU, shared-input parts before/after (`benchmarks/motif_ab.py`, `benchmarks/motifbw.py`)"),
+          ("export_ab", "The exported models' C before/after an emitter change, interleaved (`benchmarks/export_ab.py`)"),
           ("torch", "Inside PyTorch: inductor-real agreement and the solverfuse backend (`benchmarks/torch_bench.py`)"),
           ("fix", "Inside PyTorch after the rule fixes: real Inductor kernels vs our rules (`benchmarks/fix_agreement.py`)"),
           ("tvm", "Inside TVM: tvm-real agreement and TVM built along the plan (`benchmarks/tvm_bench.py`)"),
