@@ -323,36 +323,26 @@ def lane_max(k, n: int, m: str, body, stores: bool = False) -> None:
     if n < SUM_LANES:
         simd_max(k, "0", str(n), m, body)
         return
-    if stores:
-        jc = k.fresh("jc")
-        with k.block(f"for (long {jc} = 0; {jc} + {SUM_LANES} <= {n}; {jc} += {SUM_LANES})"):
-            lane, j = k.fresh("l"), k.fresh("i")
-            mark = len(k.lines)
-            k.line(f"#pragma omp simd reduction(max:{m})")
-            with k.block(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++)"):
-                k.line(f"const long {j} = {jc} + {lane};")
-                v = body(j)
-                k.line(f"if ({v} > {m}) {m} = {v};")
-            if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
-                del k.lines[mark]
-        if n % SUM_LANES:
-            simd_max(k, str(n // SUM_LANES * SUM_LANES), str(n), m, body)
-        return
-    mp, lane, jc = k.fresh("mp"), k.fresh("l"), k.fresh("jc")
-    k.line(f"float {mp}[{SUM_LANES}] SF_ALIGN64;")
-    k.line(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++) {mp}[{lane}] = -INFINITY;")
+    mp = None if stores else k.fresh("mp")
+    if mp:
+        lane = k.fresh("l")
+        k.line(f"float {mp}[{SUM_LANES}] SF_ALIGN64;")
+        k.line(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++) {mp}[{lane}] = -INFINITY;")
+    jc = k.fresh("jc")
     with k.block(f"for (long {jc} = 0; {jc} + {SUM_LANES} <= {n}; {jc} += {SUM_LANES})"):
         lane, j = k.fresh("l"), k.fresh("i")
         mark = len(k.lines)
-        k.line("#pragma omp simd")
+        k.line(f"#pragma omp simd reduction(max:{m})" if stores else "#pragma omp simd")
         with k.block(f"for (long {lane} = 0; {lane} < {SUM_LANES}; {lane}++)"):
             k.line(f"const long {j} = {jc} + {lane};")
             v = body(j)
-            k.line(f"{mp}[{lane}] = {v} > {mp}[{lane}] ? {v} : {mp}[{lane}];")
+            k.line(f"if ({v} > {m}) {m} = {v};" if stores else f"{mp}[{lane}] = {v} > {mp}[{lane}] ? {v} : {mp}[{lane}];")
         if any("#pragma omp" in ln for ln in k.lines[mark + 1:]):
             del k.lines[mark]
     if n % SUM_LANES:
         simd_max(k, str(n // SUM_LANES * SUM_LANES), str(n), m, body)
+    if stores:
+        return
     w = SUM_LANES // 2
     while w:
         lane = k.fresh("l")
