@@ -97,10 +97,16 @@ class TriadLib:
         self.lib = ctypes.CDLL(str(so))
         f = ctypes.c_void_p
         self.lib.sf_triad.argtypes = [f, f, f, ctypes.c_long, ctypes.c_float]
-        self.n, self.nbytes = n, 3 * n * 4
+        self.lib.sf_read.argtypes = [f, ctypes.c_long]
+        self.lib.sf_read.restype = ctypes.c_float
+        self.n, self.nbytes, self.read_bytes = n, 3 * n * 4, n * 4
         self.a = np.zeros(n, np.float32)
         self.b = np.ones(n, np.float32)
         self.c = np.full(n, 2.0, np.float32)
 
     def __call__(self) -> None:
         self.lib.sf_triad(self.a.ctypes.data, self.b.ctypes.data, self.c.ctypes.data, self.n, 3.0)
+
+    def read(self) -> float:
+        """One read-only pass over ``b`` (``n * 4`` bytes: :attr:`read_bytes`), its sum."""
+        return self.lib.sf_read(self.b.ctypes.data, self.n)

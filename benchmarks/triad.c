@@ -1,7 +1,8 @@
 /* STREAM-style triad a[i] = b[i] + s * c[i] (McCalpin's STREAM kernel, float32).
  *
  * Usage: triad N REPEATS THREADS  -> prints one line per repeat: seconds of one triad pass.
- * Built with -DTRIAD_LIB -shared it is a library exporting sf_triad() instead.
+ * Built with -DTRIAD_LIB -shared it is a library exporting sf_triad() instead (and sf_read(), a
+ * read-only pass).
  * Bytes moved per pass, by STREAM's convention: 3 * N * sizeof(float) (reads of b and c, the
  * write of a; write-allocate traffic is not counted -- the cost model does not count it either).
  * Compiled with the same flags as the emitted kernels, so both sides see the same compiler.
@@ -25,6 +26,23 @@ static double now(void) {
 void sf_triad(float *restrict a, const float *restrict b, const float *restrict c, long n, float s) {
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+}
+
+/* A read-only pass: the sum of b, n floats (the access pattern of a matrix-vector product's
+ * weights: one stream read, nothing written; n * sizeof(float) bytes per pass). 32 partial sums
+ * per thread, so the loop vectorises without reassociation flags. */
+float sf_read(const float *restrict b, long n) {
+    float total = 0;
+    #pragma omp parallel reduction(+:total)
+    {
+        float acc[32] = {0};
+        #pragma omp for schedule(static)
+        for (long i = 0; i < n / 32; i++)
+            for (int l = 0; l < 32; l++) acc[l] += b[i * 32 + l];
+        for (int l = 0; l < 32; l++) total += acc[l];
+    }
+    for (long i = n / 32 * 32; i < n; i++) total += b[i];
+    return total;
 }
 
 #ifndef TRIAD_LIB

@@ -51,3 +51,18 @@ def test_cachegrind_parser_sums_only_the_kernel_file():
     cg = _load("cachegrind_llc")
     text = "events: Ir DLmr DLmw\nfl=/t/model.c\nfn=k0\n1 5 1 2\nfi=/t/main.c\n2 7 7 7\nfe=/t/model.c\n3 1 1 1\n"
     assert cg.parse(text, "model.c") == {"Ir": 6, "DLmr": 2, "DLmw": 3}
+
+
+def test_read_stream_sums_what_it_reads_and_the_ceiling_bounds_memory_kernels():
+    machine, scaling = _load("machine"), _load("scaling_bound")
+    from solverfuse.emit.build import BASE_FLAGS
+    lib = machine.TriadLib(1000 * 32 + 7, 1, BASE_FLAGS)
+    lib.b[:] = 0.5
+    lib.b[-1] = 3.0  # past the 32-float blocks: the remainder loop
+    assert lib.read() == 0.5 * (1000 * 32 + 6) + 3.0 and lib.read_bytes == 4 * (1000 * 32 + 7)
+    # a compute kernel halves; one streaming at the profile's read rate only gains R2 / R1
+    rows = [{"secs": 4.0, "bytes": 0, "ops": "Conv", "shape": [1]},
+            {"secs": 2.0, "bytes": 2e9 * 2.0, "ops": "Gemm", "shape": [1]}]
+    assert scaling.ceiling(rows, 2.0, 1 / 1.5) == 6.0 / (2.0 + 2.0 / 1.5)
+    assert scaling.ceiling(rows, 2.0, 0.25) == 6.0 / (2.0 + 1.0)  # never more than 2x per kernel
+    assert scaling.memory_kernels(rows, 2.0, 1 / 1.5).startswith("Gemm [1]: 2000.00 ms, 2 GB/s")
