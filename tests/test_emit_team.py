@@ -267,3 +267,23 @@ def test_tile_loops_with_few_bands_are_shared_tile_by_tile(cache):
     assert re.search(r"#pragma omp for collapse\(2\) schedule\(guided\) nowait\n\s*for \(long \w+ = 0; \w+ < 5;", src), \
         re.findall(r"#pragma omp.*", src)
     check(g, [["c", "r"]], cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)
+
+
+def test_a_small_kernel_between_parallel_ones_stays_in_their_region(cache, monkeypatch):
+    """conv -> MaxPool -> conv, the pool under the per-kernel threshold (AlexNet's pools between its
+    convolutions): it runs on the threads in the convs' region, one region where serial it split
+    the run in two (``sharing.ABSORB_MAX`` 0). Outputs against ONNX Runtime both ways."""
+    g = graph({"x": [1, 16, 28, 28], "w": {"shape": [32, 16, 3, 3], "constant": True},
+               "v": {"shape": [32, 32, 3, 3], "constant": True}}, ["x"], ["y"],
+              [("c", "Conv", ["x", "w"], ["h"], {"pads": [1, 1, 1, 1]}),
+               ("p", "MaxPool", ["h"], ["q"], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+               ("d", "Conv", ["q", "v"], ["y"], {"pads": [1, 1, 1, 1]})])
+    groups = [["c"], ["p"], ["d"]]
+    pool_work = 32 * 28 * 28 + 2 * 32 * 14 * 14 * 4  # its elements in and out and its compares, from the shapes
+    monkeypatch.setattr(sharing, "PARALLEL_MIN_WORK", 2 * pool_work)
+    for absorb, regions in ((0, 2), (2, 1)):
+        monkeypatch.setattr(sharing, "ABSORB_MAX", absorb)
+        src = render(build_plan(g, HW, groups, strategy="t"), g, threads=2)["model.c"]
+        run = src[src.index("int sf_run("):]
+        assert run.count("#pragma omp parallel") == regions, run
+        check(g, groups, cache, threads=2, engine="onnxruntime", rtol=1e-4, atol=1e-4)

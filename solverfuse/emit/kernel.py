@@ -92,7 +92,8 @@ class Kernel:
 
     def __init__(self, graph: Graph, nodes: Sequence[str], gid: int, buffers: dict[str, int], *,
                  counters: bool, threads: int, lower: Lowering, first_slot: int = 0,
-                 padded: frozenset = frozenset(), writes: Optional[Sequence[str]] = None):
+                 padded: frozenset = frozenset(), writes: Optional[Sequence[str]] = None,
+                 min_work: Optional[int] = None):
         self.graph, self.gid, self.buffers = graph, gid, buffers
         self.nodes = sorted(nodes, key=graph.index.position.__getitem__)
         self.members = set(nodes)
@@ -101,7 +102,10 @@ class Kernel:
         self.writes = cost.group_writes(graph, nodes) if writes is None else list(writes)
         self.counters = counters
         # a kernel with too little work to share runs serial: no parallel region at all
-        self.threads = threads if threads > 1 and kernel_work(graph, nodes) >= sharing.PARALLEL_MIN_WORK else 1
+        # (``min_work``: the caller's threshold, 0 where sharing.parallel_groups keeps a small
+        # kernel in its region)
+        least = sharing.PARALLEL_MIN_WORK if min_work is None else min_work
+        self.threads = threads if threads > 1 and kernel_work(graph, nodes) >= least else 1
         self.gathered = gathered_reads(graph, nodes)
         self.lower = lower
         self.first_slot = first_slot   # arena slots of this kernel: B[first_slot], B[first_slot + 1], ...

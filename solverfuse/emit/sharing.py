@@ -30,16 +30,25 @@ PARALLEL_MIN_WORK = 1 << 20
 REGION_MIN_WORK = 1 << 22
 
 
+#: At most this many consecutive small groups between two parallel ones run on the threads too
+#: (:func:`parallel_groups`): serial, they would end the region and the next would wake the worker
+#: again; in it they cost a barrier each with both threads awake.
+ABSORB_MAX = 2
+
+
 def parallel_groups(works: Sequence[int], views: Sequence[bool], threads: int) -> list[bool]:
     """Which groups of a plan run on the threads, from each group's :func:`kernel_work` and
     whether it is a view group (no kernel; it does not end a region): those of at least
     ``PARALLEL_MIN_WORK`` whose run of consecutive parallel groups does at least
-    ``REGION_MIN_WORK`` in all.
+    ``REGION_MIN_WORK`` in all; and up to ``ABSORB_MAX`` small groups between two parallel ones
+    (AlexNet's max pools between its convolutions: one region per run instead of four).
 
     >>> parallel_groups([1 << 21, 5, 1 << 21, 1 << 21], [False, True, False, False], 2)
     [True, False, True, True]
     >>> parallel_groups([1 << 21, 5, 1 << 21], [False, False, False], 2)
     [False, False, False]
+    >>> parallel_groups([1 << 23, 5, 1 << 23, 5, 5, 5, 1 << 23], [False] * 7, 2)
+    [True, True, True, False, False, False, True]
     """
     big = [threads > 1 and not v and w >= PARALLEL_MIN_WORK for w, v in zip(works, views)]
     out = [False] * len(big)
@@ -54,6 +63,14 @@ def parallel_groups(works: Sequence[int], views: Sequence[bool], threads: int) -
         if sum(w for w, b in zip(works[i:end], big[i:end]) if b) >= REGION_MIN_WORK:
             out[i:end] = big[i:end]
         i = end
+    kernels = [i for i, v in enumerate(views) if not v]
+    for a, b in zip(kernels, kernels[1:]):  # a parallel group, then the next one after a gap
+        if out[a] and not out[b]:
+            nxt = next((j for j in kernels if j > b and out[j]), None)
+            gap = [j for j in kernels if a < j < (nxt if nxt is not None else -1)]
+            if nxt is not None and len(gap) <= ABSORB_MAX:
+                for j in gap:
+                    out[j] = True
     return out
 
 
