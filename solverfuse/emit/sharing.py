@@ -64,13 +64,11 @@ def parallel_groups(works: Sequence[int], views: Sequence[bool], threads: int) -
             out[i:end] = big[i:end]
         i = end
     kernels = [i for i, v in enumerate(views) if not v]
-    for a, b in zip(kernels, kernels[1:]):  # a parallel group, then the next one after a gap
-        if out[a] and not out[b]:
-            nxt = next((j for j in kernels if j > b and out[j]), None)
-            gap = [j for j in kernels if a < j < (nxt if nxt is not None else -1)]
-            if nxt is not None and len(gap) <= ABSORB_MAX:
-                for j in gap:
-                    out[j] = True
+    shared = [k for k in range(len(kernels)) if out[kernels[k]]]  # positions in ``kernels``
+    for p, q in zip(shared, shared[1:]):  # two parallel groups with 1..ABSORB_MAX kernels between
+        if 1 < q - p <= ABSORB_MAX + 1:
+            for k in range(p + 1, q):
+                out[kernels[k]] = True
     return out
 
 
