@@ -29,9 +29,8 @@ from .. import cost
 from ..errors import InternalError
 from ..graph import Graph
 from ..rules import gather_data_reader
-from . import sharing  # its thresholds are read when a kernel is built (tests patch them)
 from .cexpr import ctype, hoist_point, is_simple, linear, param_check
-from .sharing import kernel_work, parallel_dims
+from .sharing import parallel_dims
 from .team import team_body
 
 #: ``lower(kernel, node, output position, index) -> C expression`` of one output element.
@@ -92,8 +91,7 @@ class Kernel:
 
     def __init__(self, graph: Graph, nodes: Sequence[str], gid: int, buffers: dict[str, int], *,
                  counters: bool, threads: int, lower: Lowering, first_slot: int = 0,
-                 padded: frozenset = frozenset(), writes: Optional[Sequence[str]] = None,
-                 min_work: Optional[int] = None):
+                 padded: frozenset = frozenset(), writes: Optional[Sequence[str]] = None):
         self.graph, self.gid, self.buffers = graph, gid, buffers
         self.nodes = sorted(nodes, key=graph.index.position.__getitem__)
         self.members = set(nodes)
@@ -101,11 +99,9 @@ class Kernel:
         # as the plan states: a /2 plan's recomputed ops write less than cost.group_writes
         self.writes = cost.group_writes(graph, nodes) if writes is None else list(writes)
         self.counters = counters
-        # a kernel with too little work to share runs serial: no parallel region at all
-        # (``min_work``: the caller's threshold, 0 where sharing.parallel_groups keeps a small
-        # kernel in its region)
-        least = sharing.PARALLEL_MIN_WORK if min_work is None else min_work
-        self.threads = threads if threads > 1 and kernel_work(graph, nodes) >= least else 1
+        # the caller decides which kernels share the threads (sharing.parallel_groups: too little
+        # work runs serial, a small kernel between parallel ones stays in their region)
+        self.threads = max(1, threads)
         self.gathered = gathered_reads(graph, nodes)
         self.lower = lower
         self.first_slot = first_slot   # arena slots of this kernel: B[first_slot], B[first_slot + 1], ...

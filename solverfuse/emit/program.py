@@ -301,7 +301,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
                            _view_group(graph, grp.nodes, gi, buffers)))
             continue
         k = Kernel(graph, grp.nodes, gi, buffers, counters=counters, threads=threads if shared_threads[gi] else 1,
-                   lower=code_for_op, first_slot=nslots, padded=padded, writes=grp.writes, min_work=0)
+                   lower=code_for_op, first_slot=nslots, padded=padded, writes=grp.writes)
         text = render_looped(k, grp.passes) if grp.passes > 1 or streams_in_one_loop(k) else render_kernel(k)
         helpers |= k.helpers
         for kind, ct, _, n in k.slot_decls:
