@@ -39,6 +39,7 @@ from ..dtypes import np_dtype
 from ..errors import EmitError
 from ..graph import Graph
 from .ctext import RC_MESSAGES
+from .data import aligned_empty
 from .program import BufferInfo, buffer_table, render
 
 # -fopenmp-simd: honour ``#pragma omp simd`` (vectorised reductions) without the OpenMP runtime
@@ -221,23 +222,6 @@ def build(files: dict[str, str], *, cc: Optional[str] = None, threads: int = 1, 
 #: library share its arena and packed weights, so a switch between them packs again.
 _LAST_USER: dict[str, int] = {}
 _TOKENS = itertools.count()
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """An uninitialised C-ordered array whose data starts at a 64-byte boundary (NumPy's large
-    arrays start 16 bytes past a page): a row whose blocks of 16 floats are whole cache lines
-    can be written with non-temporal stores (emit/rows.py's GELU block), 12% less time for
-    residual_layernorm_gelu at 2x the LLC.
-
-    >>> a = aligned_empty((3, 5), np.float32)
-    >>> a.ctypes.data % 64, a.shape, a.dtype, a.flags.c_contiguous
-    (0, (3, 5), dtype('float32'), True)
-    """
-    dt = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    raw = np.empty(n + 64, np.uint8)
-    off = -raw.ctypes.data % 64
-    return raw[off:off + n].view(dt).reshape(shape)
 
 
 def _pointers(arrays):
