@@ -211,7 +211,7 @@ def test_division_by_the_normaliser_is_the_division(build, cache, no_avx512_cc, 
     src = render(plan, g)["model.c"]
     if build in ("streamed", "deferred"):   # w streamed straight from the kept exponentials, as a division
         assert "sf_divq(" not in src[src.index("static int k0("):]
-        assert re.search(r"sf_drain\(&\(sf_pend\)\{&\w+\[\w+\*1000\], \w+, \w+, 1\.0f / \w+, 1\}, 0, 1000\);", src)
+        assert re.search(r"sf_drain\(&\(sf_pend\)\{&\w+\[\w+\*1000\], \w+, \w+, 1\.0f / \w+, 1, 0\}, 0, 1000\);", src)
     else:
         assert "sf_divq(" in src
     z = np.random.default_rng(3).normal(0, 1, size=(64, n)).astype(np.float32) * np.geomspace(0.1, 40, 64,

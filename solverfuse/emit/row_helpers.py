@@ -10,7 +10,7 @@ standalone C text; :func:`~solverfuse.emit.chelpers.helper_text` serves them wit
 """
 from __future__ import annotations
 
-from .row_loop import SUM_BLOCK
+from .row_loop import PIPELINE_CHUNK, SUM_BLOCK
 
 # ---- row helpers of the softmax (helper `softmax`): a vector exp and non-temporal row stores.
 # Kept apart from helper_text's dict: each is one standalone C text, used through Kernel.use_helper.
@@ -459,6 +459,89 @@ SF_NOCLONE SF_UNUSED static double sf_expsum_ln_max(float *e, float m, long n, c
     return sf_expsum_row(e, m, n, e, 1, pf, far, pf2, xs, K, sq);
 }
 """,
+    "sf_osum": SF_EXP16 + """#if defined(SF_AVX512_TILES) && !defined(SF_OSUM_DONE)
+#define SF_OSUM_DONE 1
+/* A pipelined softmax row's sums (emit/softmax_pipeline.py): the exponentials of the row's chunk c
+   are taken while the max pass computes chunk c + 1, at the running max m_c at chunk c's end (every
+   value so far is <= m_c); the sum of exp(x - m) is kept at the largest m so far, rescaled by
+   e^(m_old - m_new) when it grows. Float vector partial sums, added in double after each chunk
+   (sf_osum_flush; sf_expsum's blocks are """ + str(SUM_BLOCK) + """ values); the same for a LayerNorm's statistics of the next row
+   (d = xs - K and d * d: sf_expsum_at's st). */
+typedef struct { sf_v16 s, d, q; double tot, dt, qt; float ms; } sf_osum;
+__attribute__((always_inline)) SF_UNUSED static inline void sf_osum_init(sf_osum *o)
+{
+    o->s = o->d = o->q = SF_ZERO16;
+    o->tot = o->dt = o->qt = 0;
+    o->ms = -INFINITY;
+}
+__attribute__((always_inline)) SF_UNUSED static inline void sf_osum_flush(sf_osum *o)
+{
+    o->tot += sf_hsum16(o->s);
+    o->dt += sf_hsum16(o->d);
+    o->qt += sf_hsum16(o->q);
+    o->s = o->d = o->q = SF_ZERO16;
+}
+/* The sums taken at max m from here on (m >= every earlier m): rescaled by e^(old max - m). */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_osum_at(sf_osum *o, float m)
+{
+    if (m > o->ms) {
+        if (o->ms > -INFINITY) {
+            const float f = expf(o->ms - m);
+            o->s *= SF_SET1(f);
+            o->tot *= f;
+        }
+        o->ms = m;
+    }
+}
+/* e[i] = e^(e[i] - m) for the 16 i < 16 (mask k: the lanes set), m = mv's lanes, o->ms
+   (sf_osum_at), >= every e[i] (or NaN beside them), added to o's sum. pf, far, pf2 as
+   sf_expsum_at's (one line each); xs (or NULL): the next row's statistics as there (kv = K). */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_oexp16(sf_osum *o, float *e, sf_v16 mv, sf_mask16 k,
+                                                                      const float *pf, int far, const float *pf2,
+                                                                      const float *xs, sf_v16 kv)
+{
+    if (pf) { if (far) __builtin_prefetch(pf, 0, 2); else __builtin_prefetch(pf); }
+    if (pf2) __builtin_prefetch(pf2, 0, 2);
+    const sf_v16 a = SF_MASKZ16(k, sf_exp16_nonpos(SF_LOADM(k, e) - mv, SF_LOAD16(sf_exp2_16)));
+    SF_STOREM(e, k, a);
+    o->s += a;
+    if (xs) {
+        const sf_v16 u = SF_MASKZ16(k, SF_LOADM(k, xs) - kv);
+        o->d += u;
+        o->q = SF_FMA16(u, u, o->q);
+    }
+}
+/* sf_oexp16 over e[i], i < n, at max m (sf_osum_at first), then the sums added in double. */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_oexp(sf_osum *o, float *e, float m, long n,
+                                                                    const float *pf, int far, const float *pf2,
+                                                                    const float *xs, float K)
+{
+    sf_osum_at(o, m);
+    const sf_v16 mv = SF_SET1(m), kv = SF_SET1(K);
+    for (long i = 0; i < n; i += 16)
+        sf_oexp16(o, e + i, mv, n - i >= 16 ? (sf_mask16)-1 : (sf_mask16)((1u << (n - i)) - 1), pf ? pf + i : 0, far,
+                  pf2 ? pf2 + i : 0, xs ? xs + i : 0, kv);
+    sf_osum_flush(o);
+}
+/* The row's sum of exponentials (at o->ms, the row's max), its statistics added to sq[0], sq[1]
+   (sq may be NULL). */
+__attribute__((always_inline)) SF_UNUSED static inline double sf_osum_total(sf_osum *o, double *sq)
+{
+    sf_osum_flush(o);
+    if (sq) { sq[0] += o->dt; sq[1] += o->qt; }
+    return o->tot;
+}
+/* The largest of 16 lanes (none NaN), as a tree of halves. */
+__attribute__((always_inline)) SF_UNUSED static inline float sf_hmax16(sf_v16 v)
+{
+    float h[16];
+    SF_STORE16(h, v);
+    for (int w = 8; w; w /= 2)
+        for (int l = 0; l < w; l++) h[l] = h[l + w] > h[l] ? h[l + w] : h[l];
+    return h[0];
+}
+#endif
+""",
     "sf_divq": """/* a / b given r = 1.0f / b, for a divisor b in [1, 2^64] or NaN (a softmax's normaliser) and a in
    [0, 1] or NaN: q = a r, then one FMA remainder step q + r (a - q b) (Markstein), the remainder
    exact by the FMA. Equal to the division (0.5 ulp) wherever the quotient is >= 1e-30
@@ -477,14 +560,18 @@ __attribute__((always_inline)) SF_UNUSED static inline float sf_divq(float a, fl
 """,
     "sf_drain": SIMD_DEFS + _NT_ALIGN + """/* A row's softmax output left pending (emit/row_stream.py): dst[j] = src[j] * r, or (div) src[j] / s
    as sf_divq computes it (r = 1 / s), written block by block with non-temporal stores while the
-   next row computes. The kernel calls sf_stream_fence() after its last sf_drain. */
-typedef struct { float *dst; const float *src; float s, r; int div; } sf_pend;
-SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
+   next row computes; with g (not NULL: emit/softmax_pipeline.py) the factor of each chunk of
+   SF_OSM_CHUNK is g[chunk] instead of r (the chunk's exponentials were taken at a smaller max).
+   The kernel calls sf_stream_fence() after its last sf_drain. */
+typedef struct { float *dst; const float *src; float s, r; int div; const float *g; } sf_pend;
+#if !defined(SF_OSM_CHUNK)
+#define SF_OSM_CHUNK """ + str(PIPELINE_CHUNK) + """
+#endif
+__attribute__((always_inline)) SF_UNUSED static inline void sf_drain_at(const sf_pend *p, long j0, long len, float r)
 {
-    if (!p->dst) return;
     float *restrict d = p->dst + j0;
     const float *restrict e = p->src + j0;
-    const float s = p->s, r = p->r;
+    const float s = p->s;
     long i = 0;
 #if defined(SF_NT_ALIGN)
     for (; i < len && ((uintptr_t)(d + i) & (SF_NT_ALIGN - 1)); i++) {
@@ -519,6 +606,30 @@ SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
 #endif
     } else {
         for (; i < len; i++) d[i] = e[i] * r;
+    }
+}
+#if defined(SF_AVX512_TILES)
+/* 16 values of a product form's row from j (g: the factor of j's chunk, emit/softmax_pipeline.py),
+   inline in the loop that overwrites them; non-temporal where the row is aligned for it. */
+__attribute__((always_inline)) SF_UNUSED static inline void sf_drain16(const sf_pend *p, long j, sf_v16 g)
+{
+    if (!p->dst) return;
+    const sf_v16 v = SF_LOAD16(p->src + j) * g;
+    if ((uintptr_t)(p->dst + j) & 63) SF_STORE16(p->dst + j, v);
+    else SF_STREAM16(p->dst + j, v);
+}
+#endif
+SF_UNUSED static void sf_drain(const sf_pend *p, long j0, long len)
+{
+    if (!p->dst) return;
+    if (!p->g) {
+        sf_drain_at(p, j0, len, p->r);
+        return;
+    }
+    for (long j = j0; j < j0 + len;) {  /* a pipelined row's chunks, each with its own factor */
+        const long c = j / SF_OSM_CHUNK, end = (c + 1) * SF_OSM_CHUNK < j0 + len ? (c + 1) * SF_OSM_CHUNK : j0 + len;
+        sf_drain_at(p, j, end - j, p->g[c]);
+        j = end;
     }
 }
 """  + _FENCE,

@@ -23,6 +23,9 @@ from .cexpr import linear
 #: ``LANE_BLOCK``'s float lanes (32 values a lane): blocks of 256, each ending in three horizontal
 #: sums with the LayerNorm statistics, made l1_overflow 4% slower at 2x the LLC (Zen 4).
 SUM_BLOCK = 1024
+#: Elements per chunk of a pipelined softmax row (:mod:`~solverfuse.emit.softmax_pipeline`): the
+#: exponentials trail the max pass by one chunk, each chunk's taken at the running max at its end.
+PIPELINE_CHUNK = 512
 
 
 def computed(k, x) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from ..errors import InternalError
-from . import reductions, row_loop
+from . import reductions, row_loop, softmax_pipeline
 from .cexpr import bmap, linear
 from .kernel import Kernel
 
@@ -95,7 +95,7 @@ def _pend(k: Kernel, t: str, shape: tuple, outer: tuple, kept: tuple) -> str:
     """The ``sf_pend`` literal of the written tensor ``t``'s row at ``outer`` from its
     :func:`_kept_output` ``kept``: what ``sf_drain`` writes."""
     arr, s, r, div = kept
-    return f"(sf_pend){{&{k.ptr(t, 'w')}[{linear(shape, outer + ('0',))}], {arr}, {s}, {r}, {div}}}"
+    return f"(sf_pend){{&{k.ptr(t, 'w')}[{linear(shape, outer + ('0',))}], {arr}, {s}, {r}, {div}, 0}}"
 
 
 def _kept_output(k: Kernel, t: str):
@@ -168,12 +168,18 @@ def defer_output(k: Kernel, shape: tuple, outer: tuple, writes: list, start: int
         if not single:
             for i in reversed(calls):
                 k.lines[i:i + 1] = _drained_expsum(k, k.lines[i], pend)
+    piped = None
+    if single and len(calls) == 1 and not kept[3]:
+        call = next(i for i in range(decl[0], len(k.lines)) if re.search(rf"sf_expsum\w*\({arr}, ", k.lines[i]))
+        piped = softmax_pipeline.pipeline_max_pass(k, decl[0] + 1, call, ind, arr, n, pend)
     ln = k.lines[decl[0]]
     k.lines[decl[0]] = ln[:len(ln) - len(ln.lstrip())] + f"float *restrict {arr} = {buf}{'' if single else f'[({row}) & 1]'};"
     del k.lines[decl[0] - 1]
     k.use_helper("sf_drain")
-    k.line(f"{pend} = {_pend(k, writes[0], shape, outer, kept)};")
-    return [pend, buf, n, single]
+    literal = _pend(k, writes[0], shape, outer, kept)
+    for ln in softmax_pipeline.pend_lines(piped, pend, literal) if piped else [f"{pend} = {literal};"]:
+        k.line(ln)
+    return [pend, buf, n, single, piped]
 
 
 def _drained_max_pass(k: Kernel, lo: int, hi: int, ind: str, arr: str, n: int, pend: str) -> bool:
@@ -269,14 +275,18 @@ def _split_args(text: str) -> list:
     return out + [cur.strip()]
 
 
-def finish_deferred(k: Kernel, mark: int, depth: int, pend: str, buf: str, n: int, single: bool = False) -> None:
+def finish_deferred(k: Kernel, mark: int, depth: int, pend: str, buf: str, n: int, single: bool = False,
+                    piped=None) -> None:
     """The deferred output's buffers (one, ``single``, where the max pass drains the previous row:
-    :func:`_drained_max_pass`) and pending row declared before the row loop (which starts at line
-    ``mark``, nesting ``depth``), and the last row's output streamed after it."""
+    :func:`_drained_max_pass`), the chunk factors of a pipelined row (``piped``:
+    :func:`~solverfuse.emit.softmax_pipeline.pipeline_max_pass`) and pending row declared before
+    the row loop (which starts at line ``mark``, nesting ``depth``), and the last row's output
+    streamed after it."""
     ind = "    " * depth
     # the two buffers 64 bytes more than a row apart: rows of 1,024 floats 4 KiB apart made the
     # drain's loads of one alias the exponentials' stores to the other (4K aliasing), and
     # softmax_rows ran 25% slower deferred than not
     dims = f"[{n}]" if single else f"[2][{n + 16}]"
-    k.lines[mark:mark] = [f"{ind}float {buf}{dims} SF_ALIGN64;", f"{ind}sf_pend {pend} = {{0}};"]
+    k.lines[mark:mark] = [f"{ind}float {buf}{dims} SF_ALIGN64;", f"{ind}sf_pend {pend} = {{0}};"] \
+        + [ind + ln for ln in (softmax_pipeline.factors_declaration(piped) if piped else [])]
     k.line(f"sf_drain(&{pend}, 0, {n});")
