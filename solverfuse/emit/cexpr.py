@@ -222,3 +222,20 @@ def hoist_point(lines: Sequence[str], index: str) -> Optional[tuple[str, str]]:
         at = top + int(c.group(1)) - 1
     line = lines[at]
     return line, line[:len(line) - len(line.lstrip())] + ("    " if line.rstrip().endswith("{") else "")
+
+
+def split_args(text: str) -> list:
+    """A C argument list (or a declaration's declarators) split at its top-level commas.
+
+    >>> split_args("E1, m2, 4912, &b0[sf_min(a, b)], pf3")
+    ['E1', 'm2', '4912', '&b0[sf_min(a, b)]', 'pf3']
+    """
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch in "([") - (ch in ")]")
+        cur += ch
+    return out + [cur.strip()]

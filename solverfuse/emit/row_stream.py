@@ -16,7 +16,7 @@ import re
 
 from ..errors import InternalError
 from . import reductions, row_loop, softmax_pipeline
-from .cexpr import bmap, linear
+from .cexpr import bmap, linear, split_args
 from .kernel import Kernel
 
 #: Elements of a streamed output computed into a stack block before ``sf_stream`` writes them.
@@ -235,7 +235,7 @@ def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
     """
     ind = line[:len(line) - len(line.lstrip())]
     m = re.fullmatch(r"(\w+) \+= (sf_expsum\w*)\((.*)\);", line.strip())
-    args = _split_args(m.group(3)) if m else []
+    args = split_args(m.group(3)) if m else []
     if m is None or len(args) != (7 if "_from" in m.group(2) else 9 if "_ln" in m.group(2) else 6):
         raise InternalError(f"kernel {k.gid}: an sf_expsum call of another form: {line.strip()}")
     if "_ln" in m.group(2):  # the next row's statistics (xs, K, sq): the same block of xs
@@ -253,26 +253,6 @@ def _drained_expsum(k: Kernel, line: str, pend: str) -> list:
     return [f"{ind}for (long {jb} = 0; {jb} < {n}; {jb} += {step}) {{",
             f"{ind}    {m.group(1)} += {m.group(2)}({', '.join(at)});",
             f"{ind}    sf_drain(&{pend}, {jb}, {size});", f"{ind}}}"]
-
-
-def _split_args(text: str) -> list:
-    """A C argument list split at its top-level commas.
-
-    >>> _split_args("E1, m2, 4912, &b0[sf_min(a, b)], pf3")
-    ['E1', 'm2', '4912', '&b0[sf_min(a, b)]', 'pf3']
-    """
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-            continue
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        cur += ch
-    return out + [cur.strip()]
 
 
 def finish_deferred(k: Kernel, mark: int, depth: int, pend: str, buf: str, n: int, single: bool = False,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from .cexpr import split_args
 from .row_loop import PIPELINE_CHUNK, SUM_LANES
 
 #: C words that end the conversion where they appear in a body (a cast, another type).
@@ -76,23 +77,6 @@ def _vector_expr(expr: str, idx: str, arr: str, vectors: set, scalars: dict, fre
     return _LOAD.sub(lambda m: loads[int(m.group(1))], text)
 
 
-def _declarators(stmt: str) -> list:
-    """A declaration's declarators, split at its top-level commas.
-
-    >>> _declarators("const float a = f(x, y), b = 2")
-    ['const float a = f(x, y)', 'b = 2']
-    """
-    out, depth, cur = [], 0, ""
-    for ch in stmt:
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-            continue
-        depth += (ch in "([") - (ch in ")]")
-        cur += ch
-    return out + [cur.strip()]
-
-
 def float_names(lines: list) -> set:
     """The names ``lines`` declare as float scalars, float arrays or pointers to float.
 
@@ -106,7 +90,7 @@ def float_names(lines: list) -> set:
             m = re.match(r"\s*(?:const )?float (.*)", stmt)
             if not m:
                 continue
-            for d in _declarators(m.group(1)):
+            for d in split_args(m.group(1)):
                 name = re.match(r"\*?\s*(?:restrict |const )?\s*(\w+)", d)
                 if name:
                     out.add(name.group(1))
