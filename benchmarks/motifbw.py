@@ -63,7 +63,9 @@ HEADER = ("# Memory-bound motifs vs the STREAM triad at 1 thread (issue 15)\n\n"
           "memory + compute. The last column puts that in one number: the share of the triad the motif could reach "
           "if its memory traffic and its in-cache compute overlapped completely (the in-cache copy's code differs "
           "from the large one only in its row count and, in the softmax motifs, in writing each row's output with "
-          "ordinary stores where the large one streams it past the caches).")
+          "ordinary stores where the large one streams it past the caches; in l1_overflow the unstreamed row also "
+          "keeps its max pass and exponentials as two loops, which the large one runs as one pipelined loop "
+          "under AVX-512 (emit/softmax_pipeline.py), so there the achieved share can exceed this one).")
 
 
 def motif_pairs(factor: float) -> tuple[list, object]:
