@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from ..errors import InternalError
 from .cexpr import split_args
 from .row_loop import PIPELINE_CHUNK, SUM_LANES
 
@@ -138,7 +139,7 @@ def pipeline_max_pass(k, lo: int, call: int, ind: str, arr: str, n: int, pend: s
     L = k.lines
     cm = re.fullmatch(r"(\w+) \+= sf_expsum(_ln)?_max\((.*)\);", L[call].strip())
     args = cm.group(3).split(", ") if cm and "(" not in cm.group(3) else []
-    if n64 < 2 * ch or len(args) != (9 if cm.group(2) else 6) or args[0] != arr or args[2] != str(n):
+    if cm is None or n64 < 2 * ch or len(args) != (9 if cm.group(2) else 6) or args[0] != arr or args[2] != str(n):
         return None
     total, m, (pf, far, pf2) = cm.group(1), args[1], args[3:6]
     xs, K, sq = args[6:9] if len(args) == 9 else ("0", "0.0f", "0")
@@ -230,7 +231,7 @@ def pend_lines(piped: tuple, pend: str, literal: str) -> list:
     mc, m, nch, fac, c = piped
     r = re.fullmatch(r"\(sf_pend\)\{(.*), (\w+), 0, 0\}", literal)
     if r is None:
-        raise ValueError(literal)
+        raise InternalError(f"a pending row literal of another form: {literal}")
     rnorm = r.group(2)
     return ["#if defined(SF_AVX512_TILES)",
             f"for (long {c} = 0; {c} < {nch}; {c}++) {fac}[{c}] = {mc}[{c}] == {m} ? {rnorm} : expf({mc}[{c}] - {m}) * {rnorm};",
