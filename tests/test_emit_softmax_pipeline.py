@@ -4,8 +4,9 @@ exponentials of the vector one chunk back, taken at the running max at the end o
 the output scales each chunk by its own factor. Checked against ONNX Runtime (code shared with none
 of it) on rows whose max grows in every chunk (every chunk's sum rescaled, every chunk's factor
 below 1), whose max is the row's last value (past the vector loop), whose max is in its first
-chunk, with a NaN, and plain random rows; for this host's build (the pipelined loop where the host
-has AVX-512) and without AVX-512 (the two passes of the #else branch)."""
+chunk, whose max only one lane of its chunk's vector holds, with a NaN, and plain random rows;
+for this host's build (the pipelined loop where the host has AVX-512) and without AVX-512 (the
+two passes of the #else branch)."""
 from __future__ import annotations
 
 import re
@@ -23,6 +24,9 @@ from .emit_helpers import HW, graph, host_flags
 
 #: Four full chunks of 512, a part chunk of vectors (2,048-2,112) and one value past the 64-lane blocks.
 COLS = 2113
+#: Lane 15 of a vector in the third chunk: a chunk max that leaves out any lane (a wrong step of
+#: the lanes' max tree) misses it, and its exponential then overflows.
+SPIKE = 2 * 512 + 16 * 5 + 15
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +58,10 @@ def _inputs(rows):
     x[1, -1] = 40.0                          # the max is the last value, after the vector loop
     x[2, 3] = 40.0                           # the max is in the first chunk
     x[3, 700] = np.nan
+    x[4, SPIKE] = 60.0                       # a max only lane 15 of its chunk holds
     cs = {"s": np.abs(rng.normal(1, 0.3, COLS)).astype(np.float32),
           "b": rng.normal(0, 0.3, COLS).astype(np.float32), "two": np.float32(2.0)}
+    cs["s"][SPIKE] = 3.0                     # ~250 after the LayerNorm: e^(it - any smaller max) is inf
     return {"x": x}, cs
 
 
