@@ -208,14 +208,19 @@ def pipeline_max_pass(k, lo: int, call: int, ind: str, arr: str, n: int, pend: s
              f"    const sf_v16 {mv} = SF_SET1({mc}[{c} - 1]);",
              "    " + gfac] + ["    " + ln for ln in vectors(f"{c} * {ch}", f"{c} * {ch} + {ch}", True)] \
         + [f"    sf_osum_flush(&{o});", "    " + cmax, f"    {mc}[{c}] = {m};", "}"]
-    if n64 > nf * ch:
-        loop += ["{", f"    const long {c} = {nf};", "    " + gfac] \
-            + ["    " + ln for ln in vectors(str(nf * ch), str(n64), False)] + ["    " + cmax, "}"]
+    if n64 > nf * ch:  # a part chunk: with the exponentials of as many values of the last whole one
+        loop += ["{", f"    const long {c} = {nf};", f"    sf_osum_at(&{o}, {mc}[{c} - 1]);",
+                 f"    const sf_v16 {mv} = SF_SET1({mc}[{c} - 1]);", "    " + gfac] \
+            + ["    " + ln for ln in vectors(str(nf * ch), str(n64), True)] \
+            + [f"    sf_osum_flush(&{o});", "    " + cmax, "}"]
     loop += ["#else"]
+    # the exponentials left (from the last whole chunk's values past those the part chunk took),
+    # each chunk's part at that chunk's max
     tail = ["#if defined(SF_AVX512_TILES)",
             f"for (long {c} = {nf}; {c} < {nch}; {c}++) {mc}[{c}] = {m};",
-            f"for (long {jb} = {(nf - 1) * ch}; {jb} < {n}; {jb} += {ch}) sf_oexp(&{o}, {arr} + {jb}, {mc}[{jb} / {ch}], "
-            f"sf_min({ch}, {n} - {jb}), {at(pf, jb)}, {far}, {at(pf2, jb)}, {at(xs, jb)}, {K});",
+            f"for (long {jb} = {n64 - ch}; {jb} < {n}; {jb} = ({jb} / {ch} + 1) * {ch}) sf_oexp(&{o}, {arr} + {jb}, "
+            f"{mc}[{jb} / {ch}], sf_min(({jb} / {ch} + 1) * {ch}, {n}) - {jb}, {at(pf, jb)}, {far}, {at(pf2, jb)}, "
+            f"{at(xs, jb)}, {K});",
             f"{total} += sf_osum_total(&{o}, {sq});",
             "#else", L[call].strip(), "#endif"]
     k.lines = L[:h] + hoist + [ind + ln for ln in loop] + L[h:e + 1] + [f"{ind}#endif"] + L[e + 1:rest_end + 1] \
