@@ -138,7 +138,7 @@ def pipeline_max_pass(k, lo: int, call: int, ind: str, arr: str, n: int, pend: s
     n64 = n // lanes * lanes
     L = k.lines
     cm = re.fullmatch(r"(\w+) \+= sf_expsum(_ln)?_max\((.*)\);", L[call].strip())
-    args = cm.group(3).split(", ") if cm and "(" not in cm.group(3) else []
+    args = split_args(cm.group(3)) if cm and "(" not in cm.group(3) else []  # no calls: at() offsets plain names
     if cm is None or n64 < 2 * ch or len(args) != (9 if cm.group(2) else 6) or args[0] != arr or args[2] != str(n):
         return None
     total, m, (pf, far, pf2) = cm.group(1), args[1], args[3:6]
