@@ -1,0 +1,52 @@
+#!/bin/sh
+# Issue 15's runtime checks on another host, one command there: thread scaling of our C against
+# ONNX Runtime with its ceiling (scaling_bound.py), the motifs against the STREAM triad
+# (motifbw.py) and the exported transformers (transformers_speed.py), each result file written to
+# OUTDIR (the repo's results/ are left alone). For a host with more, unshared cores than the 2-vCPU
+# guest the results so far come from (results/scaling.md: its second vCPU is now and then away).
+#
+#   sh benchmarks/other_host.sh wheels DIR          # here: the Python dependencies as wheels
+#   sh benchmarks/other_host.sh run OUTDIR [DIR]    # there: install DIR's wheels (if given), run
+#
+# "wheels" fetches what a Python 3.12 x86-64 Linux host without network access lacks of the core
+# set (ortools and its protobuf, pydantic) plus ONNX Runtime, at the versions of the development
+# venv (about 58 MiB; leave out onnxruntime to use the host's own, and say so with the results).
+# PY names the Python (default python3); each model and stage has its own time limit (MODEL_S,
+# MOTIFS_S, EXPORTS_S seconds), so a slow host still returns what finished (one scaling section
+# per model).
+set -e
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PY:-python3}
+case "$1" in
+wheels)
+  DIR=${2:?the folder for the wheels}
+  "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$DIR" ortools==9.15.6755 protobuf==6.33.6 pydantic==2.14.4 \
+    pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 immutabledict==4.3.1 \
+    typing_extensions==4.16.0 onnxruntime==1.32.0
+  ;;
+run)
+  OUT=${2:?the folder for the results}
+  mkdir -p "$OUT"
+  if [ -n "$3" ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sf-site "$3"/*.whl
+    export PYTHONPATH=/tmp/sf-site
+  fi
+  export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+  cd "$HERE"
+  { date -u; uname -a; lscpu; free -g; cc --version | head -1; "$PY" --version; uptime; } >"$OUT/host.txt" 2>&1
+  "$PY" -c "import onnxruntime, ortools, onnx; print('onnxruntime', onnxruntime.__version__, 'ortools', ortools.__version__, 'onnx', onnx.__version__)" | tee -a "$OUT/host.txt"
+  for m in squeezenet shufflenet inception_v1 inception_v2 resnet50 densenet121 bvlc_alexnet zfnet512 vgg19; do
+    timeout "${MODEL_S:-60}" "$PY" benchmarks/scaling_bound.py --cases "light:$m" --rounds 11 --out "$OUT/scaling.md" \
+      --append || true
+  done
+  timeout "${MOTIFS_S:-60}" "$PY" benchmarks/motifbw.py --rounds 21 --title "other host" --out "$OUT/motifbw.md" || true
+  timeout "${EXPORTS_S:-180}" "$PY" benchmarks/transformers_speed.py --rounds 7 --out "$OUT/transformers.md" || true
+  uptime >>"$OUT/host.txt"
+  ;;
+*)
+  echo "usage: sh benchmarks/other_host.sh wheels DIR | run OUTDIR [DIR]" >&2
+  exit 2
+  ;;
+esac
