@@ -62,6 +62,7 @@ def _vector_expr(expr: str, idx: str, arr: str, vectors: set, scalars: dict, fre
         if name not in scalars:
             scalars[name] = fresh(name)
         return scalars[name]
+
     def number(m):
         lit = m.group(1)
         if not lit.endswith("f") and re.search(r"[.eEpP]", lit) and not lit.lower().startswith("0x") or \
