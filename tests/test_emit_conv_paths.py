@@ -67,6 +67,9 @@ CASES = [
     # 512 input channels on 28x28: a 5 MB input copy, reduced in blocks of channels (the last one
     # partial) with the partial sums in the tile (conv_helpers.CBLOCK_DEFS)
     ((1, 512, 28, 28), (8, 512, 3, 3), {"pads": [1, 1, 1, 1]}, "sf_conv_tile8(&"),
+    # the same input onto 64 channels: tiles of 4 blocks of 8 at 1 thread, 2 at 2 threads
+    # (conv_tiles._sub_blocks), each block of input channels read by the tile's blocks in turn
+    ((1, 512, 28, 28), (64, 512, 3, 3), {"pads": [1, 1, 1, 1]}, "[784] SF_ALIGN64;"),
     # a strided 1x1 onto a small plane keeps the phase-split copy (slower subsampled, see conv_tiles)
     ((1, 16, 14, 14), (128, 16, 1, 1), {"strides": [2, 2]}, "sf_conv_copy("),
     # 81 positions: one pass of 48 (conv_helpers.WIDE vectors), one of 32, a masked tail of 1
@@ -196,6 +199,10 @@ def test_large_input_takes_the_channel_blocked_reduction():
         call = next(ln for ln in src.splitlines() if "sf_conv_tile" in ln and "(&T" in ln)
         args = call[call.index("(") + 1:call.rindex(")")].split(", ")
         assert (int(args[3]) * int(args[5]) * 4 > limit) == (shape[1] >= 512), call
+        # only an ungrouped conv of several 8-channel blocks over the threshold gets sub-blocks (its
+        # last argument: the sub-block count); the 8-channel ones keep one block a tile
+        if "sf_conv_tile32(" not in call:
+            assert int(args[-1]) == (4 if shape[1] >= 512 and kernel[0] == 64 else 1), call
 
 
 def test_channel_tile_blocks_its_reduction_only_over_the_weight_thresholds():

@@ -31,9 +31,10 @@ from .ctile import CHUNK, acc_lines, register_blocks, v8_block
 #: 3x3 64 channels on 56x56 0.90-0.92, 1x1 256 channels on 28x28 0.90-0.93, 1x1 64 channels on
 #: 56x56 0.95-0.99; budgets of 12 and 16 KB were as good or up to 3% slower. VGG-19's 512-channel
 #: 28x28 3x3 conv, which had been blocked for the L2 (inputs over 1 MiB in 256 KiB blocks): 0.95-1.05.
-CBLOCK_DEFS = """#if !defined(SF_CONV_CBLOCK)
-#define SF_CONV_CBLOCK (512L*1024)
-#define SF_CONV_CBLOCK_MIN (4L*1024*1024)
+CONV_CBLOCK, CONV_CBLOCK_MIN = 512 * 1024, 4 * 1024 * 1024
+CBLOCK_DEFS = f"""#if !defined(SF_CONV_CBLOCK)
+#define SF_CONV_CBLOCK ({CONV_CBLOCK // 1024}L*1024)
+#define SF_CONV_CBLOCK_MIN ({CONV_CBLOCK_MIN // 2**20}L*1024*1024)
 #endif
 #if !defined(SF_CONV_CBLOCK_L1)
 #define SF_CONV_CBLOCK_L1 1
@@ -45,10 +46,10 @@ CBLOCK_DEFS = """#if !defined(SF_CONV_CBLOCK)
    L1. fp: the floats one channel's pass reads (conv_tiles.pass_floats, rendered after the taps'
    offsets). */
 SF_UNUSED static long sf_conv_cblock_l1(long C, long fp)
-{
+{{
     const long cb = SF_CONV_L1_AVX2 / (4*(fp > 0 ? fp : 1));
     return cb < 1 ? 1 : cb > C ? C : cb;
-}
+}}
 #endif
 """
 
@@ -331,15 +332,28 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
         if mb == CM_CHANNELS:
             return conv_tile_cm(name, conv_body)
         wide = _chunk_pass(mb, WIDE, f"for (; q + {16 * WIDE} <= span; q += {16 * WIDE})")
+        sub = f"""    /* sub-block b: output channels b*{mb}.. (their packed weights follow block b - 1's) */
+    float *restrict T = T0 + b*{mb}*span;
+    const float *restrict wp = wp0 + b*C*taps*{mb};
+    const float *restrict bias = bias0 ? bias0 + b*{mb} : 0;
+    float *pw = pw0 ? pw0 + b*{mb}*ps : 0;
+    const float *pr = pr0 ? pr0 + b*{mb}*ps : 0;
+    (void)pw; (void)pr;
+"""
         avx512 = f"""    /* an input of more than SF_CONV_CBLOCK_MIN bytes (it cannot stay in the L2 while the chunks
-       walk over it) in blocks of input channels of SF_CONV_CBLOCK bytes, the partial sums in T */
+       walk over it) in blocks of input channels of SF_CONV_CBLOCK bytes, the partial sums in T;
+       the nb sub-blocks of output channels reduce each block of input channels in turn, so it is
+       fetched from beyond the L2 once per nb*{mb} output channels, not once per {mb} */
     long cb = C, q = 0;
     if (C*cplane*4 > SF_CONV_CBLOCK_MIN) {{ cb = SF_CONV_CBLOCK / (cplane*4); if (cb < 16) cb = 16; }}
     for (long cs = 0; cs < C; cs += cb) {{
     const long ce = cs + cb < C ? cs + cb : C;
-    q = 0;
+    for (long b = 0; b < nb; b++) {{
+{sub}    q = 0;
 {wide}{_chunk_pass(mb, 2, f"for (; q + {CHUNK} <= span; q += {CHUNK})")}    }}
-    if (q < span) sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off, bias);
+    }}
+    if (q < span) for (long b = 0; b < nb; b++)
+        sf_conv_tail{mb}(T0 + b*{mb}*span, span, q, x, cplane, wp0 + b*C*taps*{mb}, C, taps, off, bias0 ? bias0 + b*{mb} : 0);
 """
         return CBLOCK_DEFS + tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
@@ -350,18 +364,22 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
    0.98); the positions past the last whole chunk with masked loads and stores, so a small
    plane (13x13: 169 positions) costs no multiply-adds on padding (rounded up to 192 before).
    The accumulators start at bias[a] (NULL: 0): no pass of its own over the tile.
+   nb: sub-blocks of {mb} channels, sub-block b's tile at T0 + b*{mb}*span, its packed weights at
+   wp0 + b*C*taps*{mb} (the next block's), its bias at bias0 + b*{mb}.
    pw, pr (NULL: none): where the caller's epilogue will write / read this tile's values, channel
    a's position q at pw[a*ps + q] (approximately: junk columns shift it); each chunk prefetches
    its lines there, so that those misses overlap the multiply-adds (the epilogue of a large
    plane otherwise waits for them, memory-bound, after the compute-bound tile). */
-SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long span, const float *restrict x, long cplane,
-    const float *restrict wp, long C, long taps, const long *restrict off, const float *restrict bias,
-    float *pw, const float *pr, long ps)
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T0, long span, const float *restrict x, long cplane,
+    const float *restrict wp0, long C, long taps, const long *restrict off, const float *restrict bias0,
+    float *pw0, const float *pr0, long ps, long nb)
 {{
-    (void)pw; (void)pr; (void)ps;
+    (void)pw0; (void)pr0; (void)ps;
 #if defined(SF_AVX512_TILES)
 {avx512}#else
-{register_blocks(mb, conv_body, conv_avx2)}#endif
+    for (long b = 0; b < nb; b++) {{
+{sub}{register_blocks(mb, conv_body, conv_avx2)}    }}
+#endif
 }}
 """
     return {

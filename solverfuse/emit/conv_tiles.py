@@ -16,11 +16,13 @@ True
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..ops import numel
 from .cexpr import linear as _linear, lit as _lit
 from .conv_cm import CM_CHANNELS, CM_POSITIONS
+from .conv_helpers import CONV_CBLOCK_MIN
 from .ctile import CHUNK
 from .tiles import MAX_TILE, round_up, tile_done, tile_open, window_geometry
 
@@ -138,6 +140,12 @@ class ConvBlocking:
     s1: int = 1
     local: int = 0  # floats of a per-tile copy of the block's one input channel (0: a copy of all)
     band: bool = False  # each band copies its rows of every channel (hq: a band's rows with the taps' halo)
+    nb: int = 1  # blocks of mb channels per tile, one pass of the tile over each block of input channels
+
+    @property
+    def channels(self) -> int:
+        """Output channels per tile."""
+        return self.mb * self.nb
 
     @property
     def padded(self) -> bool:
@@ -185,6 +193,8 @@ def conv_blocking(k, node):
     own rows of every channel just before its blocks read them (``band``: :func:`band_copy`, one
     copy per thread). With threads, the rows are split into more bands when the tiles (or, with
     band copies, the bands) would not divide evenly among the threads.
+    An ungrouped conv whose input copy the AVX-512 tile reduces in blocks of channels takes 2 or 4
+    blocks of 8 output channels per tile (:func:`_sub_blocks`).
     Instrumented builds keep the plain tile (the counters then see the reads the cost model
     describes, not the copy)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
@@ -259,6 +269,28 @@ def conv_blocking(k, node):
         local = blk.cplane + max(0, out[2] * wq + _max_tap(blk, kernel, st, dil) - blk.cplane)
         if local <= MAX_TILE:
             blk = ConvBlocking(mb, rows, hq, wq, CHUNK, mg, -(-mg // mb), cols, st[0], st[1], local)
+    return _sub_blocks(k, blk, x[0] * (out[2] // blk.rows), x[1]) if group == 1 else blk
+
+
+#: Largest tile of several blocks of output channels (floats; its partial sums stay in the L2 between
+#: the passes over the blocks of input channels).
+SUB_TILE = 2 * MAX_TILE
+
+
+def _sub_blocks(k, blk: ConvBlocking, bands: int, channels: int) -> ConvBlocking:
+    """``blk`` with several blocks of output channels per tile (:attr:`ConvBlocking.nb`) when the
+    tile reduces its input in blocks of channels (an input copy over ``CONV_CBLOCK_MIN`` bytes):
+    each block of input channels is then read from the L2 by every block of output channels of
+    the tile, where one block per tile read the whole input copy from beyond the L2 once per 8
+    output channels. ``bands``: bands of rows x batch; ``channels``: input channels (an ungrouped conv)."""
+    if blk.mb != 8 or blk.padded or blk.local or blk.band or 4 * channels * blk.cplane <= CONV_CBLOCK_MIN:
+        return blk
+    span = blk.rows * blk.wq
+    for nb in (4, 2):
+        tiles = bands * (blk.blocks // nb)
+        if blk.blocks % nb == 0 and blk.mb * nb * span <= SUB_TILE and tiles >= 2 * k.threads \
+                and _even(tiles, k.threads):
+            return dataclasses.replace(blk, nb=nb)
     return blk
 
 
@@ -452,7 +484,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
     taps = kernel[0] * kernel[1]
     cplane = blk.cplane
     offs = [_tap_offset(blk, st, dil, r_0, r_1) for r_0 in range(kernel[0]) for r_1 in range(kernel[1])]
-    k.line(f"float {arr}[{mb}][{span}] SF_ALIGN64;")
+    k.line(f"float {arr}[{blk.channels}][{span}] SF_ALIGN64;")
     # the taps' offsets, then the floats one channel's pass reads (the AVX2 tile's L1 channel block)
     k.line(f"static const long {off}[{taps + 1}] = {{{', '.join(map(str, offs + [pass_floats(offs)]))}}};")
     # the block's group starts at input channel goff (0 when ungrouped)
@@ -468,7 +500,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
         k.line(f"{fn}({buf}, {src} + {chan}, 1, {geom});")
         src, plane = buf, "0"
     row0 = "" if r0 == "0" or blk.band else f" + {r0}*{blk.wq}"
-    wrow = f" + {mi}*{w[1] * taps * mb}" if mi != "0" else ""
+    wrow = f" + {mi}*{w[1] * taps * blk.channels}" if mi != "0" else ""
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     # a bias in a buffer of its own starts the accumulators (no pass over the tile); not for a
     # block that may be part padding (it would read past the last group's bias)
@@ -476,7 +508,7 @@ def tile_conv_blocked(k, node, n, m0, r0, src, blk: ConvBlocking, wsrc: str, mi:
                and not k.has_tile(bias) and k.graph.index.producer.get(bias) not in k.members)
     bptr = (f"{k.ptr(bias, 'r')} + {m0}" if m0 != "0" else k.ptr(bias, "r")) if in_tile else "0"
     k.use_helper(f"sf_conv_tile{mb}")
-    extra = "" if mb in (1, CM_CHANNELS) else ", " + _epilogue_prefetch(k, node, n, m0, r0)
+    extra = "" if mb in (1, CM_CHANNELS) else f", {_epilogue_prefetch(k, node, n, m0, r0)}, {blk.nb}"
     k.line(f"sf_conv_tile{mb}(&{arr}[0][0], {span}, {src} + {plane}{row0}, {cplane}, {wsrc}{wrow}, "
            f"{w[1]}, {taps}, {off}, {bptr}{extra});")
     if bias is not None and not in_tile:

@@ -197,7 +197,7 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
     view = conv_tiles.conv_input_view(k, node, blk)
     weights = conv_tiles.conv_weight_view(k, node, blk)
     bands = shape[2] // blk.rows
-    nblocks = shape[1] // blk.mg * blk.blocks
+    nblocks = shape[1] // blk.mg * blk.blocks // blk.nb
     flat = flat_band(k, t, shape, blk, deps) and _flat_post(k, post)
 
     def tile_and_epilogue(n, band, mi, src):
@@ -209,10 +209,10 @@ def _emit_conv_blocked(k: Kernel, t: str, node, shape: tuple, blk, body, deps: f
             m0 = k.index(f"({mi} / {blk.blocks})*{blk.mg} + {j}*{blk.mb}")
             valid = k.index(f"sf_min({blk.mb}, {blk.mg} - {j}*{blk.mb})")
         else:
-            m0 = k.index(f"{mi}*{blk.mb}")
+            m0 = k.index(f"{mi}*{blk.channels}")
         r0 = k.index(f"{band}*{blk.rows}") if band != "0" else "0"
         arr = conv_tiles.tile_conv_blocked(k, node, n, m0, r0, src, blk, weights, mi, valid)
-        with k.loops((blk.mb,)) as (a,):
+        with k.loops((blk.channels,)) as (a,):
             if valid:
                 k.line(f"if ({a} >= {valid}) break;")
             m = a if m0 == "0" else k.index(f"{m0} + {a}")
