@@ -1,7 +1,8 @@
 #!/bin/sh
 # Issue 15's runtime checks on another host, one command there: thread scaling of our C against
 # ONNX Runtime with its ceiling (scaling_bound.py), the motifs against the STREAM triad
-# (motifbw.py) and the exported transformers (transformers_speed.py), each result file written to
+# (motifbw.py), GEMM/conv kernels against MLAS (gemm_speed.py) and the exported transformers
+# (transformers_speed.py), each result file written to
 # OUTDIR (the repo's results/ are left alone). For a host with more, unshared cores than the 2-vCPU
 # guest the results so far come from (results/scaling.md: its second vCPU is now and then away).
 #
@@ -12,8 +13,8 @@
 # set (ortools and its protobuf, pydantic) plus ONNX Runtime, at the versions of the development
 # venv (about 58 MiB; leave out onnxruntime to use the host's own, and say so with the results).
 # PY names the Python (default python3); each model and stage has its own time limit (MODEL_S,
-# MOTIFS_S, EXPORTS_S seconds), so a slow host still returns what finished (one scaling section
-# per model).
+# MOTIFS_S, KERNELS_S, EXPORTS_S seconds), so a slow host still returns what finished (one scaling
+# section per model). Five result files: a device call that returns at most 8 files gets them all.
 set -e
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-python3}
@@ -41,7 +42,13 @@ run)
     timeout "${MODEL_S:-60}" "$PY" benchmarks/scaling_bound.py --cases "light:$m" --rounds 11 --out "$OUT/scaling.md" \
       --append || true
   done
-  timeout "${MOTIFS_S:-60}" "$PY" benchmarks/motifbw.py --rounds 21 --title "other host" --out "$OUT/motifbw.md" || true
+  timeout "${MOTIFS_S:-120}" "$PY" benchmarks/motifbw.py --rounds 21 --title "other host" --out "$OUT/motifbw.md" || true
+  # VGG-19's 3x3 conv shapes, a linear layer and a 1x1 conv against MLAS at 1 and 2 threads (on a
+  # 16-core Xeon the 512-channel 28x28 conv ran at 0.4 of MLAS's speed before tiles of several
+  # channel blocks: results/conv.md)
+  timeout "${KERNELS_S:-90}" "$PY" benchmarks/gemm_speed.py --section kernels --threads 1,2 --rounds 5 \
+    --cases conv:64x224x224x64x3x1x1,conv:128x112x112x128x3x1x1,conv:256x56x56x256x3x1x1,conv:512x28x28x512x3x1x1,conv:512x14x14x512x3x1x1,gemm:256x1024x1024,conv:64x56x56x64x1x1x1 \
+    --title "other host: GEMM/conv kernels" --out "$OUT/kernels.md" || true
   timeout "${EXPORTS_S:-180}" "$PY" benchmarks/transformers_speed.py --rounds 7 --out "$OUT/transformers.md" || true
   uptime >>"$OUT/host.txt"
   ;;
