@@ -494,6 +494,7 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("motifs", "Motifs' compute per element: lane sums, GELU, shared-input parts before/after (`benchmarks/motif_ab.py`, `benchmarks/motifbw.py`)"),
           ("export_ab", "The exported models' C before/after an emitter change, interleaved (`benchmarks/export_ab.py`)"),
           ("scaling", "Thread scaling: how much 2 threads can gain on this host, against ours and ORT's (`benchmarks/scaling_bound.py`)"),
+          ("thresholds", "The emitter's beyond-the-L2 thresholds, A/B against lower ones (`benchmarks/threshold_ab.py`)"),
           ("torch", "Inside PyTorch: inductor-real agreement and the solverfuse backend (`benchmarks/torch_bench.py`)"),
           ("fix", "Inside PyTorch after the rule fixes: real Inductor kernels vs our rules (`benchmarks/fix_agreement.py`)"),
           ("tvm", "Inside TVM: tvm-real agreement and TVM built along the plan (`benchmarks/tvm_bench.py`)"),
