@@ -52,7 +52,7 @@ run)
     --cases conv:64x224x224x64x3x1x1,conv:128x112x112x128x3x1x1,conv:256x56x56x256x3x1x1,conv:512x28x28x512x3x1x1,conv:512x14x14x512x3x1x1,gemm:256x1024x1024,conv:64x56x56x64x1x1x1 \
     --title "other host: GEMM/conv kernels" --out "$OUT/kernels.md" || true
   # DenseNet-121's kernels at 1 and 2 threads, one profile after the other in one file (on the
-  # 16-core Xeon its 28x28 dense-block 1x1 convs gained least from the second thread: scaling.md)
+  # 16-core Xeon its 28x28 growth convs (3x3, fused with the Concat) gained least from the second thread: scaling.md)
   { timeout "${PROFILE_S:-40}" "$PY" benchmarks/zoo_profile.py light:densenet121 --threads 1 --rounds 9 --top 40 || true
     timeout "${PROFILE_S:-40}" "$PY" benchmarks/zoo_profile.py light:densenet121 --threads 2 --rounds 9 --top 40 || true
   } >"$OUT/profiles.txt" 2>&1
