@@ -352,8 +352,9 @@ SF_NOINLINE SF_UNUSED static void sf_conv_tail{mb}(float *restrict T, long span,
 {sub}    q = 0;
 {wide}{_chunk_pass(mb, 2, f"for (; q + {CHUNK} <= span; q += {CHUNK})")}    }}
     }}
-    if (q < span) for (long b = 0; b < nb; b++)
-        sf_conv_tail{mb}(T0 + b*{mb}*span, span, q, x, cplane, wp0 + b*C*taps*{mb}, C, taps, off, bias0 ? bias0 + b*{mb} : 0);
+    if (q < span) for (long b = 0; b < nb; b++) {{
+{sub}    sf_conv_tail{mb}(T, span, q, x, cplane, wp, C, taps, off, bias);
+    }}
 """
         return CBLOCK_DEFS + tail_fn + f"""/* Register-blocked conv tile: T[a*span + q] = sum over c < C, t < taps of
    wp[(c*taps + t)*{mb} + a] * x[c*cplane + off[t] + q], q < span; {mb} channels x {CHUNK} positions in
