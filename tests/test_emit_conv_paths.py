@@ -191,7 +191,7 @@ def test_large_input_takes_the_channel_blocked_reduction():
     """The 512- and 1400-channel cases' input copies are over the tile's blocking threshold (so
     the blocked reduction is what the numerics test above checked), the others' are not."""
     from solverfuse.plans import build_plan
-    limit = 4 * 1024 * 1024
+    limit = 2 * 1024 * 1024
     assert f"({limit // (1024 * 1024)}L*1024*1024)" in CBLOCK_DEFS
     for shape, kernel, attrs, marker in CASES:
         g, groups = _graph([(shape, kernel, attrs, marker)])

@@ -2,7 +2,7 @@
 through :func:`~solverfuse.emit.chelpers.helper_text`): the register-blocked conv tiles
 ``sf_conv_tile<mb>`` (position-vectorised, with their masked tails ``sf_conv_tail<mb>``; with
 AVX-512 explicit vector code that prefetches the epilogue's output and residual lines while it
-computes and reduces inputs over 4 MiB in blocks of channels), the channel-vectorised
+computes and reduces inputs over 2 MiB in blocks of channels), the channel-vectorised
 ``sf_conv_tile32`` for small planes (prefetching the next block's weights), the depthwise
 ``sf_conv_tile1``, the conv input copies and the weight pack. Each tile has an AVX2 + FMA form
 in intrinsics (hosts without AVX-512) and a portable one. Builds on
@@ -17,11 +17,16 @@ from .conv_cm import CM_CHANNELS, conv_tile_cm
 from .ctile import CHUNK, acc_lines, register_blocks, v8_block
 
 
-#: Input-channel blocking of the position-vectorised tile (AVX-512): inputs over 4 MiB (VGG-19's
+#: Input-channel blocking of the position-vectorised tile (AVX-512): inputs over 2 MiB (VGG-19's
 #: 512-channel 28x28 planes: 5.2 MB, every chunk of 32 positions read ~600 KB of it from the
 #: L3) are reduced in blocks of channels whose copy is 512 KiB, so the chunks reuse it from the
 #: L2. Standalone, paired: 512ch 28x28 3x3 0.89-0.96 of the time, 256ch 56x56 1.00-1.05; with a
-#: 1 MiB threshold the 64/128-channel planes of ResNet-50 were 2-3% slower. The AVX2 form blocks
+#: 1 MiB threshold the 64/128-channel planes of ResNet-50 were 2-3% slower. 2 MiB, not the 4 MiB
+#: measured on Zen 4 first: a 16-core Xeon (2 MiB L2, a mesh L3) ran VGG-19's 256-channel 56x56
+#: conv (a 3.4 MB copy) at 155 / 311 GFLOP/s (1 / 2 threads) with it against 133 / 231 with 4 MiB
+#: (MLAS 168 / 325), the 512-channel 28x28 one 131 / 228 against 130 / 196; on the Zen 4 guest
+#: the kernel cases were unchanged and VGG-19, ResNet-50 and DenseNet-121 0.98-1.03 of their
+#: time (benchmarks/results/thresholds.md). The AVX2 form blocks
 #: for the L1 instead (``sf_conv_cblock_l1``): a pass of 24 positions over all the channels read
 #: more input lines than the L1 holds (a 3x3 conv on 28x28 column copies: 64 channels x 9 taps'
 #: windows, ~72 KB), so each pass refetched from the L2 what the pass before had read. Blocks of
@@ -31,7 +36,7 @@ from .ctile import CHUNK, acc_lines, register_blocks, v8_block
 #: 3x3 64 channels on 56x56 0.90-0.92, 1x1 256 channels on 28x28 0.90-0.93, 1x1 64 channels on
 #: 56x56 0.95-0.99; budgets of 12 and 16 KB were as good or up to 3% slower. VGG-19's 512-channel
 #: 28x28 3x3 conv, which had been blocked for the L2 (inputs over 1 MiB in 256 KiB blocks): 0.95-1.05.
-CONV_CBLOCK, CONV_CBLOCK_MIN = 512 * 1024, 4 * 1024 * 1024
+CONV_CBLOCK, CONV_CBLOCK_MIN = 512 * 1024, 2 * 1024 * 1024
 CBLOCK_DEFS = f"""#if !defined(SF_CONV_CBLOCK)
 #define SF_CONV_CBLOCK ({CONV_CBLOCK // 1024}L*1024)
 #define SF_CONV_CBLOCK_MIN ({CONV_CBLOCK_MIN // 2**20}L*1024*1024)
