@@ -56,7 +56,8 @@ run)
   { timeout "${PROFILE_S:-40}" "$PY" benchmarks/zoo_profile.py light:densenet121 --threads 1 --rounds 9 --top 40 || true
     timeout "${PROFILE_S:-40}" "$PY" benchmarks/zoo_profile.py light:densenet121 --threads 2 --rounds 9 --top 40 || true
   } >"$OUT/profiles.txt" 2>&1
-  # the 4 MiB beyond-the-L2 thresholds against 2 and 1 MiB (threshold_ab.py: for a host whose L3 is slow)
+  # the beyond-the-L2 thresholds (SLAB_MIN 4 MiB, CONV_CBLOCK_MIN 2 MiB) both at 4, 2 and 1 MiB
+  # (threshold_ab.py: for a host whose L3 is slow)
   timeout "${THRESH_S:-150}" "$PY" benchmarks/threshold_ab.py --rounds 5 --out "$OUT/thresholds.md" || true
   timeout "${EXPORTS_S:-180}" "$PY" benchmarks/transformers_speed.py --rounds 7 --out "$OUT/transformers.md" || true
   uptime >>"$OUT/host.txt"

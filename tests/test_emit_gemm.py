@@ -33,21 +33,35 @@ def test_blocked_gemm_with_epilogue(m, k, n, attrs, cshape, cache):
     assert "sf_mm_tile" in render(plan, g)["model.c"]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, cache):
+@pytest.mark.parametrize("threads,build", [(1, "host"), (2, "host"), (1, "sanitize"), pytest.param(
+    2, "avx2", marks=pytest.mark.skipif(not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code"))])
+def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, build, cache, tmp_path):
     """A Gemm whose B (1100 x 1000 floats, 4.5 MB) is over gemm_tiles.SLAB_MIN: the loop runs
     over (slab of columns, block of rows) -- each block computes the slab's columns of its tile
     and the epilogue over them -- with 37 rows (5 blocks of 8, the last partial: enough blocks
-    that 2 threads share whole blocks, not a block's columns), against ONNX Runtime."""
+    that 2 threads share whole blocks, not a block's columns); A packed once before the loop
+    (sf_pack_a, the last block's 3 rows past M zero) and the tiles reading it (sf_mm_ptile8) --
+    against ONNX Runtime, in the host's build, under the sanitizers and in the AVX2 one."""
+    import stat
     from solverfuse.emit.gemm_tiles import SLAB_MIN
+    cc = None
+    if build == "avx2":
+        cc = tmp_path / "cc"
+        cc.write_text('#!/bin/sh\nexec cc "$@" -mno-avx512f\n')
+        cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+        cc = str(cc)
     m, k, n = 37, 1100, 1000
     assert k * 1024 * 4 > SLAB_MIN
     t = {"a": [m, k], "b": const((n, k)), "c": const((n,))}
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], {"transB": 1}), ("r", "Relu", ["h"], ["y"])])
-    plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
+    plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads,
+                       sanitize=build == "sanitize", cc=cc)
     src = render(plan, g, threads=threads)["model.c"]
     # the flat loop's block is its index modulo the 5 blocks, its slab the quotient
     assert re.search(r"const long SF_UNUSED \w+ = \w+ % 5;", src) and re.search(r"= \w+ / 5;", src), src[-3000:]
+    body = src[src.index("static int k0("):]
+    assert re.search(r"sf_pack_a\(\w+, \w+, 1100, 37, 1100, 8, ", body), body[:2000]
+    assert "sf_mm_ptile8(&T" in body and "sf_mm_tile8(" not in body, body[:2000]
 
 
 @pytest.mark.parametrize("build", ["host", "sanitize", pytest.param("avx2", marks=pytest.mark.skipif(

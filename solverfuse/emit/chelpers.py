@@ -80,41 +80,23 @@ SF_NOINLINE SF_NOCLONE SF_UNUSED static void sf_mm_tile1(float *restrict T, long
     }}
 }}
 """
+    if name.startswith("sf_mm_ptile"):
+        mb = int(name[len("sf_mm_ptile"):])
+        assert 2 <= mb <= 8, mb
+        return f"""/* Register-blocked matmul tile on a packed A: as sf_mm_tile{mb}, with the block's rows of A already
+   transposed as [K][{mb}] at pa (sf_pack_a, once per kernel: a B read in column slabs makes every
+   block of rows compute once per slab, and each sf_mm_tile{mb} call transposed its A block again),
+   the whole reduction in one pass. */
+SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float *restrict pa, long K,
+    const float *restrict b, long q0, long q1)
+{{
+    const float (*const ap)[{mb}] = (const float (*)[{mb}])pa;
+    const long k0 = 0, kn = K;
+    for (int i = 0; i < {mb}; i++) for (long j = q0; j < q1; j++) T[i*n2 + j] = 0;
+{_mm_blocks(mb)}}}
+"""
     if name.startswith("sf_mm_tile"):
         mb = int(name[len("sf_mm_tile"):])
-
-        def mm_body(rows, cols):
-            return f"""        for (long q = q0; q < q1; q += {CHUNK})
-            for (int i0 = 0; i0 < {mb}; i0 += {rows})
-                for (int e0 = 0; e0 < {CHUNK}; e0 += {cols}) {{
-            float acc[{rows}][{cols}];
-            for (int i = 0; i < {rows}; i++) for (int e = 0; e < {cols}; e++) acc[i][e] = 0;
-            for (long r = 0; r < kn; r++) {{
-                const float *restrict xt = b + q*K + (k0 + r)*{CHUNK} + e0;
-                const float *restrict ar = ap[r] + i0;
-{acc_lines(rows, "ar[{i}]", cols)}
-            }}
-            for (int i = 0; i < {rows}; i++) for (int e = 0; e < {cols}; e++) T[(i0 + i)*n2 + q + e0 + e] += acc[i][e];
-                }}
-"""
-        def mm_avx2(rows):
-            decl, fma = v8_block(rows, "ar + {i}", "xt", "                ")
-            store = "\n".join(
-                f"                {{ float *p = T + (i0 + {i})*n2 + q + e0; "
-                f"_mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c{i}_0)); "
-                f"_mm256_storeu_ps(p + 8, _mm256_add_ps(_mm256_loadu_ps(p + 8), c{i}_1)); }}" for i in range(rows))
-            return f"""        for (long q = q0; q < q1; q += {CHUNK})
-            for (int i0 = 0; i0 < {mb}; i0 += {rows})
-                for (int e0 = 0; e0 < {CHUNK}; e0 += 16) {{
-{decl}
-                for (long r = 0; r < kn; r++) {{
-                    const float *restrict xt = b + q*K + (k0 + r)*{CHUNK} + e0;
-                    const float *restrict ar = {"&a4[i0 / 4][r][0]" if mb > 8 else "ap[r] + i0"};
-{fma}
-                }}
-{store}
-                }}
-"""
         scalar = f"for (; r < kn; r++) for (int i = 0; i < {mb}; i++) ap[r][i] = i < mr ? a[i*lda + k0 + r] : 0.0f;\n"
         if mb == 8:
             # AVX2, 8 rows: the A block's transpose in 8x8 blocks of vectors (the element loop took a
@@ -147,7 +129,7 @@ SF_NOINLINE SF_UNUSED static void {name}(float *restrict T, long n2, const float
 {a4}    for (int i = 0; i < {mb}; i++) for (long j = q0; j < q1; j++) T[i*n2 + j] = 0;
     for (long k0 = 0; k0 < K; k0 += 256) {{
         const long kn = K - k0 < 256 ? K - k0 : 256;
-{fill}{register_blocks(mb, mm_body, mm_avx2)}    }}
+{fill}{_mm_blocks(mb)}    }}
 }}
 """
     return {
@@ -275,6 +257,21 @@ __attribute__((always_inline)) SF_UNUSED static inline void sf_pool2d(float *res
     }
 }
 """,
+        "sf_pack_a": """/* The rows of a MatMul/Gemm A (M x K, row pitch lda) packed for sf_mm_ptile<mb>: block j of mb
+   rows as [K][mb] at dst + j*K*mb, the rows from M on zero; blocks j0 .. j0 + nj - 1 (one
+   thread's share). */
+SF_NOINLINE SF_UNUSED static void sf_pack_a(float *restrict dst, const float *restrict a, long lda, long M, long K,
+    long mb, long j0, long nj)
+{
+    for (long j = j0; j < j0 + nj; j++)
+        for (long i = 0; i < mb; i++) {
+            float *restrict d = dst + j*K*mb + i;
+            const long row = j*mb + i;
+            if (row < M) for (long r = 0; r < K; r++) d[r*mb] = a[row*lda + r];
+            else for (long r = 0; r < K; r++) d[r*mb] = 0.0f;
+        }
+}
+""",
         "sf_pack_b": """/* MatMul/Gemm B ([nb][K][N], or [N][K] when trans) packed in panels of P columns:
    dst[b][p][r][e] = B[b][r][p*P + e], zero past N (P = N2: row-major, zero-padded). */
 SF_NOINLINE SF_UNUSED static void sf_pack_b(float *restrict dst, const float *restrict src, long nb, long K, long N,
@@ -290,3 +287,43 @@ SF_NOINLINE SF_UNUSED static void sf_pack_b(float *restrict dst, const float *re
 }
 """,
     }[name]
+
+
+def _mm_blocks(mb: int) -> str:
+    """The register-blocked loop nest of the matmul tiles ``sf_mm_tile<mb>`` and
+    ``sf_mm_ptile<mb>``: over the chunks of columns q0..q1 and the blocks of rows, the reduction
+    over ``kn`` rows of B from ``k0``, the A block read from ``ap[r]`` (``[K][mb]``; mb > 8: the
+    AVX2 form reads ``a4``), the sums added into T."""
+    def mm_body(rows, cols):
+        return f"""        for (long q = q0; q < q1; q += {CHUNK})
+            for (int i0 = 0; i0 < {mb}; i0 += {rows})
+                for (int e0 = 0; e0 < {CHUNK}; e0 += {cols}) {{
+            float acc[{rows}][{cols}];
+            for (int i = 0; i < {rows}; i++) for (int e = 0; e < {cols}; e++) acc[i][e] = 0;
+            for (long r = 0; r < kn; r++) {{
+                const float *restrict xt = b + q*K + (k0 + r)*{CHUNK} + e0;
+                const float *restrict ar = ap[r] + i0;
+{acc_lines(rows, "ar[{i}]", cols)}
+            }}
+            for (int i = 0; i < {rows}; i++) for (int e = 0; e < {cols}; e++) T[(i0 + i)*n2 + q + e0 + e] += acc[i][e];
+                }}
+"""
+    def mm_avx2(rows):
+        decl, fma = v8_block(rows, "ar + {i}", "xt", "                ")
+        store = "\n".join(
+            f"                {{ float *p = T + (i0 + {i})*n2 + q + e0; "
+            f"_mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c{i}_0)); "
+            f"_mm256_storeu_ps(p + 8, _mm256_add_ps(_mm256_loadu_ps(p + 8), c{i}_1)); }}" for i in range(rows))
+        return f"""        for (long q = q0; q < q1; q += {CHUNK})
+            for (int i0 = 0; i0 < {mb}; i0 += {rows})
+                for (int e0 = 0; e0 < {CHUNK}; e0 += 16) {{
+{decl}
+                for (long r = 0; r < kn; r++) {{
+                    const float *restrict xt = b + q*K + (k0 + r)*{CHUNK} + e0;
+                    const float *restrict ar = {"&a4[i0 / 4][r][0]" if mb > 8 else "ap[r] + i0"};
+{fma}
+                }}
+{store}
+                }}
+"""
+    return register_blocks(mb, mm_body, mm_avx2)

@@ -24,6 +24,7 @@ from .cexpr import linear as _linear, lit as _lit
 from .conv_cm import CM_CHANNELS, CM_POSITIONS
 from .conv_helpers import CONV_CBLOCK_MIN
 from .ctile import CHUNK
+from .sharing import thread_runs
 from .tiles import MAX_TILE, round_up, tile_done, tile_open, window_geometry
 
 def _conv_geometry(k, node):
@@ -418,42 +419,23 @@ def _copy_fn(k, x, blk: ConvBlocking, p0, pb, dil) -> tuple:
 
 def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil, fill: str = "") -> None:
     """``sf_conv_copy`` (or ``sf_conv_copy_cols``) of all N*C planes, and the C statement ``fill``
-    (zeroing the slack after them), over the threads as :func:`_plane_runs`."""
+    (zeroing the slack after them), over the threads as :func:`~solverfuse.emit.sharing.thread_runs`."""
     fn, geom = _copy_fn(k, x, blk, pb[0], pb, dil)
-    _plane_runs(k, x[0] * x[1], lambda c, n: f"{fn}({_at(dst, c, blk.cplane)}, {_at(src, c, x[2] * x[3])}, {n}, {geom});",
+    thread_runs(k, x[0] * x[1], lambda c, n: f"{fn}({_at(dst, c, blk.cplane)}, {_at(src, c, x[2] * x[3])}, {n}, {geom});",
                 fill)
 
 
 def _copy_sub_call(k, dst: str, src: str, x, out, st) -> None:
-    """``sf_conv_copy_sub`` of all N*C planes, over the threads as :func:`_plane_runs`."""
+    """``sf_conv_copy_sub`` of all N*C planes, over the threads as :func:`~solverfuse.emit.sharing.thread_runs`."""
     geom = f"{x[2]}, {x[3]}, {st[0]}, {st[1]}, {out[2]}, {out[3]}"
     k.use_helper("sf_conv_copy_sub")
     plane = out[2] * out[3]
-    _plane_runs(k, x[0] * x[1],
+    thread_runs(k, x[0] * x[1],
                 lambda c, n: f"sf_conv_copy_sub({_at(dst, c, plane)}, {_at(src, c, x[2] * x[3])}, {n}, {geom});")
 
 
 def _at(ptr: str, c: str, stride: int) -> str:
     return ptr if c == "0" else f"{ptr} + {c}*{stride}"
-
-
-def _plane_runs(k, nc: int, call, fill: str = "") -> None:
-    """The C call ``call(first plane, count)`` over all ``nc`` planes, then the statement ``fill``:
-    with threads, each thread copies a contiguous run of planes (a serial copy took 10-20% of a
-    3x3 conv's time at 2 threads on 13x13 planes) and the first run's thread also fills: one
-    parallel loop, one barrier after it in the run's team."""
-    if k.threads == 1 or nc < k.threads:
-        if fill:
-            k.line(fill)
-        k.line(call("0", str(nc)))
-        return
-    step = -(-nc // k.threads)
-    c = k.fresh("c")
-    k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
-    with k.block(f"for (long {c} = 0; {c} < {nc}; {c} += {step})"):
-        k.line(call(c, f"sf_min({step}, {nc} - {c})"))
-        if fill:
-            k.line(f"if ({c} == 0) {fill}")
 
 
 def conv_weight_view(k, node, blk: ConvBlocking) -> str:

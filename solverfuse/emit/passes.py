@@ -329,10 +329,13 @@ def _matmul_column_shares(k: Kernel, t: str, node, shape: tuple, mb: int, body, 
     (:func:`~solverfuse.emit.gemm_tiles.column_share`): one loop over (block, share of ``share``
     columns); each iteration computes its columns of the tile and runs the epilogue over them.
     ``slab_major``: the loop runs over (share, block) instead, so that every block of rows reads
-    a share's columns of B (a slab, :func:`~solverfuse.emit.gemm_tiles.slab_columns`) in turn."""
+    a share's columns of B (a slab, :func:`~solverfuse.emit.gemm_tiles.slab_columns`) in turn,
+    A packed once before it (:func:`~solverfuse.emit.gemm_tiles.pack_a`) rather than transposed
+    by every tile."""
     n, m = shape[-1], shape[-2]
     shares, blocks = -(-n // share), -(-m // mb)
     batch = tuple("0" for _ in shape[:-2])
+    packed = gemm_tiles.pack_a(k, node, mb) if slab_major and mb > 1 else None
     with k.loops((blocks * shares,), parallel=True, dynamic=DYNAMIC_TILES) as (it,):
         if it == "0":
             mi, s = "0", "0"
@@ -344,7 +347,7 @@ def _matmul_column_shares(k: Kernel, t: str, node, shape: tuple, mb: int, body, 
         rows = k.index(f"sf_min({mb}, {m} - {i0})") if m % mb else None
         q0 = k.index(f"{s}*{share}") if s != "0" else "0"
         q1 = k.index(f"sf_min({q0} + {share}, {round_up(n, CHUNK)})")
-        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb, (q0, q1), rows)
+        arr = gemm_tiles.tile_matmul_blocked(k, node, batch, i0, bsrc, mb, (q0, q1), rows, packed=packed)
         hi = k.index(f"sf_min({q1}, {n})")
 
         def row(i):
