@@ -1,12 +1,12 @@
 #!/bin/sh
 # Issue 15's runtime checks on another host, one command there: thread scaling of our C against
 # ONNX Runtime with its ceiling (scaling_bound.py), the motifs against the STREAM triad
-# (motifbw.py), GEMM/conv kernels against MLAS (gemm_speed.py) and with lower beyond-the-L2
-# thresholds (threshold_ab.py), DenseNet-121's per-kernel profile at 1 and 2 threads (zoo_profile.py)
-# and the exported transformers
-# (transformers_speed.py), each result file written to
-# OUTDIR (the repo's results/ are left alone). For a host with more, unshared cores than the 2-vCPU
-# guest the results so far come from (results/scaling.md: its second vCPU is now and then away).
+# (motifbw.py), GEMM/conv kernels against MLAS (gemm_speed.py), the matmul tile alone from the L1
+# to memory (mm_tile_probe.py), the beyond-the-L2 thresholds A/B (threshold_ab.py), DenseNet-121's
+# per-kernel profile at 1 and 2 threads (zoo_profile.py) and the exported transformers
+# (transformers_speed.py), each result file written to OUTDIR (the repo's results/ are left
+# alone). For a host with more, unshared cores than the 2-vCPU guest the results so far come from
+# (results/scaling.md: its second vCPU is now and then away).
 #
 #   sh benchmarks/other_host.sh wheels DIR          # here: the Python dependencies as wheels
 #   sh benchmarks/other_host.sh run OUTDIR [DIR]    # there: install DIR's wheels (if given), run
@@ -15,7 +15,7 @@
 # set (ortools and its protobuf, pydantic) plus ONNX Runtime, at the versions of the development
 # venv (about 58 MiB; leave out onnxruntime to use the host's own, and say so with the results).
 # PY names the Python (default python3); each model and stage has its own time limit (MODEL_S,
-# MOTIFS_S, KERNELS_S, PROFILE_S, THRESH_S, EXPORTS_S seconds), so a slow host still returns what
+# MOTIFS_S, KERNELS_S, PROBE_S, PROFILE_S, THRESH_S, EXPORTS_S seconds), so a slow host still returns what
 # finished (one scaling section per model). Seven result files: a device call returns at most 8.
 set -e
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,8 +49,11 @@ run)
   # 16-core Xeon the 512-channel 28x28 conv ran at 0.4 of MLAS's speed before tiles of several
   # channel blocks: results/conv.md)
   timeout "${KERNELS_S:-90}" "$PY" benchmarks/gemm_speed.py --section kernels --threads 1,2 --rounds 5 \
-    --cases conv:64x224x224x64x3x1x1,conv:128x112x112x128x3x1x1,conv:256x56x56x256x3x1x1,conv:512x28x28x512x3x1x1,conv:512x14x14x512x3x1x1,gemm:256x1024x1024,conv:64x56x56x64x1x1x1 \
+    --cases conv:64x224x224x64x3x1x1,conv:128x112x112x128x3x1x1,conv:256x56x56x256x3x1x1,conv:512x28x28x512x3x1x1,conv:512x14x14x512x3x1x1,gemm:256x1024x1024,gemm:128x3072x8192,conv:64x56x56x64x1x1x1 \
     --title "other host: GEMM/conv kernels" --out "$OUT/kernels.md" || true
+  # the matmul tile alone with B from the L1 to memory (on the Xeon the GEMM ran at half of MLAS:
+  # core or memory levels?), in the same file
+  timeout "${PROBE_S:-40}" "$PY" benchmarks/mm_tile_probe.py --rounds 5 --out "$OUT/kernels.md" --append || true
   # DenseNet-121's kernels at 1 and 2 threads, one profile after the other in one file (on the
   # 16-core Xeon its 28x28 growth convs (3x3, fused with the Concat) gained least from the second thread: scaling.md)
   { timeout "${PROFILE_S:-40}" "$PY" benchmarks/zoo_profile.py light:densenet121 --threads 1 --rounds 9 --top 40 || true

@@ -1,0 +1,156 @@
+"""The matmul tile alone in a C harness, at operand sizes from the L1 to memory: GFLOP/s of
+``sf_mm_tile8`` (the tile as a GEMM whose B fits whole calls it: its block of A transposed per
+call) and ``sf_mm_ptile8`` (A packed once: a B read in column slabs), one block of 8 rows, the C
+text exactly as the emitter renders it (:func:`solverfuse.emit.chelpers.helper_text`).
+
+Why: on a 16-core Xeon the GEMM ran at half of MLAS's speed (``results/conv.md``, twenty-seventh
+session) with its inner loop 16 zmm FMAs per 10 loads, and B in L2-sized slabs was no faster than
+B from the L3. This probe separates the two suspects on such a host: a tile slow with everything
+in the L1 is the core's execution of the loop; one slow only once B leaves the L1 or L2 is the
+memory levels. Each size is timed by repeated calls over the same operands (B packed in panels of
+32 columns, as the emitter packs weights), best of ``--rounds`` runs of at least 50 ms each;
+both tiles' sums are checked against a plain dot product first.
+
+    PYTHONPATH=. python benchmarks/mm_tile_probe.py [--rounds 5] [--sizes KxN,...] [--cc cc] [--out F] [--append]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import machine  # noqa: E402  (benchmarks/machine.py)
+from report import write_results  # noqa: E402  (benchmarks/report.py)
+
+from solverfuse.emit.build import BASE_FLAGS  # noqa: E402
+from solverfuse.emit.chelpers import helper_text  # noqa: E402
+from solverfuse.emit.ctext import PRELUDE, header  # noqa: E402
+
+#: (K, N) of B: 8 KB (L1), 128 KB, 512 KB (L2), 2 MB, 4 MB (a 1024 x 1024 linear layer), 64 MB.
+SIZES = [(64, 32), (512, 64), (1024, 128), (1024, 512), (1024, 1024), (4096, 4096)]
+
+MAIN = r"""
+#include <stdio.h>
+static double sf_probe_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* argv: K N rounds. Prints: K N tile_gflops ptile_gflops error (the largest error of either tile's
+   sums against a plain dot product, relative to the sum of the products' magnitudes) */
+int main(int argc, char **argv)
+{
+    if (argc < 4) return 64;
+    const long K = atol(argv[1]), N = atol(argv[2]);
+    const int rounds = atoi(argv[3]);
+    float *a = aligned_alloc(64, sizeof(float) * 8 * K), *pa = aligned_alloc(64, sizeof(float) * 8 * K);
+    float *b = aligned_alloc(64, sizeof(float) * K * N), *T = aligned_alloc(64, sizeof(float) * 8 * N);
+    if (!a || !pa || !b || !T) return 65;
+    for (long i = 0; i < 8 * K; i++) a[i] = (float)((i * 7) % 13) / 13.0f;
+    for (long r = 0; r < K; r++) for (long i = 0; i < 8; i++) pa[r * 8 + i] = a[i * K + r];
+    for (long i = 0; i < K * N; i++) b[i] = (float)((i * 5) % 11) / 11.0f;
+    const double flops = 2.0 * 8 * K * N;
+    double best[2] = {0, 0};
+    for (int rd = 0; rd < rounds; rd++)
+        for (int which = 0; which < 2; which++) {
+            long calls = 0;
+            const double t0 = sf_probe_now();
+            double t1 = t0;
+            do {
+                for (int c = 0; c < 4; c++)
+                    if (which) sf_mm_ptile8(T, N, pa, K, b, 0, N);
+                    else sf_mm_tile8(T, N, a, K, K, b, 0, N, 8);
+                calls += 4;
+                t1 = sf_probe_now();
+            } while (t1 - t0 < 0.05);
+            const double g = flops * calls / (t1 - t0) / 1e9;
+            if (g > best[which]) best[which] = g;
+        }
+    /* both tiles against a plain dot product (B packed: B[r][j] at b[(j/32)*32*K + r*32 + j%32]) */
+    float *T2 = aligned_alloc(64, sizeof(float) * 8 * N);
+    if (!T2) return 65;
+    sf_mm_tile8(T, N, a, K, K, b, 0, N, 8);
+    sf_mm_ptile8(T2, N, pa, K, b, 0, N);
+    double err = 0;
+    for (long i = 0; i < 8; i++)
+        for (long j = 0; j < N; j++) {
+            double ref = 0, mag = 0;
+            for (long r = 0; r < K; r++) {
+                const double p = (double)a[i * K + r] * b[(j / 32) * 32 * K + r * 32 + j % 32];
+                ref += p;
+                mag += p < 0 ? -p : p;
+            }
+            const double e1 = (T[i * N + j] - ref) / (mag + 1e-30), e2 = (T2[i * N + j] - ref) / (mag + 1e-30);
+            if (e1 > err || -e1 > err) err = e1 < 0 ? -e1 : e1;
+            if (e2 > err || -e2 > err) err = e2 < 0 ? -e2 : e2;
+        }
+    printf("%ld %ld %.2f %.2f %.3g\n", K, N, best[0], best[1], err);
+    return 0;
+}
+"""
+
+
+def build_probe(cc: str, tmp: str) -> str:
+    """Compile the harness (the emitter's prelude and tile helpers, then ``MAIN``); its path."""
+    src = PRELUDE + "\n" + helper_text("sf_mm_tile8") + helper_text("sf_mm_ptile8") + MAIN
+    Path(tmp, "model.h").write_text(header(1, 1, False))
+    Path(tmp, "probe.c").write_text(src)
+    flags = [f for f in BASE_FLAGS if f not in ("-fPIC", "-Wall", "-Wextra")]
+    subprocess.run([cc, *flags, "-march=native", "-o", "probe", "probe.c", "-lm"], cwd=tmp, check=True)
+    return str(Path(tmp, "probe"))
+
+
+def run_probe(exe: str, k: int, n: int, rounds: int) -> tuple[float, float, float]:
+    """(sf_mm_tile8 GFLOP/s, sf_mm_ptile8 GFLOP/s, their largest relative error) at B = k x n."""
+    out = subprocess.run([exe, str(k), str(n), str(rounds)], capture_output=True, text=True, check=True)
+    _, _, tile, ptile, err = out.stdout.split()
+    return float(tile), float(ptile), float(err)
+
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    return [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cc", default=os.environ.get("CC", "cc"))
+    ap.add_argument("--out", default=str(HERE / "results" / "gemm.md"))
+    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--sizes", type=_sizes, default=SIZES, help="KxN,... (default: L1 to memory)")
+    args = ap.parse_args(argv)
+    load0, start = os.getloadavg()[0], time.time()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build_probe(args.cc, tmp)
+        for k, n in args.sizes:
+            tile, ptile, err = run_probe(exe, k, n, args.rounds)
+            if err > 1e-5:
+                raise SystemExit(f"the tiles' sums are off by {err:.3g} (relative) at K={k}, N={n}")
+            rows.append(f"| {k} x {n} | {4 * k * n / 1024:.0f} KiB | {tile:.1f} | {ptile:.1f} |")
+            print(rows[-1], flush=True)
+    host = machine.describe()
+    lines = [f"# The matmul tile alone, B from the L1 to memory ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
+             f"Written by `benchmarks/mm_tile_probe.py`: one block of 8 rows, repeated calls on the same operands, "
+             f"best of {args.rounds} runs of at least 50 ms; `sf_mm_tile8` transposes its block of A per call, "
+             f"`sf_mm_ptile8` reads it packed. Load {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+             f"run time {time.time() - start:.0f} s.", "",
+             f"Machine: {json.dumps(host)}", "",
+             "| B (K x N) | B bytes | sf_mm_tile8 GFLOP/s | sf_mm_ptile8 GFLOP/s |", "|---|---|---|---|", *rows]
+    write_results(args.out, lines, append=args.append)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
