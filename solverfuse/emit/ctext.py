@@ -17,9 +17,10 @@ PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
 /* Auto-vectorised loops in 512-bit vectors wherever the target has them: GCC's tuning for Intel
    server cores (-march=native on a Sapphire Rapids class Xeon) prefers 256-bit ones, and there the
-   matmul tile's 8 x 32 accumulators became 32 ymm multiply-adds at half the rate of 16 zmm ones:
-   a 256 x 1024 x 1024 GEMM at 68-80 GFLOP/s against MLAS's 119-161 on one core (results/conv.md).
-   The explicit AVX-512 tiles are 512-bit either way; on AMD Zen 4 GCC already uses zmm. */
+   matmul tile's 8 x 32 accumulators became 32 ymm multiply-adds, half the work per instruction
+   of 16 zmm ones: with this, a 256 x 1024 x 1024 GEMM took 0.82-0.85 of the time on one core of
+   a 16-core Xeon (still about half of MLAS's speed there: results/conv.md). The explicit AVX-512
+   tiles are 512-bit either way; on AMD Zen 4 GCC already uses zmm (the code is the same). */
 #pragma GCC target("prefer-vector-width=512")
 #endif
 #include <stdint.h>
