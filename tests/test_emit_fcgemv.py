@@ -26,7 +26,7 @@ def cache(tmp_path_factory):
 def _shared_columns(src: str) -> bool:
     """The kernel's parallel loop hands out shares of a row's columns (the tile's column range)."""
     shares = re.search(r"sf_mm_tile1\(&\w+\[0\]\[0\], t\d+, t\d+,", src) \
-        or re.search(r"sf_mm_tile\d\(&\w+\[0\]\[0\], .*, t\d+, t\d+, \w+\);", src)
+        or re.search(r"sf_mm_p?tile\d\(&\w+\[0\]\[0\], .*, t\d+, t\d+(, \w+)?\);", src)
     # a loop of its own region, or an orphaned loop of the run's one region (emit/team.py)
     return bool(shares) and re.search(r"#pragma omp (parallel )?for schedule\(guided\)", src) is not None
 
@@ -45,7 +45,11 @@ def test_fc_gemv_vs_onnxruntime(threads, m, k, n, attrs, cshape, cache):
     g = graph(t, ["a"], ["y"], [("g", "Gemm", ["a", "b", "c"], ["h"], attrs), ("r", "Relu", ["h"], ["y"])])
     plan, _, _ = check(g, [["g", "r"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
     src = render(plan, g, threads=threads)["model.c"]
-    assert f"sf_mm_tile{min(m, 2)}(" in src  # M = 3: blocks of 2 rows, the last one stops at row 3
+    # M = 3: blocks of 2 rows, the last one stops at row 3; where the threads share a block's
+    # columns, A is packed once (sf_pack_a) and the tiles read it (sf_mm_ptile)
+    packed = threads == 2 and m > 1
+    assert f"sf_mm_{'p' if packed else ''}tile{min(m, 2)}(" in src
+    assert ("sf_pack_a(" in src) == packed
     assert _shared_columns(src) == (threads == 2)
 
 
@@ -60,7 +64,8 @@ def test_fc_gemv_softmax_row(threads, m, cache):
                                 ("s", "Softmax", ["h"], ["y"], {"axis": 1})])
     plan, _, _ = check(g, [["g", "s"]], cache, rtol=1e-4, atol=1e-6, engine="onnxruntime", threads=threads)
     src = render(plan, g, threads=threads)["model.c"]
-    assert f"sf_mm_tile{m}(" in src
+    packed = threads == 2 and m > 1  # A packed once for the shares of its columns
+    assert f"sf_mm_{'p' if packed else ''}tile{m}(" in src and ("sf_pack_a(" in src) == packed
     assert _shared_columns(src) == (threads == 2)
     if threads == 2:  # one region per run: the kernel is the team's, its loop an orphaned omp for
         assert src.count("#pragma omp parallel") == 1 and "#pragma omp for schedule(guided) nowait" in src

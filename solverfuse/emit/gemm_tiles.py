@@ -258,9 +258,10 @@ def pack_a(k, node, mb: int) -> str:
     """A MatMul/Gemm's A ([M, K], no batch: a flat output) packed once per run into kernel-local
     scratch as the blocks of ``mb`` rows ``sf_mm_ptile<mb>`` reads (``[K][mb]`` each, the rows
     past M zero), the threads packing one contiguous run of blocks each; its C name. For a B read
-    in column slabs (:func:`slab_columns`): every block of rows then computes once per slab, and
-    each ``sf_mm_tile<mb>`` call transposed its block of A again -- on a Zen 4 core, 256 x 4096 x
-    4096 in slabs of one 32-column panel: 85 GFLOP/s, 105 with that transposition taken out."""
+    in column slabs (:func:`slab_columns`) or rows whose columns the threads share
+    (:func:`column_share`): every block of rows then computes once per slab or share, and each
+    ``sf_mm_tile<mb>`` call transposed its block of A again -- on a Zen 4 core, 256 x 4096 x 4096
+    in slabs of one 32-column panel: 85 GFLOP/s, 105 with that transposition taken out."""
     a = k.shape(node.inputs[0])
     m, kk = a[-2], a[-1]
     blocks = -(-m // mb)

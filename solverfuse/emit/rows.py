@@ -205,7 +205,8 @@ def _tile_by_column_shares(k: Kernel, anchor, shape: tuple, mb: int, bsrc: str, 
     """The MatMul/Gemm anchor's whole output when it is one block of ``mb`` rows (a linear layer at
     batch 1 before a Softmax: every CNN classifier's) into one tile, the threads sharing its
     columns (:func:`~solverfuse.emit.gemm_tiles.column_share`: each share a contiguous stream of
-    packed B, its bias added there); its name. The row statistics and outputs then run on one
+    packed B, its bias added there; A packed once, :func:`~solverfuse.emit.gemm_tiles.pack_a`,
+    where the block has several rows); its name. The row statistics and outputs then run on one
     thread over the hot tile. As one block of the row loop the kernel ran on one thread: ResNet-50's
     and AlexNet's last kernels (8 and 16 MB of weights, memory-bound) took as long at 2 threads as
     at 1."""
@@ -214,11 +215,12 @@ def _tile_by_column_shares(k: Kernel, anchor, shape: tuple, mb: int, bsrc: str, 
     # an arena slot, not a stack array: in the run's thread team (emit.team) every thread writes
     # its columns into it and thread 0 reads them all
     k.line(f"float (*const {arr})[{n2}] = (float (*)[{n2}]){k.alloc('float', mb * n2, 'the shared tile')};")
+    packed = gemm_tiles.pack_a(k, anchor, mb) if mb > 1 else None
     with k.loops((-(-n2 // share),), parallel=True, dynamic=True) as (s,):
         q0 = k.index(f"{s}*{share}") if s != "0" else "0"
         q1 = k.index(f"sf_min({q0} + {share}, {n2})")
         gemm_tiles.tile_matmul_blocked(k, anchor, tuple("0" for _ in shape[:-2]), "0", bsrc, mb, (q0, q1),
-                                       into=arr)
+                                       into=arr, packed=packed)
     return arr
 
 
