@@ -35,21 +35,15 @@ def test_blocked_gemm_with_epilogue(m, k, n, attrs, cshape, cache):
 
 @pytest.mark.parametrize("threads,build", [(1, "host"), (2, "host"), (1, "sanitize"), pytest.param(
     2, "avx2", marks=pytest.mark.skipif(not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code"))])
-def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, build, cache, tmp_path):
+def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, build, cache, no_avx512_cc):
     """A Gemm whose B (1100 x 1000 floats, 4.5 MB) is over gemm_tiles.SLAB_MIN: the loop runs
     over (slab of columns, block of rows) -- each block computes the slab's columns of its tile
     and the epilogue over them -- with 37 rows (5 blocks of 8, the last partial: enough blocks
     that 2 threads share whole blocks, not a block's columns); A packed once before the loop
     (sf_pack_a, the last block's 3 rows past M zero) and the tiles reading it (sf_mm_ptile8) --
     against ONNX Runtime, in the host's build, under the sanitizers and in the AVX2 one."""
-    import stat
     from solverfuse.emit.gemm_tiles import SLAB_MIN
-    cc = None
-    if build == "avx2":
-        cc = tmp_path / "cc"
-        cc.write_text('#!/bin/sh\nexec cc "$@" -mno-avx512f\n')
-        cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
-        cc = str(cc)
+    cc = no_avx512_cc["no-avx512"] if build == "avx2" else None
     m, k, n = 37, 1100, 1000
     assert k * 1024 * 4 > SLAB_MIN
     t = {"a": [m, k], "b": const((n, k)), "c": const((n,))}
@@ -67,19 +61,13 @@ def test_large_b_is_read_in_slabs_every_block_of_rows_shares(threads, build, cac
 @pytest.mark.parametrize("build", ["host", "sanitize", pytest.param("avx2", marks=pytest.mark.skipif(
     not {"avx2", "fma"} <= host_flags(), reason="the host cannot run AVX2+FMA code"))])
 @pytest.mark.parametrize("m,rows", [(64, 64), (96, 32)])
-def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, build, cache, tmp_path):
+def test_large_b_fused_with_a_row_norm_takes_blocks_of_64_or_32_rows(m, rows, build, cache, no_avx512_cc):
     """A MatMul whose B (1100 x 1000 floats) is over gemm_tiles.SLAB_MIN, fused with a bias and
     a LayerNormalization over its rows: the row's epilogue needs whole rows, so the tile takes 64
     rows at a time where they divide M (sf_mm_tile64: B read once per 64 rows), else 32 -- against
     ONNX Runtime, in the host's build, under the sanitizers, and in the AVX2 one
     (built without AVX-512: A in blocks of 4 rows, 1100 = 4 x 256 + 76 columns)."""
-    import stat
-    cc = None
-    if build == "avx2":
-        cc = tmp_path / "cc"
-        cc.write_text('#!/bin/sh\nexec cc "$@" -mno-avx512f\n')
-        cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
-        cc = str(cc)
+    cc = no_avx512_cc["no-avx512"] if build == "avx2" else None
     k, n = 1100, 1000
     t = {"a": [m, k], "b": const((k, n)), "c": const((n,)), "s": const((n,)), "z": const((n,))}
     g = graph(t, ["a"], ["y"], [("mm", "MatMul", ["a", "b"], ["h"]), ("ad", "Add", ["h", "c"], ["u"]),
