@@ -119,7 +119,13 @@ def run_probe(exe: str, k: int, n: int, rounds: int) -> tuple[float, float, floa
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:
-    return [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+    """``KxN,...`` as (K, N) pairs; N must be a multiple of 32 (the tiles compute whole 32-column
+    panels of B, and the harness allocates exactly N columns)."""
+    sizes = [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+    bad = [f"{k}x{n}" for k, n in sizes if k < 1 or n < 32 or n % 32]
+    if bad:
+        raise argparse.ArgumentTypeError(f"N must be a positive multiple of 32 (and K positive): {', '.join(bad)}")
+    return sizes
 
 
 def main(argv=None) -> int:
