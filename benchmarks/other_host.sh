@@ -2,8 +2,8 @@
 # Issue 15's runtime checks on another host, one command there: thread scaling of our C against
 # ONNX Runtime with its ceiling (scaling_bound.py), the motifs against the STREAM triad
 # (motifbw.py), GEMM/conv kernels against MLAS (gemm_speed.py), the matmul tile alone from the L1
-# to memory (mm_tile_probe.py), the beyond-the-L2 thresholds A/B (threshold_ab.py), DenseNet-121's
-# per-kernel profile at 1 and 2 threads (zoo_profile.py) and the exported transformers
+# to memory (mm_tile_probe.py), the beyond-the-L2 thresholds A/B (threshold_ab.py), where the
+# second thread's time goes in ResNet-50 and DenseNet-121 (thread_trace.py) and the exported transformers
 # (transformers_speed.py), each result file written to OUTDIR (the repo's results/ are left
 # alone). For a host with more, unshared cores than the 2-vCPU guest the results so far come from
 # (results/scaling.md: its second vCPU is now and then away).
@@ -15,7 +15,7 @@
 # set (ortools and its protobuf, pydantic) plus ONNX Runtime, at the versions of the development
 # venv (about 58 MiB; leave out onnxruntime to use the host's own, and say so with the results).
 # PY names the Python (default python3); each model and stage has its own time limit (MODEL_S,
-# MOTIFS_S, KERNELS_S, PROBE_S, PROFILE_S, THRESH_S, EXPORTS_S seconds), so a slow host still returns what
+# MOTIFS_S, KERNELS_S, PROBE_S, TRACE_S, THRESH_S, EXPORTS_S seconds), so a slow host still returns what
 # finished (one scaling section per model). Seven result files: a device call returns at most 8.
 set -e
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,11 +54,13 @@ run)
   # the matmul tile alone with B from the L1 to memory (on the Xeon the GEMM ran at half of MLAS:
   # core or memory levels?), in the same file
   timeout "${PROBE_S:-40}" "$PY" benchmarks/mm_tile_probe.py --rounds 5 --out "$OUT/kernels.md" --append || true
-  # DenseNet-121's kernels at 1 and 2 threads, one profile after the other in one file (on the
-  # 16-core Xeon its 28x28 growth convs (3x3, fused with the Concat) gained least from the second thread: scaling.md)
-  { timeout "${PROFILE_S:-40}" "$PY" benchmarks/zoo_profile.py light:densenet121 --threads 1 --rounds 9 --top 40 || true
-    timeout "${PROFILE_S:-40}" "$PY" benchmarks/zoo_profile.py light:densenet121 --threads 2 --rounds 9 --top 40 || true
-  } >"$OUT/profiles.txt" 2>&1
+  # where the second thread's time goes (on the 16-core Xeon ResNet-50 gained 1.18x from it, ONNX
+  # Runtime 1.61x; DenseNet-121 1.07-1.24x: scaling.md): each team kernel's extra work and skew,
+  # with the OpenMP threads free to move and then pinned one per core, in one file
+  timeout "${TRACE_S:-50}" "$PY" benchmarks/thread_trace.py light:resnet50 light:densenet121 --rounds 11 \
+    --title "other host" --out "$OUT/trace.md" >/dev/null 2>&1 || true
+  OMP_PROC_BIND=close OMP_PLACES=cores timeout "${TRACE_S:-50}" "$PY" benchmarks/thread_trace.py light:resnet50 \
+    light:densenet121 --rounds 11 --title "other host, pinned" --out "$OUT/trace.md" --append >/dev/null 2>&1 || true
   # the beyond-the-L2 thresholds (SLAB_MIN 4 MiB, CONV_CBLOCK_MIN 2 MiB) both at 4, 2 and 1 MiB
   # (threshold_ab.py: for a host whose L3 is slow)
   timeout "${THRESH_S:-150}" "$PY" benchmarks/threshold_ab.py --rounds 5 --out "$OUT/thresholds.md" || true

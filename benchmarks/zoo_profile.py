@@ -46,6 +46,7 @@ from solverfuse.greedy import greedy_plan  # noqa: E402
 PROBE = r"""
 double sf_group_secs[SF_NUM_GROUPS + 1];
 double sf_arrive_secs[SF_NUM_GROUPS + 1][8];  /* per thread of a team: kernel start -> its return */
+double sf_at[SF_NUM_GROUPS + 1][8][2];  /* per thread of a team: the clock at its kernel start, at its return */
 static double sf_now(void)
 {
     struct timespec t;
@@ -73,7 +74,9 @@ def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
             # each thread's arrival at the barrier after the kernel (from its return of the
             # barrier before): how evenly the kernel's work is shared
             call = t.group(2)[len("sf_sync((r = "):-len(") || SF_ERROR())")]
-            ln = (f"{t.group(1)}{{ r = {call}; sf_arrive_secs[{gi}][SF_TID() & 7] += sf_now() - sf_ts; "
+            ln = (f"{t.group(1)}{{ r = {call}; const double sf_ta = sf_now(); "
+                  f"sf_arrive_secs[{gi}][SF_TID() & 7] += sf_ta - sf_ts; "
+                  f"sf_at[{gi}][SF_TID() & 7][0] = sf_ts; sf_at[{gi}][SF_TID() & 7][1] = sf_ta; "
                   "const int stop = sf_sync(r || SF_ERROR()); sf_ts = sf_now(); "
                   f"if (SF_TID() == 0) {{ const double t1 = sf_now(); sf_group_secs[{gi}] += t1 - sf_t0; sf_t0 = t1; }} "
                   "if (stop) break; }")

@@ -75,3 +75,19 @@ def test_mm_tile_probe_builds_the_emitted_tiles_and_they_sum_right(tmp_path):
     exe = probe.build_probe("cc", str(tmp_path))
     tile, ptile, err = probe.run_probe(exe, 300, 96, 1)
     assert err < 1e-5 and tile > 0 and ptile > 0
+
+
+def test_thread_trace_splits_each_team_kernel_inside_the_run(tmp_path):
+    """At 2 threads every thread records its start and return of each team kernel: the spans lie
+    inside the run's wall time (timed outside the library), every start skew within its span."""
+    trace = _load("thread_trace")
+    res = trace.trace("conv:32x28x28x32x3x1x1", 2, 3, str(tmp_path))
+    rows = res["rows"]
+    assert rows and all(r["team"] for r in rows)
+    assert 0 < sum(r["span"] for r in rows) <= res["run"]
+    for r in rows:
+        assert r["t1"] > 0 and 0 <= r["late"] <= r["span"]
+        assert r["span"] - r["skew"] > 0  # the threads' mean time in the kernel
+    row, detail = trace.report("conv", 2, res, 3)
+    assert row.startswith("| conv | 1 (1) |") and len(row.split("|")) == len(trace.SUMMARY[0].split("|"))
+    assert len(detail) == 4 + 1 + 1  # title, blank, header, rule, one kernel, blank
