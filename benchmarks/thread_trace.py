@@ -16,8 +16,11 @@ over ``--rounds`` runs of:
   woken from sleep, descheduled; or an uneven split: one thread finished early and waited);
 - ``late``: the latest thread's start after the first one's.
 
-The run's time beyond the sum of spans is the barriers' own crossing. Per model one summary row
-and the kernels that lost most. For a host where the second thread pays less than it should
+The run's time beyond the sum of spans is the barriers' own crossing. Each thread also records the
+CPU it returned from each team kernel on: the changes between consecutive kernels are migrations
+(a thread moved away from its L1 and L2). And the 1-thread library is timed on each of the first
+CPUs the process may use in turn: a core slower than the others caps what a second thread on it
+adds. Per model one summary row and the kernels that lost most. For a host where the second thread pays less than it should
 (results/scaling.md: a 16-core Xeon, ResNet-50 1.18x from 1 to 2 threads against ONNX Runtime's
 1.61x); run it once as is and once with the OpenMP threads pinned (``OMP_PROC_BIND=close
 OMP_PLACES=cores``, printed in the title) to see whether migrations are the loss.
@@ -79,15 +82,17 @@ def trace(spec: str, threads: int, rounds: int, cache: str) -> dict:
     secs1 = (ctypes.c_double * (n + 1)).in_dll(one, "sf_group_secs")
     secsn = (ctypes.c_double * (n + 1)).in_dll(many, "sf_group_secs")
     at = (((ctypes.c_double * 2) * 8) * (n + 1)).in_dll(many, "sf_at")
+    cpu_at = ((ctypes.c_int * 8) * (n + 1)).in_dll(many, "sf_cpu_at")
     t1 = []
     span, work, late, team = ([[] for _ in range(n)] for _ in range(4))
-    runs = []
+    runs, moves, cpus = [], [], set()
     for _ in range(rounds):
         for i in range(n):
             secs1[i] = 0.0
         if one.sf_run(keep1[1]):
             raise RuntimeError("run failed")
         t1.append(list(secs1[:n]))
+    per_cpu = _per_cpu(one, keep1[1], rounds)
     for _ in range(rounds):
         for i in range(n):
             secsn[i] = 0.0
@@ -97,6 +102,11 @@ def trace(spec: str, threads: int, rounds: int, cache: str) -> dict:
         if many.sf_run(keepn[1]):
             raise RuntimeError("run failed")
         runs.append(time.perf_counter() - t0)
+        # per thread, the CPUs it returned from its team kernels on, in run order: a change, a
+        # migration (its L1 and L2 left behind)
+        seq = [[cpu_at[i][j] for i in range(n) if all(at[i][k][1] for k in range(threads))] for j in range(threads)]
+        moves.append(sum(sum(a != b for a, b in zip(c, c[1:])) for c in seq))
+        cpus.update(c for c in sum(seq, []) if c >= 0)
         for i in range(n):
             starts = [at[i][j][0] for j in range(threads)]
             ends = [at[i][j][1] for j in range(threads)]
@@ -117,11 +127,33 @@ def trace(spec: str, threads: int, rounds: int, cache: str) -> dict:
         s, w, one_t = med(span[i]), med(work[i]), med(r[i] for r in t1)
         rows.append({"group": i, "ops": ops, "shape": shape, "t1": one_t, "span": s, "share": one_t / threads,
                      "extra": w - one_t / threads, "skew": s - w, "late": med(late[i]), "team": bool(team[i])})
-    return {"rows": rows, "run": med(runs)}
+    return {"rows": rows, "run": med(runs), "moves": med(moves), "cpus": sorted(cpus), "per_cpu": per_cpu}
+
+
+def _per_cpu(lib, ptrs, rounds: int, most: int = 4) -> dict:
+    """The 1-thread library's median run time on each of the first ``most`` CPUs this process
+    may use (the calling thread pinned to it in turn, then let go): a core slower than the others
+    (a busy neighbour, a lower clock) caps what a second thread on it can add."""
+    allowed = sorted(os.sched_getaffinity(0))
+    out = {}
+    try:
+        for cpu in allowed[:most]:
+            os.sched_setaffinity(0, {cpu})
+            secs = []
+            for _ in range(max(3, rounds // 2)):
+                t0 = time.perf_counter()
+                if lib.sf_run(ptrs):
+                    raise RuntimeError("run failed")
+                secs.append(time.perf_counter() - t0)
+            out[cpu] = statistics.median(secs)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return out
 
 
 SUMMARY = ["| model | kernels (team) | 1-thread kernels ms | run ms | sum of spans | sum of shares | extra work "
-           "| skew | of it, late starts | barriers (run - spans) |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "| skew | of it, late starts | barriers (run - spans) | CPU changes a run | CPUs used "
+           "| 1-thread run ms per CPU |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def report(spec: str, threads: int, res: dict, top: int) -> tuple[str, list[str]]:
@@ -132,7 +164,9 @@ def report(spec: str, threads: int, res: dict, top: int) -> tuple[str, list[str]
     ms = lambda x: f"{1e3 * x:.3f}"  # noqa: E731
     summary = (f"| {spec} | {len(rows)} ({sum(r['team'] for r in rows)}) | {ms(tot['t1'])} | {ms(res['run'])} "
                f"| {ms(tot['span'])} | {ms(tot['share'])} | {ms(tot['extra'])} | {ms(tot['skew'])} "
-               f"| {ms(tot['late'])} | {ms(res['run'] - tot['span'])} |")
+               f"| {ms(tot['late'])} | {ms(res['run'] - tot['span'])} | {res['moves']:g} "
+               f"| {', '.join(map(str, res['cpus'])) or '-'} "
+               f"| {', '.join(f'{c}: {1e3 * t:.2f}' for c, t in res['per_cpu'].items())} |")
     out = [f"{spec}: the {min(top, len(rows))} kernel(s) whose span exceeds 1/{threads} of their 1-thread time the most", "",
            "| group | ops | out shape | 1 thread ms | span ms | speed-up | extra work ms | skew ms | late ms |",
            "|---|---|---|---|---|---|---|---|---|"]

@@ -47,11 +47,21 @@ PROBE = r"""
 double sf_group_secs[SF_NUM_GROUPS + 1];
 double sf_arrive_secs[SF_NUM_GROUPS + 1][8];  /* per thread of a team: kernel start -> its return */
 double sf_at[SF_NUM_GROUPS + 1][8][2];  /* per thread of a team: the clock at its kernel start, at its return */
+int sf_cpu_at[SF_NUM_GROUPS + 1][8];  /* per thread of a team: the CPU it returned from its kernel on */
 static double sf_now(void)
 {
     struct timespec t;
     clock_gettime(SF_PROBE_CLOCK, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static SF_UNUSED int sf_cpu(void)
+{
+#if defined(_OPENMP) && defined(__linux__) && defined(SYS_futex) && defined(SYS_getcpu)
+    unsigned c = 0;  /* the prelude declares syscall() where it has the futex */
+    return syscall(SYS_getcpu, &c, (void *)0, (void *)0) ? -1 : (int)c;
+#else
+    return -1;
+#endif
 }
 """
 
@@ -77,6 +87,7 @@ def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
             ln = (f"{t.group(1)}{{ r = {call}; const double sf_ta = sf_now(); "
                   f"sf_arrive_secs[{gi}][SF_TID() & 7] += sf_ta - sf_ts; "
                   f"sf_at[{gi}][SF_TID() & 7][0] = sf_ts; sf_at[{gi}][SF_TID() & 7][1] = sf_ta; "
+                  f"sf_cpu_at[{gi}][SF_TID() & 7] = sf_cpu(); "
                   "const int stop = sf_sync(r || SF_ERROR()); sf_ts = sf_now(); "
                   f"if (SF_TID() == 0) {{ const double t1 = sf_now(); sf_group_secs[{gi}] += t1 - sf_t0; sf_t0 = t1; }} "
                   "if (stop) break; }")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -88,6 +89,9 @@ def test_thread_trace_splits_each_team_kernel_inside_the_run(tmp_path):
     for r in rows:
         assert r["t1"] > 0 and 0 <= r["late"] <= r["span"]
         assert r["span"] - r["skew"] > 0  # the threads' mean time in the kernel
+    allowed = os.sched_getaffinity(0)
+    assert res["moves"] >= 0 and set(res["cpus"]) <= allowed  # the CPUs the threads returned on
+    assert res["per_cpu"] and set(res["per_cpu"]) <= allowed and all(t > 0 for t in res["per_cpu"].values())
     row, detail = trace.report("conv", 2, res, 3)
     assert row.startswith("| conv | 1 (1) |") and len(row.split("|")) == len(trace.SUMMARY[0].split("|"))
     assert len(detail) == 4 + 1 + 1  # title, blank, header, rule, one kernel, blank
