@@ -20,10 +20,12 @@ The run's time beyond the sum of spans is the barriers' own crossing. Each threa
 CPU it returned from each team kernel on: the changes between consecutive kernels are migrations
 (a thread moved away from its L1 and L2). And the 1-thread library is timed on each of the first
 CPUs the process may use in turn: a core slower than the others caps what a second thread on it
-adds. Per model one summary row and the kernels that lost most. For a host where the second thread pays less than it should
-(results/scaling.md: a 16-core Xeon, ResNet-50 1.18x from 1 to 2 threads against ONNX Runtime's
-1.61x); run it once as is and once with the OpenMP threads pinned (``OMP_PROC_BIND=close
-OMP_PLACES=cores``, printed in the title) to see whether migrations are the loss.
+adds. Per model one summary row and the kernels that lost most.
+
+For a host where the second thread pays less than it should (results/scaling.md: a 16-core Xeon,
+ResNet-50 1.18x from 1 to 2 threads against ONNX Runtime's 1.61x): run it once as is and once
+with the OpenMP threads pinned (``OMP_PROC_BIND=close OMP_PLACES=cores``, printed in the title)
+to see whether migrations are the loss.
 
     PYTHONPATH=. python benchmarks/thread_trace.py light:resnet50 [--threads 2] [--rounds 21]
 """
