@@ -133,9 +133,10 @@ def trace(spec: str, threads: int, rounds: int, cache: str) -> dict:
 
 
 def _per_cpu(lib, ptrs, rounds: int, most: int = 4) -> dict:
-    """The 1-thread library's median run time on each of the first ``most`` CPUs this process
-    may use (the calling thread pinned to it in turn, then let go): a core slower than the others
-    (a busy neighbour, a lower clock) caps what a second thread on it can add."""
+    """The 1-thread library's median run time on each of the first ``most`` CPUs the calling
+    thread may use (pinned to each in turn, then let go): a core slower than the others (a busy
+    neighbour, a lower clock) caps what a second thread on it can add. Under ``OMP_PROC_BIND``
+    libgomp has already bound the calling thread to one CPU: one entry."""
     allowed = sorted(os.sched_getaffinity(0))
     out = {}
     try:
