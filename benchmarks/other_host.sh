@@ -3,7 +3,8 @@
 # ONNX Runtime with its ceiling (scaling_bound.py), the motifs against the STREAM triad
 # (motifbw.py), GEMM/conv kernels against MLAS (gemm_speed.py), the matmul tile alone from the L1
 # to memory (mm_tile_probe.py), the beyond-the-L2 thresholds A/B (threshold_ab.py), where the
-# second thread's time goes in ResNet-50 and DenseNet-121 (thread_trace.py) and the exported transformers
+# second thread's time goes in ResNet-50 and DenseNet-121 (thread_trace.py, with line_share.py and
+# kernel_passes.py) and the exported transformers
 # (transformers_speed.py), each result file written to OUTDIR (the repo's results/ are left
 # alone). For a host with more, unshared cores than the 2-vCPU guest the results so far come from
 # (results/scaling.md: its second vCPU is now and then away).
@@ -15,7 +16,7 @@
 # set (ortools and its protobuf, pydantic) plus ONNX Runtime, at the versions of the development
 # venv (about 58 MiB; leave out onnxruntime to use the host's own, and say so with the results).
 # PY names the Python (default python3); each model and stage has its own time limit (MODEL_S,
-# MOTIFS_S, KERNELS_S, PROBE_S, TRACE_S, THRESH_S, EXPORTS_S seconds), so a slow host still returns what
+# MOTIFS_S, KERNELS_S, PROBE_S, TRACE_S, LINES_S, PASSES_S, THRESH_S, EXPORTS_S seconds), so a slow host still returns what
 # finished (one scaling section per model). Seven result files: a device call returns at most 8.
 set -e
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,10 +62,17 @@ run)
     --title "other host" --out "$OUT/trace.md" >/dev/null 2>&1 || true
   OMP_PROC_BIND=close OMP_PLACES=cores timeout "${TRACE_S:-50}" "$PY" benchmarks/thread_trace.py light:resnet50 \
     light:densenet121 --rounds 11 --title "other host, pinned" --out "$OUT/trace.md" --append >/dev/null 2>&1 || true
+  # what a line another core touched costs there (here a write into lines both threads had read
+  # ran at a third of the speed of a write into the thread's own: results/omp.md), and the passes
+  # of two DenseNet-121 growth kernels at 1 and 2 threads (here the Concat's copy and the conv
+  # input's copy ran slower at 2 threads than at 1), in the same file
+  timeout "${LINES_S:-20}" "$PY" benchmarks/line_share.py --out "$OUT/trace.md" --append >/dev/null 2>&1 || true
+  timeout "${PASSES_S:-40}" "$PY" benchmarks/kernel_passes.py light:densenet121 3,31 --rounds 9 --out "$OUT/trace.md" \
+    --append >/dev/null 2>&1 || true
   # the beyond-the-L2 thresholds (SLAB_MIN 4 MiB, CONV_CBLOCK_MIN 2 MiB) both at 4, 2 and 1 MiB
   # (threshold_ab.py: for a host whose L3 is slow)
   timeout "${THRESH_S:-150}" "$PY" benchmarks/threshold_ab.py --rounds 5 --out "$OUT/thresholds.md" || true
-  timeout "${EXPORTS_S:-180}" "$PY" benchmarks/transformers_speed.py --rounds 7 --out "$OUT/transformers.md" || true
+  timeout "${EXPORTS_S:-180}" "$PY" benchmarks/transformers_speed.py --rounds 5 --out "$OUT/transformers.md" || true
   uptime >>"$OUT/host.txt"
   ;;
 *)

@@ -99,3 +99,43 @@ def test_thread_trace_splits_each_team_kernel_inside_the_run(tmp_path):
     row, detail = trace.report("conv", 2, res, 3)
     assert row.startswith("| conv | 1 (1) |") and len(row.split("|")) == len(trace.SUMMARY[0].split("|"))
     assert len(detail) == 4 + 1 + 1  # title, blank, header, rule, one kernel, blank
+
+
+def test_line_share_times_every_access_and_compares_it_with_its_own_line_baseline(tmp_path):
+    """The C harness runs each access on 2 threads over a buffer split between them: every
+    scenario reports the bytes one thread touched (the whole buffer for all-read) and one time per
+    round; the table compares each with the access to the thread's own lines."""
+    ls = _load("line_share")
+    exe = ls.build("cc", tmp_path / "line_share")
+    res = ls.measure(exe, 64, 2, 3, 1 << 20)
+    assert list(res) == ["own-write", "shared-write", "cold-write", "own-read", "other-read", "all-read"]
+    for name, (nbytes, secs) in res.items():
+        assert nbytes == (64 * 1024 if name == "all-read" else 32 * 1024)
+        assert len(secs) == 3 and all(s > 0 for s in secs)
+    rows = ls.rows(res, 64, 2)
+    assert len(rows) == 6 and all(len(r.split("|")) == len(ls.HEADER[0].split("|")) for r in rows)
+    assert rows[0].endswith("| 1.00 |") and rows[3].endswith("| 1.00 |")  # own-write, own-read
+
+
+def test_kernel_passes_times_each_pass_of_a_fused_kernel(tmp_path):
+    """A conv fused with the Concat after it and a ReLU (DenseNet's growth layer) runs as passes
+    (the Concat's other input; the conv input's copy and the conv tiles): each is timed on every
+    thread of the team."""
+    kp = _load("kernel_passes")
+    from solverfuse.graph import Graph
+    g = Graph.model_validate({
+        "name": "cat", "inputs": ["x", "y"], "outputs": ["z"],
+        "tensors": {"x": {"shape": [1, 64, 28, 28]}, "y": {"shape": [1, 32, 28, 28]},
+                    "w": {"shape": [32, 64, 3, 3], "constant": True}, "c": {"shape": [1, 32, 28, 28]},
+                    "k": {"shape": [1, 64, 28, 28]}, "z": {"shape": [1, 64, 28, 28]}},
+        "nodes": [{"name": "conv", "op": "Conv", "inputs": ["x", "w"], "outputs": ["c"],
+                   "attributes": {"pads": [1, 1, 1, 1]}},
+                  {"name": "cat", "op": "Concat", "inputs": ["y", "c"], "outputs": ["k"], "attributes": {"axis": 1}},
+                  {"name": "relu", "op": "Relu", "inputs": ["k"], "outputs": ["z"]}]})
+    kp.graph_for = lambda spec: g
+    res = kp.passes("cat", [0], 2, 3, str(tmp_path))[0]
+    assert res["ops"] and len(res["labels"]) >= 2 and res["labels"][0].startswith("pass:")
+    assert len(res[1]) == 1 and len(res[2]) == 2
+    assert all(len(th) == len(res["labels"]) and all(s > 0 for s in th) for th in res[1] + res[2])
+    table = kp.report("cat", 0, 2, res)
+    assert table[2].startswith("| pass | 1 thread ms | thread 0 ms | thread 1 ms |") and table[-2].startswith("| kernel |")
