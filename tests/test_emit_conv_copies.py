@@ -5,6 +5,8 @@ ConvNeXt's stem (4x4 stride 4), its depthwise 7x7 conv with the permute and Laye
 (column-shifted copy) -- against ONNX Runtime, at 1 and 2 threads."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from solverfuse.emit.program import render
@@ -44,3 +46,43 @@ def test_inlined_conv_copies_of_several_geometries_in_one_unit_match_onnxruntime
     # the copies this test is about were emitted, each call with its own geometry
     calls = [ln.strip() for ln in src.splitlines() if ln.strip().startswith(("sf_conv_copy(", "sf_conv_copy_cols("))]
     assert len({c.split(",", 2)[2] for c in calls}) >= 3, calls
+
+
+def _arena_offset(src: str, kernel: str, scratch: str) -> int:
+    """The arena offset of kernel ``kernel``'s scratch array ``scratch``: its parameter slot in
+    the kernel, the X index the run passes there, that slot's entry in ``sf_offset``."""
+    body = src[src.index(f"static int {kernel}(void *const *B)"):]
+    param = int(re.search(rf"\b{scratch} = \(float \*\)B\[(\d+)\]", body).group(1))
+    args = re.search(rf"\b{kernel}\(\(void \*const\[\]\)\{{([^}}]*)\}}\)", src).group(1).split(", ")
+    slot = int(re.fullmatch(r"X\[(\d+)\]", args[param]).group(1))
+    offsets = re.search(r"sf_offset\[SF_NUM_SLOTS \+ 1\] = \{([^}]*)\}", src).group(1).split(", ")
+    return int(offsets[slot])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threads_copy_a_conv_input_each_for_itself_into_one_region(threads, cache):
+    """With threads, each thread copies the whole input of a 3x3 conv into a part of its own (it
+    then writes lines only it has used; sharing one copy, each wrote half into lines the other had
+    read) and its tiles read that part; every kernel's parts start at the same address. The
+    results match ONNX Runtime at 1 and 2 threads."""
+    # the second conv's output (live while it and the Relu after it run) outgrows the first
+    # conv's copies: where each kernel's copies were scratch of its own, the arena put the first
+    # conv's at its start and the second's after that output
+    t = {"x": [1, 64, 28, 28], "w1": const([16, 64, 3, 3]), "w2": const([512, 16, 3, 3])}
+    nodes = [("c1", "Conv", ["x", "w1"], ["a"], {"pads": [1, 1, 1, 1]}),
+             ("c2", "Conv", ["a", "w2"], ["d"], {"pads": [1, 1, 1, 1]}),
+             ("r", "Relu", ["d"], ["y"], {})]
+    g = graph(t, ["x"], ["y"], nodes)
+    plan, _, _ = check(g, [["c1"], ["c2"], ["r"]], cache, rtol=1e-4, atol=1e-4, engine="onnxruntime", threads=threads)
+    src = render(plan, g, threads=threads)["model.c"]
+    copies = re.findall(r"(sf_conv_copy\w*)\((s\d+)( \+ c\d+\*(\d+))?, (b\d+)(?: \+ [^,]*)?, (\d+), ", src)
+    assert len(copies) == 2, copies
+    if threads == 1:
+        assert "each thread's" not in src and all(not c[2] for c in copies)
+        return
+    offsets = set()
+    for kernel, (fn, s, _, per, _, planes) in zip(("k0", "k1"), copies):
+        assert planes == ("64" if kernel == "k0" else "16")  # every input channel, by every thread
+        assert f"({s} + (long)SF_TID()*{per})" in src  # the tiles read the calling thread's copy
+        offsets.add(_arena_offset(src, kernel, s))
+    assert len(offsets) == 1, offsets

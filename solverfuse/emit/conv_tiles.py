@@ -352,8 +352,9 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     without padding reads its input in place (its one phase plane is the input plane; the tile
     masks its last partial chunk, so it reads nothing past the plane). Otherwise a
     zero-padded, phase-split copy in kernel-local scratch (``[N][C][s0][s1][hq][wq]``), with
-    zeroed slack after it for the last band's taps, which run past the last plane; the copy is
-    shared out among the threads (:func:`_copy_call`)."""
+    zeroed slack after it for the last band's taps, which run past the last plane; with threads,
+    one copy per thread up to ``PRIVATE_COPY_MAX`` bytes (:func:`_private_copies`; the view is
+    then the calling thread's copy), a larger one shared out among them (:func:`_copy_call`)."""
     x, w, out, kernel, st, dil, pb, group = _conv_geometry(k, node)
     if _in_place(kernel, st, pb):
         k.line("/* a 1x1 convolution reads its input in place */")
@@ -371,6 +372,12 @@ def conv_input_view(k, node, blk: ConvBlocking) -> str:
     last = out[2] * blk.wq - 1 + _max_tap(blk, kernel, st, dil)  # the last band's last position (the tiles read no further)
     slack = max(0, last + 1 - blk.cplane)
     what = "column-shifted" if blk.cols else "stride-phase-split"
+    if k.threads > 1 and 4 * (size + slack) <= PRIVATE_COPY_MAX:
+        per = round_up(size + slack, 16)
+        arr = k.alloc("float", k.threads * per, f"each thread's zero-padded, {what} copy of a Conv input",
+                      private=True)
+        _private_copies(k, arr, per, k.ptr(node.inputs[0], "r"), x, blk, pb, dil, (size, slack))
+        return f"({arr} + (long)SF_TID()*{per})"
     arr = k.alloc("float", size + slack, f"zero-padded, {what} copy of a Conv input")
     fill = f"for (long q = {size}; q < {size + slack}; q++) {arr}[q] = 0;" if slack else ""
     _copy_call(k, arr, k.ptr(node.inputs[0], "r"), x, blk, pb, dil, fill)
@@ -423,6 +430,31 @@ def _copy_call(k, dst: str, src: str, x, blk: ConvBlocking, pb, dil, fill: str =
     fn, geom = _copy_fn(k, x, blk, pb[0], pb, dil)
     thread_runs(k, x[0] * x[1], lambda c, n: f"{fn}({_at(dst, c, blk.cplane)}, {_at(src, c, x[2] * x[3])}, {n}, {geom});",
                 fill)
+
+
+#: Largest conv input copy (bytes) that each thread makes whole for itself (:func:`_private_copies`)
+#: where the threads would share one. Larger ones are the copies the tile reads in blocks of
+#: channels from beyond the L2 (``CONV_CBLOCK_MIN``), where a second copy would double that traffic.
+PRIVATE_COPY_MAX = CONV_CBLOCK_MIN
+
+
+def _private_copies(k, dst: str, per: int, src: str, x, blk: ConvBlocking, pb, dil, sizes: tuple) -> None:
+    """Thread t's own copy of the whole input at ``dst + t*per`` (``sizes``: the copy's floats and
+    its zeroed slack), one per iteration of a static loop over the threads, so thread t makes copy
+    t and the tiles it takes read that copy (``SF_TID()``). Where the threads shared one copy, each
+    wrote half of it into lines the other thread's core had read in the previous conv (every thread
+    reads all of a copy): on the 2-vCPU Zen 4 guest such writes ran at a third to a tenth of the
+    speed of writes to the thread's own lines (``benchmarks/line_share.py``), and DenseNet-121's
+    copies took longer at 2 threads than at 1 (``benchmarks/kernel_passes.py``,
+    ``benchmarks/results/omp.md``). Each thread now copies twice as much into lines only it uses."""
+    fn, geom = _copy_fn(k, x, blk, pb[0], pb, dil)
+    size, slack = sizes
+    t, q = k.fresh("c"), k.fresh("q")
+    k.line(f"#pragma omp parallel for schedule(static) num_threads({k.threads})")
+    with k.block(f"for (long {t} = 0; {t} < {k.threads}; {t}++)"):
+        k.line(f"{fn}({dst} + {t}*{per}, {src}, {x[0] * x[1]}, {geom});")
+        if slack:
+            k.line(f"for (long {q} = {size}; {q} < {size + slack}; {q}++) {dst}[{t}*{per} + {q}] = 0;")
 
 
 def _copy_sub_call(k, dst: str, src: str, x, out, st) -> None:

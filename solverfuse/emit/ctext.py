@@ -341,7 +341,8 @@ int sf_counters(long long *out)
 
 #: The arena and the run's slot pointers (a template: ``str.format`` fills the numbers).
 ARENA = """/* One arena, allocated once (sf_init), for every intermediate buffer and kernel scratch (slot i
-   at byte sf_offset[i]; slots with disjoint lifetimes share memory) and the packed weights.
+   at byte sf_offset[i]; slots with disjoint lifetimes share memory, and every kernel's per-thread
+   scratch starts at one offset, so a thread's part holds lines only it used) and the packed weights.
    Sanitizer builds (SF_SEPARATE_SLOTS) give every slot an allocation of its own instead, so that
    an overrun of one slot is reported rather than landing in its neighbour. */
 #define SF_NUM_SLOTS {nslots}

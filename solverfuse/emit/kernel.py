@@ -352,10 +352,13 @@ class Kernel:
             else:
                 self.line(f"(void){v};")
 
-    def alloc(self, ct: str, n: int, why: str) -> str:
-        """A kernel-local scratch array of ``n`` elements: an arena slot live during this kernel."""
+    def alloc(self, ct: str, n: int, why: str, private: bool = False) -> str:
+        """A kernel-local scratch array of ``n`` elements: an arena slot live during this kernel.
+        ``private``: one part per thread, each used by its thread only; every kernel's private
+        scratch then starts at the same address (the program's one region of them), so a thread's
+        part lies in lines that only that thread used before."""
         name = self.fresh("s")
-        self.slot_decls.append(("scratch", ct, name, n))
+        self.slot_decls.append(("private" if private else "scratch", ct, name, n))
         self.line(f"/* {name}: kernel-local scratch, {why} */")
         return name
 

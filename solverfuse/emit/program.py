@@ -283,6 +283,7 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
     nb = len(table)
     slots: list[Slot] = []    # arena slots: boundary buffers, then every kernel's scratch and packs
     slot_index: list[int] = []  # B/X index of each slot
+    private: dict[int, int] = {}  # X index -> bytes of a kernel's thread-private scratch (Kernel.alloc)
     life = _lifetimes(plan, graph, alias)
     for i, b in enumerate(table):
         if b.role == "boundary":
@@ -305,9 +306,12 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
         text = render_looped(k, grp.passes) if grp.passes > 1 or streams_in_one_loop(k) else render_kernel(k)
         helpers |= k.helpers
         for kind, ct, _, n in k.slot_decls:
-            span = (gi, gi) if kind == "scratch" else (0, len(plan.groups))
-            slots.append(Slot(nslots, max(n, 1) * CSIZES[ct], *span))
-            slot_index.append(nslots)
+            if kind == "private":  # placed below, all at one offset
+                private[nslots] = max(n, 1) * CSIZES[ct]
+            else:
+                span = (gi, gi) if kind == "scratch" else (0, len(plan.groups))
+                slots.append(Slot(nslots, max(n, 1) * CSIZES[ct], *span))
+                slot_index.append(nslots)
             nslots += 1
         prepare += ["    " + ln for ln in k.prepare_lines]
         pack_sources |= {buffers[t] for t in k.packed_sources}
@@ -337,10 +341,14 @@ def render(plan, graph: Optional[Graph] = None, *, threads: int = 1, counters: b
             how = "alone"
         driver.append((how, f"    if (sf_sync((r = {call}) || SF_ERROR())) break;",
                        f"    if ((rc = {call})) return rc;\n    if (sf_error) return sf_error;"))
+    if private:  # every kernel's thread-private scratch in one region, live through the run
+        slots.append(Slot(-1, max(private.values()), 0, len(plan.groups)))
     arena_bytes, offsets = layout(slots)
     offset, size = [-1] * nslots, [0] * nslots
     for i, off, sl in zip(slot_index, offsets, slots):
         offset[i], size[i] = off, slot_bytes(sl.nbytes)
+    for i, n in private.items():
+        offset[i], size[i] = offsets[-1], slot_bytes(n)
     consts = [
         "const long long sf_numel[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(numel(b.shape)) for b in table] + ["0"]) + "};",
         "const long long sf_isize[SF_NUM_BUFFERS + 1] = {" + ", ".join([str(DTYPE_SIZES[b.dtype]) for b in table] + ["0"]) + "};",
