@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import machine  # noqa: E402  (benchmarks/machine.py)
-from report import write_results  # noqa: E402
+from report import run_section, write_results  # noqa: E402
 
 from solverfuse.emit.build import BASE_FLAGS  # noqa: E402
 from solverfuse.hardware import detect  # noqa: E402
@@ -92,14 +92,11 @@ def main(argv=None) -> int:
         for threads in (int(t) for t in args.threads.split(",")):
             for kib in (int(k) for k in args.kib.split(",")):
                 body += rows(measure(exe, kib, threads, args.rounds, evict), kib, threads)
-    load = os.getloadavg()
-    lines = [f"## What a line another core touched costs{': ' + args.title if args.title else ''} "
-             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-             f"Written by `benchmarks/line_share.py` (`line_share.c`): per round every access once, the slowest "
-             f"thread's time; medians of {args.rounds} rounds. The buffer is split evenly between the threads; "
-             f"cold-write evicts it first by reading {evict >> 20} MiB. Load {load0:.1f} at the start, {load[0]:.1f} "
-             f"at the end; run time {time.time() - started:.0f} s.", "",
-             f"Machine: {machine.describe()['cpu']}", ""] + body
+    lines = run_section(f"What a line another core touched costs{': ' + args.title if args.title else ''}",
+                        f"Written by `benchmarks/line_share.py` (`line_share.c`): per round every access once, the "
+                        f"slowest thread's time; medians of {args.rounds} rounds. The buffer is split evenly between "
+                        f"the threads; cold-write evicts it first by reading {evict >> 20} MiB.", started, load0,
+                        machine.describe()["cpu"], body)
     if args.out:
         write_results(args.out, lines, append=args.append)
     print("\n".join(lines))
