@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 import machine  # noqa: E402  (benchmarks/machine.py)
 from bound import bind_buffers  # noqa: E402
 from gemm_speed import graph_for  # noqa: E402
-from report import run_section, write_results  # noqa: E402
+from report import write_results  # noqa: E402
 from zoo_profile import HW  # noqa: E402
 
 from solverfuse import api  # noqa: E402
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     groups = [int(x) for x in args.groups.split(",")]
     res = passes(args.spec, groups, args.threads, args.rounds, args.cache)
     body = sum((report(args.spec, gi, args.threads, res[gi]) for gi in groups), [])
-    lines = run_section(f"Passes inside a kernel at 1 and {args.threads} threads{': ' + args.title if args.title else ''}",
+    lines = machine.section(f"Passes inside a kernel at 1 and {args.threads} threads{': ' + args.title if args.title else ''}",
                         f"Written by `benchmarks/kernel_passes.py`: medians of {args.rounds} runs of the whole model; a "
                         "pass's time includes the wait at the barrier that ends it.", started, load0,
                         machine.describe()["cpu"], body)

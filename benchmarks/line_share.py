@@ -5,11 +5,11 @@ thread's own cache and to lines in no cache.
 
 Our 2-thread kernels split convolutions by output channels, so every thread reads all of a
 conv's input, and the arena hands that memory to a later tensor: at 2 threads a kernel's writes
-land in lines the other core holds. On the 2-vCPU guest such writes ran at a quarter of the
-speed of writes to the thread's own lines (results/omp.md), which is where DenseNet-121's
-per-channel passes lose their second thread. This measures it on any host (``line_share.c``:
-the scenarios), so that a host where a thread gains less than ONNX Runtime's (the 16-core Xeon:
-results/scaling.md) can say whether this is why.
+land in lines the other core holds. On the 2-vCPU guest such writes ran at a third of the
+speed of writes to the thread's own lines, a tenth at the host's worst moments
+(results/omp.md): where DenseNet-121's per-channel passes lose their second thread. This
+measures it on any host (``line_share.c``: the scenarios), so that a host where a thread gains
+less than ONNX Runtime's (the 16-core Xeon: results/scaling.md) can say whether this is why.
 
     PYTHONPATH=. python benchmarks/line_share.py [--threads 2] [--kib 256,1280,8192] [--rounds 21]
 """
@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import machine  # noqa: E402  (benchmarks/machine.py)
-from report import run_section, write_results  # noqa: E402
+from report import write_results  # noqa: E402
 
 from solverfuse.emit.build import BASE_FLAGS  # noqa: E402
 from solverfuse.hardware import detect  # noqa: E402
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         for threads in (int(t) for t in args.threads.split(",")):
             for kib in (int(k) for k in args.kib.split(",")):
                 body += rows(measure(exe, kib, threads, args.rounds, evict), kib, threads)
-    lines = run_section(f"What a line another core touched costs{': ' + args.title if args.title else ''}",
+    lines = machine.section(f"What a line another core touched costs{': ' + args.title if args.title else ''}",
                         f"Written by `benchmarks/line_share.py` (`line_share.c`): per round every access once, the "
                         f"slowest thread's time; medians of {args.rounds} rounds. The buffer is split evenly between "
                         f"the threads; cold-write evicts it first by reading {evict >> 20} MiB.", started, load0,

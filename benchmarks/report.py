@@ -504,21 +504,6 @@ TOPICS = [("models", "The exported transformers set: import, plan, traffic (`ben
           ("struct", "Graph-side speed before/after the DAG toolkit (`benchmarks/speed.py`)")]
 
 
-def run_section(heading: str, written: str, started: float, load0: float, cpu: str, body: list[str]) -> list[str]:
-    """A topic script's section: ``## heading (date)``, the sentence ``written`` (how it was
-    measured) with the load average at the start and now and the run time, the machine's CPU, then
-    ``body``.
-
-    >>> run_section("T", "Written by x.", 0.0, 0.5, "AMD EPYC", ["| a |"])[0].startswith("## T (")
-    True
-    """
-    import os
-    import time
-    return [f"## {heading} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-            f"{written} Load {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; run time "
-            f"{time.time() - started:.0f} s.", "", f"Machine: {cpu}", ""] + body
-
-
 def write_results(out: str | Path, lines: list[str], append: bool = False) -> str:
     """Write a topic script's report (``lines``) to ``out`` -- after what is there, below a rule,
     when ``append`` -- and return this run's text.
