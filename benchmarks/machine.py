@@ -38,17 +38,18 @@ def compiler() -> str:
         return f"{cc}: not found"
 
 
-def section(heading: str, written: str, started: float, load0: float, cpu: str, body: list[str]) -> list[str]:
-    """A topic script's section: ``## heading (date)``, the sentence ``written`` (how it was
-    measured) with the load average at the start and now (read here) and the run time, the
-    machine's CPU, then ``body``.
+def section(heading: str, written: str, started: float, load0: float, host: str, body: list[str],
+            level: str = "##") -> list[str]:
+    """A topic script's section: ``## heading (date)`` (``level``: the heading's hashes), the
+    sentence ``written`` (how it was measured) with the load average at the start and now (read
+    here) and the run time, ``Machine: host``, then ``body``.
 
     >>> section("T", "Written by x.", 0.0, 0.5, "AMD EPYC", ["| a |"])[0].startswith("## T (")
     True
     """
-    return [f"## {heading} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
+    return [f"{level} {heading} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
             f"{written} Load {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; run time "
-            f"{time.time() - started:.0f} s.", "", f"Machine: {cpu}", ""] + body
+            f"{time.time() - started:.0f} s.", "", f"Machine: {host}", ""] + body
 
 
 def describe() -> dict:

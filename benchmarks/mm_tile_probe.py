@@ -220,16 +220,15 @@ def main(argv=None) -> int:
             rows.append(f"| {k} x {n} | {4 * k * n / 1024:.0f} KiB | {r['tile']:.1f} | {r['ptile']:.1f} "
                         f"| {r['tile12']:.1f} | {r['peak']:.1f} |")
             print(rows[-1], flush=True)
-    host = machine.describe()
-    lines = [f"# The matmul tile alone, B from the L1 to memory ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-             f"Written by `benchmarks/mm_tile_probe.py`: one block of 8 rows, repeated calls on the same operands, "
-             f"best of {args.rounds} runs of at least 50 ms; `sf_mm_tile8` transposes its block of A per call, "
-             f"`sf_mm_ptile8` reads it packed; the 12 x 32 candidate (24 accumulators, MLAS's shape) is the "
-             f"harness's own, not emitted; peak: register-only multiply-adds. Load {load0:.1f} at the start, "
-             f"{os.getloadavg()[0]:.1f} at the end; run time {time.time() - start:.0f} s.", "",
-             f"Machine: {json.dumps(host)}", "",
-             "| B (K x N) | B bytes | sf_mm_tile8 GFLOP/s | sf_mm_ptile8 GFLOP/s | 12 x 32 candidate GFLOP/s "
-             "| core peak GFLOP/s |", "|---|---|---|---|---|---|", *rows]
+    lines = machine.section(
+        "The matmul tile alone, B from the L1 to memory",
+        f"Written by `benchmarks/mm_tile_probe.py`: one block of 8 rows, repeated calls on the same operands, "
+        f"best of {args.rounds} runs of at least 50 ms; `sf_mm_tile8` transposes its block of A per call, "
+        f"`sf_mm_ptile8` reads it packed; the 12 x 32 candidate (24 accumulators, MLAS's shape) is the "
+        f"harness's own, not emitted; peak: register-only multiply-adds.", start, load0,
+        json.dumps(machine.describe()),
+        ["| B (K x N) | B bytes | sf_mm_tile8 GFLOP/s | sf_mm_ptile8 GFLOP/s | 12 x 32 candidate GFLOP/s "
+         "| core peak GFLOP/s |", "|---|---|---|---|---|---|", *rows], level="#")
     write_results(args.out, lines, append=args.append)
     return 0
 

@@ -200,13 +200,11 @@ def main(argv=None) -> int:
         row, detail = report(spec, args.threads, trace(spec, args.threads, args.rounds, args.cache), args.top)
         summary.append(row)
         body += detail
-        load = os.getloadavg()
-        lines = [f"## Where the second thread's time goes{': ' + args.title if args.title else ''} "
-                 f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-                 f"Written by `benchmarks/thread_trace.py`: {args.threads} threads ({binding}), {args.rounds} rounds, "
-                 f"the 1-thread runs, then the {args.threads}-thread runs; medians. Load {load0:.1f} at the start, "
-                 f"{load[0]:.1f} at the end; run time {time.time() - started:.0f} s.", "",
-                 f"Machine: {machine.describe()['cpu']}", ""] + summary + [""] + body
+        lines = machine.section(
+            f"Where the second thread's time goes{': ' + args.title if args.title else ''}",
+            f"Written by `benchmarks/thread_trace.py`: {args.threads} threads ({binding}), {args.rounds} rounds, "
+            f"the 1-thread runs, then the {args.threads}-thread runs; medians.", started, load0,
+            machine.describe()["cpu"], summary + [""] + body)
         if args.out:  # after each model: a time limit that stops the script keeps what finished
             if i == 0:
                 write_results(args.out, lines, append=args.append)

@@ -103,12 +103,12 @@ def main(argv=None) -> int:
             rows.append(f"| {spec} | {th} | " + " | ".join(
                 f"{r['gflops'][c]:.1f}" + (" (same C)" if c in r["same"] else "") for c in cols) + " |")
             print(rows[-1], flush=True)
-    load1 = os.getloadavg()
-    text = [f"## Beyond-the-L2 thresholds, A/B ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-            f"Written by `benchmarks/threshold_ab.py`: each case built with `gemm_tiles.SLAB_MIN` and "
-            f"`CONV_CBLOCK_MIN` at {', '.join(cols[:-1])}, timed interleaved with ONNX Runtime, the best of "
-            f"{args.rounds} rounds (same C: the thresholds left that case's C as the first build's). Load {load0[0]:.1f} at the start, {load1[0]:.1f} at the end; run time "
-            f"{time.time() - started:.0f} s.", "", f"Machine: {json.dumps(machine.describe())}", "", *rows, ""]
+    text = machine.section(
+        "Beyond-the-L2 thresholds, A/B",
+        f"Written by `benchmarks/threshold_ab.py`: each case built with `gemm_tiles.SLAB_MIN` and "
+        f"`CONV_CBLOCK_MIN` at {', '.join(cols[:-1])}, timed interleaved with ONNX Runtime, the best of "
+        f"{args.rounds} rounds (same C: the thresholds left that case's C as the first build's).", started,
+        load0[0], json.dumps(machine.describe()), [*rows, ""])
     write_results(args.out, text, append=args.append)
     print("wrote", args.out)
     return 0
