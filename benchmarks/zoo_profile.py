@@ -14,6 +14,16 @@ schedule).
 
     PYTHONPATH=. python benchmarks/zoo_profile.py light:squeezenet --threads 2 [--top 25] [--ort]
     PYTHONPATH=. python benchmarks/zoo_profile.py model:mobilenet_v2_dynamo --rounds 50  (tests/data/models)
+
+With ``--classes N`` it profiles both runtimes at 1 and at N threads instead and sums the times by
+kind of kernel (:func:`op_class`: Conv, Gemm, LRN, ...): which kinds give each runtime its speed-up
+from 1 to N threads. A model whose whole-run speed-up is below ONNX Runtime's (the zoo's thread
+scaling table) can so be told apart: kernels of ours that gain less than ORT's same kind (room in
+our threaded code), or ORT's speed-up coming from a kind where its 1-thread kernel is slow and
+ours is not (its LRN on AlexNet) or from a matrix-vector product streaming weights that our one
+thread already reads at the memory's rate (a second thread cannot add bandwidth that is not there).
+
+    PYTHONPATH=. python benchmarks/zoo_profile.py light:bvlc_alexnet --classes 2 --rounds 20
 """
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,9 +44,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see emit_speed.py
 sys.path.insert(0, str(HERE.parent))
 
 
+import machine  # noqa: E402  (benchmarks/machine.py)
 from bound import bind_buffers  # noqa: E402
 from emit_speed import HW  # noqa: E402
 from gemm_speed import graph_for  # noqa: E402  (its specs: make_graph's, pools, the transformer parts)
+from report import write_results  # noqa: E402
 
 from solverfuse import api, cost  # noqa: E402
 from solverfuse.emit.build import build  # noqa: E402
@@ -146,6 +159,80 @@ def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> 
     return rows
 
 
+#: The ops that name a kernel's kind (the first of them among its ops), and ONNX Runtime's node
+#: types by the op they run (its fused nodes; its NCHWc layout conversions).
+ANCHORS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+ORT_OPS = {"FusedConv": "Conv", "FusedGemm": "Gemm", "FusedMatMul": "MatMul", "ReorderInput": "layout",
+           "ReorderOutput": "layout"}
+
+
+def op_class(ops: str) -> str:
+    """The kind of a kernel of ours from its ops (``"Conv+Relu"``) or of an ONNX Runtime node from
+    its type: the first anchor op among them, else the first op.
+
+    >>> op_class("Conv+Relu"), op_class("FusedGemm"), op_class("MaxPool"), op_class("ReorderInput")
+    ('Conv', 'Gemm', 'MaxPool', 'layout')
+    """
+    parts = [ORT_OPS.get(p, p) for p in ops.split("+")]
+    return next((p for p in parts if p in ANCHORS), parts[0])
+
+
+def by_class(rows: list[dict]) -> dict[str, float]:
+    """Seconds summed by :func:`op_class` over :func:`profile`'s rows (``ops``) or
+    :func:`ort_profile`'s (``op``).
+
+    >>> by_class([{"ops": "Conv+Relu", "secs": 1.0}, {"op": "FusedConv", "secs": 0.5}, {"op": "LRN", "secs": 2.0}])
+    {'Conv': 1.5, 'LRN': 2.0}
+    """
+    out: dict[str, float] = {}
+    for r in rows:
+        c = op_class(r["ops"] if "ops" in r else r["op"])
+        out[c] = out.get(c, 0.0) + r["secs"]
+    return out
+
+
+#: Passes over the four profiles of ``--classes`` (each ``--rounds`` / PASSES runs).
+PASSES = 3
+
+
+def fastest(rows: list[dict], more: list[dict], key: str) -> list[dict]:
+    """``rows`` with each row's ``secs`` the least of its own and that of the row of ``more`` with
+    the same ``key`` (rows only in ``more`` are added).
+
+    >>> fastest([{"group": 0, "secs": 2.0}], [{"group": 0, "secs": 1.0}, {"group": 1, "secs": 3.0}], "group")
+    [{'group': 0, 'secs': 1.0}, {'group': 1, 'secs': 3.0}]
+    """
+    out = {r[key]: r for r in rows}
+    for r in more:
+        if r[key] not in out or r["secs"] < out[r[key]]["secs"]:
+            out[r[key]] = r
+    return list(out.values())
+
+
+def class_table(ours: dict[int, dict], ort: dict[int, dict], threads: int) -> list[str]:
+    """Markdown table: per kind, our and ONNX Runtime's times at 1 and ``threads`` threads
+    (``ours[t]`` / ``ort[t]``: :func:`by_class` of each runtime's profile at t threads) and each
+    runtime's speed-up; our largest kinds first, then ORT's other kinds, then the totals.
+
+    >>> t = class_table({1: {"Conv": 0.004}, 2: {"Conv": 0.002}}, {1: {"Conv": 0.004, "LRN": 0.006},
+    ...                 2: {"Conv": 0.002, "LRN": 0.003}}, 2)
+    >>> t[2], t[-1]
+    ('| Conv | 4.000 | 2.000 | 2.00 | 4.000 | 2.000 | 2.00 |', '| total | 4.000 | 2.000 | 2.00 | 10.000 | 5.000 | 2.00 |')
+    """
+    kinds = sorted(ours[1], key=lambda c: -ours[1][c]) + sorted(set(ort[1]) - set(ours[1]), key=lambda c: -ort[1][c])
+
+    def cells(side: dict, key) -> str:
+        a, b = (key(side[1]), key(side[threads]))
+        if not a or not b:
+            return f"{1e3 * a:.3f} | {1e3 * b:.3f} | -" if a or b else "- | - | -"
+        return f"{1e3 * a:.3f} | {1e3 * b:.3f} | {a / b:.2f}"
+
+    head = [f"| kind | ours 1t ms | ours {threads}t ms | ours speed-up | ORT 1t ms | ORT {threads}t ms | ORT speed-up |",
+            "|---|---|---|---|---|---|---|"]
+    rows = [f"| {c} | {cells(ours, lambda d: d.get(c, 0.0))} | {cells(ort, lambda d: d.get(c, 0.0))} |" for c in kinds]
+    return head + rows + [f"| total | {cells(ours, lambda d: sum(d.values()))} | {cells(ort, lambda d: sum(d.values()))} |"]
+
+
 def ort_profile(spec: str, threads: int, rounds: int) -> list[dict]:
     """ONNX Runtime's per-node times (its profiler; the fastest of ``rounds`` runs per node) of the
     same graph and weights as :func:`profile`: which of its kernels beat ours."""
@@ -185,8 +272,33 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json", help="write all rows here")
     ap.add_argument("--ort", action="store_true", help="also ONNX Runtime's per-node profile")
+    ap.add_argument("--classes", type=int, metavar="N",
+                    help="both runtimes at 1 and N threads, times summed by kind of kernel (instead of the kernel list)")
+    ap.add_argument("--out", help="with --classes: markdown file to write the table to")
+    ap.add_argument("--append", action="store_true", help="with --out: add this run's section")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "solverfuse-gemm-speed"))
     args = ap.parse_args(argv)
+    if args.classes:
+        # the four profiles in turn, PASSES times: a host moment that slows one of them (a vCPU
+        # taken away for a second) then costs it one pass, not its only one
+        n, each = args.classes, max(1, args.rounds // PASSES)
+        started, load0 = time.time(), os.getloadavg()[0]
+        ours: dict[int, list] = {1: [], n: []}
+        ort: dict[int, list] = {1: [], n: []}
+        for _ in range(PASSES):
+            for t in (1, n):
+                ours[t] = fastest(ours[t], profile(args.spec, t, each, args.strategy, args.cache), "group")
+                ort[t] = fastest(ort[t], ort_profile(args.spec, t, each), "name")
+        table = class_table({t: by_class(r) for t, r in ours.items()}, {t: by_class(r) for t, r in ort.items()}, n)
+        lines = machine.section(f"{args.spec}: speed-up from 1 to {n} threads by kind of kernel",
+                                f"Written by `benchmarks/zoo_profile.py --classes {n}`: per kernel (ours: a group "
+                                f"of the {args.strategy} plan; ORT: a node of its profile) the fastest of {PASSES} "
+                                f"passes x {each} runs, the four profiles in turn each pass; summed by kind.",
+                                started, load0, machine.describe()["cpu"], table, level="###")
+        if args.out:
+            write_results(args.out, lines, append=args.append)
+        print("\n".join(lines))
+        return 0
     rows = profile(args.spec, args.threads, args.rounds, args.strategy, args.cache)
     total = sum(r["secs"] for r in rows)
     print(f"{args.spec} {args.threads} thread(s): {len(rows)} kernels, sum of fastest {1e3 * total:.2f} ms "

@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from solverfuse import cost, zoo
 from solverfuse.hardware import load_hardware
 
@@ -139,3 +141,27 @@ def test_kernel_passes_times_each_pass_of_a_fused_kernel(tmp_path):
     assert all(len(th) == len(res["labels"]) and all(s > 0 for s in th) for th in res[1] + res[2])
     table = kp.report("cat", 0, 2, res)
     assert table[2].startswith("| pass | 1 thread ms | thread 0 ms | thread 1 ms |") and table[-2].startswith("| kernel |")
+
+
+def test_zoo_profile_sums_both_runtimes_by_kind_of_kernel(tmp_path):
+    """Our kernels and ONNX Runtime's profiled nodes of one graph are summed by kind: ORT's fused
+    Conv+Relu node counts as a Conv, its LRN as an LRN, and the table has a row per kind."""
+    pytest.importorskip("onnxruntime")
+    zp = _load("zoo_profile")
+    from solverfuse.graph import Graph
+    g = Graph.model_validate({
+        "name": "k", "inputs": ["x"], "outputs": ["z"],
+        "tensors": {"x": {"shape": [1, 8, 16, 16]}, "w": {"shape": [8, 8, 3, 3], "constant": True},
+                    "c": {"shape": [1, 8, 16, 16]}, "r": {"shape": [1, 8, 16, 16]}, "z": {"shape": [1, 8, 16, 16]}},
+        "nodes": [{"name": "conv", "op": "Conv", "inputs": ["x", "w"], "outputs": ["c"],
+                   "attributes": {"pads": [1, 1, 1, 1]}},
+                  {"name": "relu", "op": "Relu", "inputs": ["c"], "outputs": ["r"]},
+                  {"name": "lrn", "op": "LRN", "inputs": ["r"], "outputs": ["z"], "attributes": {"size": 3}}]})
+    zp.graph_for = lambda spec: g
+    ours = zp.by_class(zp.profile("k", 1, 2, "optimal", str(tmp_path)))
+    ort = zp.by_class(zp.ort_profile("k", 1, 2))
+    assert "Conv" in ours and set(ours) <= {"Conv", "LRN"} and all(s > 0 for s in ours.values())
+    assert {"Conv", "LRN"} <= set(ort), ort
+    table = zp.class_table({1: ours, 2: ours}, {1: ort, 2: ort}, 2)
+    assert len(table) == 2 + len(set(ours) | set(ort)) + 1
+    assert table[-1].startswith("| total |") and table[-1].endswith("| 1.00 |")
