@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -113,11 +114,19 @@ def instrument(model_c: str, clock: str = "CLOCK_MONOTONIC") -> str:
     return text.replace("int sf_run(void *const *B)", probe + "int sf_run(void *const *B)", 1)
 
 
+@functools.lru_cache(maxsize=None)
+def planned(spec: str, strategy: str):
+    """The graph of ``spec`` and its plan by ``strategy``, made once per process: ``--classes``
+    merges the same groups across its passes, and a solve stopped by its time limit could return
+    another partition the next time."""
+    g = graph_for(spec)
+    return g, (api.plan(g, HW, strategy="optimal", time_limit=20, workers=1) if strategy == "optimal"
+               else greedy_plan(g, HW, strategy))
+
+
 def profile(spec: str, threads: int, rounds: int, strategy: str, cache: str) -> list[dict]:
     """Per group: fastest seconds over ``rounds`` runs, ops, output shape, flops."""
-    g = graph_for(spec)
-    plan = (api.plan(g, HW, strategy="optimal", time_limit=20, workers=1) if strategy == "optimal"
-            else greedy_plan(g, HW, strategy))
+    g, plan = planned(spec, strategy)
     files = render(plan, g, threads=threads)
     files.pop("buffers.json")
     # at 1 thread the calling thread's CPU time: it leaves out the time other jobs held the core
