@@ -123,6 +123,12 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
     (False, 0.5, 0.0476)
     >>> compare_outputs({"y": np.array([np.inf, 1.0])}, {"y": np.array([np.inf, 1.0])})["outputs"]["y"]["why"]
     'the reference itself has 1 non-finite values (inf/nan) of 2: the data overflows'
+
+    An output whose every reference element is the same value (a model run with uniform fill
+    weights, say) is flagged: matching it says little about the kernels.
+
+    >>> compare_outputs({"y": np.zeros(4)}, {"y": np.zeros(4)})["outputs"]["y"]["reference_constant"]
+    0.0
     """
     per = {}
     for name, ref in want.items():
@@ -152,6 +158,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
             per[name]["reference_nonfinite"] = bad_ref
             per[name]["why"] = (f"the reference itself has {bad_ref} non-finite values (inf/nan) of "
                                 f"{b.size}: the data overflows{'' if ok else '; they differ from ours'}")
+        elif b.size > 1 and b.dtype.kind in "biuf" and np.all(b == b.flat[0]):
+            per[name]["reference_constant"] = b.flat[0].item()
     return {"ok": all(p["ok"] for p in per.values()),
             "max_abs_error": max((p["max_abs_error"] for p in per.values()), default=0.0),
             "max_rel_error": max((p["max_rel_error"] for p in per.values()), default=0.0),
@@ -271,6 +279,9 @@ def format_result(result: Mapping[str, Any]) -> str:
         for name, p in c["outputs"].items():
             if not p["ok"] or p.get("reference_nonfinite"):
                 lines.append(f"  {name!r}: {p.get('why') or 'max abs error %.3g' % p['max_abs_error']}")
+            if "reference_constant" in p:
+                lines.append(f"  note: every element of the reference {name!r} is {p['reference_constant']!r}, "
+                             f"so this match says little about the kernels (uniform fill weights?)")
     if "median_seconds" in result:
         lines.append(f"time: median {result['median_seconds'] * 1e3:.3f} ms over {len(result['times'])} runs")
     if "output_file" in result:

@@ -94,21 +94,38 @@ def test_plan_file_and_time_json(tmp_path):
     assert res["check"]["ok"]
 
 
-def test_onnx_model_input(tmp_path):
+def conv_relu_model(path, weights):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5, 5])
-    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 2, 3, 3],
-                           np.linspace(-1, 1, 54, dtype=np.float32).tolist())
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 2, 3, 3], weights)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
     model = helper.make_model(helper.make_graph(nodes, "convrelu", [x], [y], [w]),
                               opset_imports=[helper.make_opsetid("", 13)])
-    onnx.save(model, tmp_path / "m.onnx")
-    r = invoke(tmp_path / "m.onnx", "--check", "--engine", "reference", "-o", tmp_path / "o.npz")
+    onnx.save(model, path)
+    return path
+
+
+def test_onnx_model_input(tmp_path):
+    model = conv_relu_model(tmp_path / "m.onnx", np.linspace(-1, 1, 54, dtype=np.float32).tolist())
+    r = invoke(model, "--check", "--engine", "reference", "-o", tmp_path / "o.npz")
     assert r.exit_code == 0, r.output
     assert "check vs reference: OK" in r.output
+    assert "says little" not in r.output
     with np.load(tmp_path / "o.npz") as f:
         assert f["y"].shape == (1, 3, 5, 5) and (f["y"] >= 0).all() and f["y"].max() > 0
+
+
+def test_a_constant_reference_output_is_flagged(tmp_path):
+    """All-zero weights (a light model's fill) make every output element 0: the check passes, and
+    says the match proves little."""
+    model = conv_relu_model(tmp_path / "zero.onnx", [0.0] * 54)
+    r = invoke(model, "--check", "--engine", "reference")
+    assert r.exit_code == 0, r.output
+    assert "check vs reference: OK" in r.output
+    assert "every element of the reference 'y' is 0.0, so this match says little" in r.output
+    r = invoke(model, "--check", "--engine", "reference", "--json")
+    assert last_json(r.output)["check"]["outputs"]["y"]["reference_constant"] == 0.0
 
 
 def test_check_mismatch_exits_1(odd_graph, monkeypatch):
