@@ -41,7 +41,8 @@ from solverfuse.hardware import load_hardware  # noqa: E402
 from solverfuse.plans import build_plan  # noqa: E402
 from solverfuse.tvm import (apply_plan, build, count_kernels, edge_agreement, fuse_ops,  # noqa: E402
                             fuseops_partition, median_seconds, partition_problems, prepare, run)
-from solverfuse.tvm.build import materialise_weights, seeded_inputs  # noqa: E402
+from solverfuse.light import seeded_weights  # noqa: E402
+from solverfuse.tvm.build import seeded_inputs  # noqa: E402
 
 LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
          "squeezenet", "vgg19", "zfnet512"]
@@ -58,7 +59,7 @@ def model_paths(names: list[str] | None) -> list[tuple[str, Path]]:
 
 
 def bench(name: str, path: Path, do_build: bool, repeat: int) -> dict:
-    model = materialise_weights(onnx.load(path), seed=0)
+    model = seeded_weights(onnx.load(path), seed=0)
     t0 = time.perf_counter()
     prep = prepare(model)
     g = prep.graph

@@ -27,12 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
+from solverfuse.light import LIGHTENED_KEY
+
 MODELS_DIR = Path(__file__).resolve().parent / "data" / "models"
 LIGHT_BYTES = 1024
 #: Gain of seeded conv weights: keeps the signal alive through SiLU/sigmoid gates when the
 #: exporter has folded BatchNorm away (no normalisation left to rescale it).
 CONV_GAIN = 1.7
-_KEY = "solverfuse.lightened"
+_KEY = LIGHTENED_KEY
 
 
 def model_names() -> list[str]:
@@ -79,56 +81,25 @@ def lighten(model):
 def materialise(model, seed: int = 0, scale: float = 0.05):
     """A copy of a lightened model with seeded random data in place of each light initializer.
 
-    Data depend only on (seed, tensor name); weights are N(0, 1/fan_in) so activations keep
-    their scale through the network; 1-D ones (norm scales, variances) get 1 + N(0, scale).
+    The placeholders get :func:`solverfuse.light.seeded_weights` data (depending only on (seed,
+    tensor name)) with conv filters at :data:`CONV_GAIN`, 1-D tensors 1 + N(0, scale^2).
     """
-    import hashlib
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
+    from solverfuse.light import seeded_array, seeded_weights
     if isinstance(model, (str, Path)):
         model = onnx.load(str(model))
-    props = {p.key: p.value for p in model.metadata_props}
-    names = set(json.loads(props.get(_KEY, "[]")))
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    made, kept = [], []
-    for n in g.node:
-        if n.op_type == "ConstantOfShape" and n.output[0] in names:
-            val = helper.get_attribute_value(n.attribute[0])
-            dtype = numpy_helper.to_array(val).dtype
-            shape = next(numpy_helper.to_array(helper.get_attribute_value(c.attribute[0]))
-                         for c in model.graph.node if c.output and c.output[0] == n.input[0])
-            digest = int.from_bytes(hashlib.sha256(n.output[0].encode()).digest()[:8], "little")
-            rng = np.random.default_rng([seed, digest])
-            dims = tuple(int(d) for d in shape)
-            if len(dims) >= 3:  # conv weight (O, I/group, k...): N(0, CONV_GAIN^2/fan_in)
-                std = CONV_GAIN / np.sqrt(np.prod(dims[1:]))
-            elif len(dims) == 2:  # linear or embedding, either layout
-                std = 1 / np.sqrt(max(dims))
-            else:
-                std = scale
-            arr = rng.standard_normal(dims) * std
-            if arr.ndim == 1:  # norm scales, variances, biases: around 1 (positive variances)
-                arr = arr + 1.0
-            made.append(numpy_helper.from_array(arr.astype(dtype), n.output[0]))
-        else:
-            kept.append(n)
+    out = seeded_weights(model, seed, gain=CONV_GAIN, scale=scale)
+    names = set(json.loads({p.key: p.value for p in model.metadata_props}.get(_KEY, "[]")))
     # Convolution weights small enough to stay in the light file get seeded data too: the dynamo
     # exporter folds BatchNorm into them, and the folded values of a fresh model vanish (~1e-5).
+    g = out.graph
     conv_w = {n.input[1] for n in g.node if n.op_type == "Conv" and len(n.input) > 1}
     for i, init in enumerate(g.initializer):
         if init.name in conv_w and init.name not in names:
             arr = numpy_helper.to_array(init)
-            digest = int.from_bytes(hashlib.sha256(init.name.encode()).digest()[:8], "little")
-            fresh = np.random.default_rng([seed, digest]).standard_normal(arr.shape) * \
-                (CONV_GAIN / np.sqrt(np.prod(arr.shape[1:])))
-            g.initializer[i].CopyFrom(numpy_helper.from_array(fresh.astype(arr.dtype), init.name))
-    shape_names = {n.input[0] for n in g.node if n.op_type == "ConstantOfShape" and n.output[0] in names}
-    kept = [n for n in kept if not (n.op_type == "Constant" and n.output[0] in shape_names)]
-    del g.node[:]
-    g.node.extend(kept)
-    g.initializer.extend(made)
+            fresh = seeded_array(init.name, arr.shape, arr.dtype, seed, gain=CONV_GAIN)
+            g.initializer[i].CopyFrom(numpy_helper.from_array(fresh, init.name))
     return out
 
 

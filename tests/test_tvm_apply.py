@@ -14,7 +14,8 @@ from onnx import TensorProto, helper  # noqa: E402
 from solverfuse.api import plan as make_plan  # noqa: E402
 from solverfuse.plans import build_plan  # noqa: E402
 from solverfuse.tvm import apply_plan, build, count_kernels, fuse_ops, prepare, run  # noqa: E402
-from solverfuse.tvm.build import materialise_weights, seeded_inputs  # noqa: E402
+from solverfuse.light import seeded_weights  # noqa: E402
+from solverfuse.tvm.build import seeded_inputs  # noqa: E402
 
 from .conftest import light_model_path  # noqa: E402
 from .test_tvm_real import exported_models  # noqa: E402
@@ -63,7 +64,7 @@ def test_multi_output_group_matches_onnxruntime():
 
 
 def test_optimal_plan_on_squeezenet_matches_onnxruntime():
-    model = materialise_weights(onnx.load(light_model_path("squeezenet")), seed=0)
+    model = seeded_weights(onnx.load(light_model_path("squeezenet")), seed=0)
     prep, plan, fused = check(model, lambda g: make_plan(g, "nvidia-h100", strategy="optimal",
                                                          time_limit=5, workers=1))
     # one TVM kernel per plan group, give or take the ops TVM lowers to several kernels
@@ -75,7 +76,7 @@ def test_optimal_plan_on_transformer_exports_matches_onnxruntime():
     if not paths:
         pytest.skip("no transformer exports under tests/data/models")
     for p in paths:
-        model = materialise_weights(onnx.load(p), seed=0)
+        model = seeded_weights(onnx.load(p), seed=0)
         with np.load(p.with_suffix(".inputs.npz")) as f:
             named = {k: f[k] for k in f.files}
         graph_inputs = [i.name for i in model.graph.input if i.name in named]

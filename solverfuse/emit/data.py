@@ -49,8 +49,12 @@ POSITIVE_INPUTS = {("BatchNormalization", 4), ("Div", 1), ("Mod", 1), ("Sqrt", 0
                    ("Pow", 0), ("Reciprocal", 0)}
 
 
-def _rng(name: str, seed: int) -> np.random.Generator:
-    """A generator seeded by (seed, tensor name): the data of a tensor never depends on others."""
+def tensor_rng(name: str, seed: int) -> np.random.Generator:
+    """A generator seeded by (seed, tensor name): the data of a tensor never depends on others.
+
+    >>> tensor_rng("w", 0).random() == tensor_rng("w", 0).random() != tensor_rng("b", 0).random()
+    True
+    """
     digest = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
     return np.random.default_rng([seed & 0xFFFFFFFF, digest])
 
@@ -130,7 +134,7 @@ def random_tensor(graph: Graph, tensor: str, seed: int = 0, *, scale: float = 1.
 def _random_values(graph: Graph, tensor: str, seed: int, scale: float) -> np.ndarray:
     t = graph.tensors[tensor]
     shape, dt = tuple(t.shape), np_dtype(t.dtype)
-    rng = _rng(tensor, seed)
+    rng = tensor_rng(tensor, seed)
     uses = _uses(graph, tensor)
     if dt == np.bool_:
         return rng.random(shape) < 0.5

@@ -8,53 +8,6 @@ from tvm import relax
 
 from .fuseops import OPT_LEVEL, TARGET
 
-#: metadata key naming the ConstantOfShape weights of a lightened transformer export
-LIGHTENED_KEY = "solverfuse.lightened"
-
-
-def materialise_weights(model, seed: int = 0):
-    """A copy of a "light" ONNX model whose ConstantOfShape weights hold seeded random data.
-
-    The onnx package's light models (and lightened exports, which list their weights under
-    :data:`LIGHTENED_KEY`) store every weight as one repeated value, which makes most outputs
-    uniform whatever the kernels compute; numerics checks need real data. Weights of rank >= 2
-    get N(0, 1/fan_in) (fan-in = product of all but the first dim, or the larger dim of a matrix),
-    1-D ones (biases, norm scales, BatchNorm statistics) 1 + U(-0.1, 0.1), so variances stay positive.
-    """
-    import json
-    import onnx
-    from onnx import helper, numpy_helper
-    props = {p.key: p.value for p in model.metadata_props}
-    listed = set(json.loads(props[LIGHTENED_KEY])) if LIGHTENED_KEY in props else None
-    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    rng = np.random.default_rng(seed)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    nodes, made = [], []
-    for n in out.graph.node:
-        value = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "value"), None)
-        dtype = numpy_helper.to_array(value).dtype if value is not None else np.dtype(np.float32)
-        wanted = n.output[0] in listed if listed is not None else dtype.kind == "f"
-        if n.op_type == "ConstantOfShape" and wanted and n.input[0] in consts:
-            dims = tuple(int(d) for d in consts[n.input[0]])
-            if len(dims) >= 2:
-                fan = max(dims) if len(dims) == 2 else int(np.prod(dims[1:]))
-                arr = rng.standard_normal(dims) / np.sqrt(max(fan, 1))
-            else:
-                arr = 1.0 + rng.uniform(-0.1, 0.1, dims)
-            made.append(numpy_helper.from_array(arr.astype(dtype), n.output[0]))
-        else:
-            nodes.append(n)
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.initializer.extend(made)
-    if out.ir_version < 4:  # initializers must also be graph inputs there
-        out.graph.input.extend(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in made)
-    return out
-
 
 def seeded_inputs(graph, seed: int = 0) -> list[np.ndarray]:
     """Random inputs for a solverfuse Graph's inputs: N(0, 1) floats, integers in [0, 8)."""
