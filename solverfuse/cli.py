@@ -204,6 +204,7 @@ def run_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
             repeats: int = typer.Option(10, "--repeats", min=1, help="runs for --time"),
             seed: int = typer.Option(0, "--seed", help="seed of random inputs/constants and the solver"),
             time_limit: float = typer.Option(10.0, "--time-limit", help="solver time limit (seconds)"),
+            seeded_weights: bool = typer.Option(False, "--seeded-weights", help="a light ONNX model's placeholder weights (ConstantOfShape) get seeded random data, in the run and the check alike"),
             as_json: bool = typer.Option(False, "--json", help="print one JSON object")):
     """Compile a plan to C, run it, write outputs; optionally check numerics and time it.
 
@@ -218,7 +219,8 @@ def run_cmd(graph: Path = typer.Argument(..., help="graph JSON or ONNX model"),
         fail(f"unknown engine {engine!r} (auto, reference, onnxruntime)")
     result = run_graph(graph, plan_path=plan, strategy=strategy, hardware=hardware, inputs=inputs,
                        output=output, seed=seed, threads=threads, check=check, engine=engine,
-                       rtol=rtol, atol=atol, time=time, repeats=repeats, time_limit=time_limit)
+                       rtol=rtol, atol=atol, time=time, repeats=repeats, time_limit=time_limit,
+                       seeded_weights=seeded_weights)
     result.pop("arrays", None)
     emit_json(result) if as_json else typer.echo(format_result(result))
     if check and not result["check"]["ok"]:

@@ -8,7 +8,9 @@ written atomically (:func:`save_outputs`).
 
 Constants run with their real data (values, fills, the weights file or the ONNX model's
 initializers); only constants without any data get seeded random data, and the result counts them
-(``random_constants``). ``check`` compares every graph output with ONNX Runtime run on the ONNX
+(``random_constants``). A light ONNX model's placeholder weights (one repeated value each) run as
+they are unless ``seeded_weights`` asks for seeded data in their place (:mod:`solverfuse.light`).
+``check`` compares every graph output with ONNX Runtime run on the ONNX
 model file itself when the graph was given as one (``engine="auto"``), else with ONNX's reference
 evaluator (small graphs) or ONNX Runtime on the graph converted back to ONNX: an output passes
 when ``|got - want| <= atol + rtol * |want|`` elementwise (NumPy's
@@ -29,7 +31,7 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import EmitError, ResourceError, SolverfuseError
+from .errors import EmitError, GraphError, ResourceError, SolverfuseError
 from .files import atomic_path
 from .graph import Graph
 from .sources import load_graph
@@ -189,19 +191,44 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
               output: Union[None, str, os.PathLike] = None, seed: int = 0, threads: int = 1,
               check: bool = False, engine: str = "auto", rtol: float = RTOL, atol: float = ATOL,
               time: bool = False, repeats: int = 10, time_limit: float = 10.0, workers: int = 1,
-              cache_dir=None) -> dict[str, Any]:
+              cache_dir=None, seeded_weights: bool = False) -> dict[str, Any]:
     """Plan (or load a plan), compile, run, optionally check and time; a JSON-ready result.
 
     Keys: ``graph``, ``strategy``, ``status``, ``groups``, ``traffic_bytes``, ``outputs``
-    (name -> shape), ``output_file``; with ``check``: ``check`` (see :func:`compare`) plus
-    ``engine``; with ``time``: ``median_seconds``, ``times``. The arrays are in ``result["arrays"]``
-    (dropped by the CLI before printing).
+    (name -> shape), ``output_file``, ``light_weights`` (an ONNX model's placeholder weights,
+    :func:`solverfuse.light.light_weights`), ``seeded_weights``; with ``check``: ``check`` (see
+    :func:`compare`) plus ``engine``; with ``time``: ``median_seconds``, ``times``. The arrays are
+    in ``result["arrays"]`` (dropped by the CLI before printing). ``seeded_weights``: a light ONNX
+    model's placeholders get :func:`solverfuse.light.seeded_weights` data (from ``seed``), in our
+    run and in the check's reference alike.
     """
     from .emit.build import compile_plan
     from .emit.data import constants, random_inputs, without_data
     model_file = Path(graph) if isinstance(graph, (str, os.PathLike)) and \
         str(graph).lower().endswith(".onnx") else None
+    if seeded_weights and model_file is None:
+        raise GraphError(f"{graph}: seeded weights replace a light ONNX model's placeholders; "
+                         f"this is not an ONNX model file")
     g = load_graph(graph)
+    reference_model: Any = model_file
+    light: list[str] = []
+    if model_file is not None:
+        import onnx
+        from .light import light_weights, seeded_weights as seeded
+        model = onnx.load(str(model_file), load_external_data=False)
+        light = light_weights(model)
+        if seeded_weights:
+            if not light:
+                raise GraphError(f"{model_file}: no light placeholder weights (ConstantOfShape) to seed: "
+                                 f"the model carries its own weights")
+            from .emit.data import random_tensor
+            from .onnx_import import import_onnx
+            # in the domain each weight's consumers need (fan-in scaled, positive variances), as
+            # far as the imported graph still has the placeholder (not folded into another constant)
+            domain = {t: random_tensor(g, t, seed, scale=0.1) for t in light
+                      if t in g.tensors and g.tensors[t].constant}
+            reference_model = seeded(model, seed, arrays=domain)
+            g = import_onnx(reference_model, name=g.name)
     hw = load_hardware(hardware)
     plan = get_plan(g, hw, plan_path=plan_path, strategy=strategy, time_limit=time_limit,
                     workers=workers, seed=seed)
@@ -221,13 +248,14 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     result: dict[str, Any] = {
         "graph": g.name, "strategy": plan.strategy, "status": plan.status, "hardware": plan.hardware,
         "groups": len(plan.groups), "traffic_bytes": plan.traffic_bytes, "threads": threads,
-        "outputs": {k: list(v.shape) for k, v in arrays.items()}, "random_constants": random_consts}
+        "outputs": {k: list(v.shape) for k, v in arrays.items()}, "random_constants": random_consts,
+        "light_weights": len(light), "seeded_weights": len(light) if seeded_weights else 0}
     if check:
         from .emit.reference import reference_outputs
         eng = "onnxruntime-model" if model_file is not None and engine in ("auto", "onnxruntime") \
             else choose_engine(g, engine)
         try:
-            want = model_outputs(model_file, feeds, g.outputs) if eng == "onnxruntime-model" else \
+            want = model_outputs(reference_model, feeds, g.outputs) if eng == "onnxruntime-model" else \
                 reference_outputs(g, feeds, consts, eng)
         except SolverfuseError:
             raise
@@ -247,16 +275,18 @@ def run_graph(graph: Union[Graph, str, os.PathLike, dict], *, plan_path=None, st
     return result
 
 
-def model_outputs(model: Union[str, os.PathLike], feeds: Mapping[str, np.ndarray],
+def model_outputs(model: Union[str, os.PathLike, Any], feeds: Mapping[str, np.ndarray],
                   names: list[str]) -> dict[str, np.ndarray]:
-    """Run the ONNX model file itself (its own weights) with ONNX Runtime: the reference for a
-    graph imported from it. Graph optimisations off and one thread, so it is faithful and quiet."""
+    """Run the ONNX model file itself (its own weights; or an ``onnx.ModelProto``) with ONNX
+    Runtime: the reference for a graph imported from it. Graph optimisations off and one thread,
+    so it is faithful and quiet."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    source = str(model) if isinstance(model, (str, os.PathLike)) else model.SerializeToString()
+    sess = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
     wanted = {i.name for i in sess.get_inputs()}
     outs = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
     return dict(zip(names, outs))
@@ -268,6 +298,12 @@ def format_result(result: Mapping[str, Any]) -> str:
              f"{result['groups']} kernels, {result['traffic_bytes']} bytes planned traffic"]
     for name, shape in result["outputs"].items():
         lines.append(f"  output {name!r} {shape}")
+    if result.get("seeded_weights"):
+        lines.append(f"note: the model's {result['seeded_weights']} light placeholder weights ran with seeded "
+                     f"random data{' (the check reference too)' if 'check' in result else ''}")
+    elif result.get("light_weights"):
+        lines.append(f"note: {result['light_weights']} weights of this model are light placeholders (one repeated "
+                     f"value each); --seeded-weights gives them seeded random data")
     if result.get("random_constants"):
         lines.append(f"note: {result['random_constants']} constants have no data in the graph and ran "
                      f"with seeded random data")
