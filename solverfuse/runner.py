@@ -126,11 +126,15 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
     >>> compare_outputs({"y": np.array([np.inf, 1.0])}, {"y": np.array([np.inf, 1.0])})["outputs"]["y"]["why"]
     'the reference itself has 1 non-finite values (inf/nan) of 2: the data overflows'
 
-    An output whose every reference element is the same value (a model run with uniform fill
-    weights, say) is flagged: matching it says little about the kernels.
+    An output whose reference is flat -- at most 1% of its elements (none, for a model run with
+    uniform fill weights; one, for a saturated softmax) away from its median beyond the tolerance --
+    is flagged (``reference_flat``: that median and the count): matching it says little about the
+    kernels.
 
-    >>> compare_outputs({"y": np.zeros(4)}, {"y": np.zeros(4)})["outputs"]["y"]["reference_constant"]
-    0.0
+    >>> compare_outputs({"y": np.zeros(4)}, {"y": np.zeros(4)})["outputs"]["y"]["reference_flat"]
+    {'value': 0.0, 'informative': 0}
+    >>> "reference_flat" in compare_outputs({"y": np.arange(4.0)}, {"y": np.arange(4.0)})["outputs"]["y"]
+    False
     """
     per = {}
     for name, ref in want.items():
@@ -160,12 +164,23 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
             per[name]["reference_nonfinite"] = bad_ref
             per[name]["why"] = (f"the reference itself has {bad_ref} non-finite values (inf/nan) of "
                                 f"{b.size}: the data overflows{'' if ok else '; they differ from ours'}")
-        elif b.size > 1 and b.dtype.kind in "biuf" and np.all(b == b.flat[0]):
-            per[name]["reference_constant"] = b.flat[0].item()
+        elif b.size > 1 and b.dtype.kind in "biuf":
+            flat = _flat(b, rtol, atol)
+            if flat is not None:
+                per[name]["reference_flat"] = flat
     return {"ok": all(p["ok"] for p in per.values()),
             "max_abs_error": max((p["max_abs_error"] for p in per.values()), default=0.0),
             "max_rel_error": max((p["max_rel_error"] for p in per.values()), default=0.0),
             "rtol": rtol, "atol": atol, "outputs": per}
+
+
+def _flat(ref: np.ndarray, rtol: float, atol: float) -> Optional[dict]:
+    """``{"value": median, "informative": count}`` when at most 1% of ``ref``'s elements are away
+    from its median beyond the tolerance (integers: differ from it), else None."""
+    med = np.median(ref) if ref.dtype.kind == "f" else ref.flat[0]
+    away = ~np.isclose(ref, med, rtol=rtol, atol=atol) if ref.dtype.kind == "f" else ref != med
+    count = int(np.count_nonzero(away))
+    return {"value": med.item(), "informative": count} if count <= ref.size // 100 else None
 
 
 def choose_engine(graph: Graph, engine: str = "auto") -> str:
@@ -315,9 +330,14 @@ def format_result(result: Mapping[str, Any]) -> str:
         for name, p in c["outputs"].items():
             if not p["ok"] or p.get("reference_nonfinite"):
                 lines.append(f"  {name!r}: {p.get('why') or 'max abs error %.3g' % p['max_abs_error']}")
-            if "reference_constant" in p:
-                lines.append(f"  note: every element of the reference {name!r} is {p['reference_constant']!r}, "
-                             f"so this match says little about the kernels (uniform fill weights?)")
+            flat = p.get("reference_flat")
+            if flat and flat["informative"] == 0:
+                lines.append(f"  note: every element of the reference {name!r} is {flat['value']:.6g} within the "
+                             f"tolerance, so this match says little about the kernels (uniform fill weights?)")
+            elif flat:
+                lines.append(f"  note: only {flat['informative']} element(s) of the reference {name!r} are away from "
+                             f"{flat['value']:.6g} beyond the tolerance, so this match says little about the kernels "
+                             f"(a saturated softmax?)")
     if "median_seconds" in result:
         lines.append(f"time: median {result['median_seconds'] * 1e3:.3f} ms over {len(result['times'])} runs")
     if "output_file" in result:

@@ -123,9 +123,22 @@ def test_a_constant_reference_output_is_flagged(tmp_path):
     r = invoke(model, "--check", "--engine", "reference")
     assert r.exit_code == 0, r.output
     assert "check vs reference: OK" in r.output
-    assert "every element of the reference 'y' is 0.0, so this match says little" in r.output
+    assert "every element of the reference 'y' is 0 within the tolerance, so this match says little" in r.output
     r = invoke(model, "--check", "--engine", "reference", "--json")
-    assert last_json(r.output)["check"]["outputs"]["y"]["reference_constant"] == 0.0
+    assert last_json(r.output)["check"]["outputs"]["y"]["reference_flat"] == {"value": 0.0, "informative": 0}
+
+
+def test_a_saturated_softmax_reference_is_flagged():
+    """One class at ~1 and 999 at ~0 (a deep net on random weights): only one element is
+    informative. A softmax over 1000 values spread beyond the tolerance is not flagged."""
+    from solverfuse.runner import compare_outputs
+    onehot = np.full(1000, 1e-12)
+    onehot[7] = 1.0
+    flat = compare_outputs({"y": onehot}, {"y": onehot})["outputs"]["y"]["reference_flat"]
+    assert flat["informative"] == 1 and flat["value"] == pytest.approx(1e-12)
+    spread = np.exp(np.linspace(-3, 3, 1000))
+    spread /= spread.sum()
+    assert "reference_flat" not in compare_outputs({"y": spread}, {"y": spread}, atol=1e-6)["outputs"]["y"]
 
 
 def test_check_mismatch_exits_1(odd_graph, monkeypatch):
