@@ -62,7 +62,8 @@ def seeded_array(name: str, dims: tuple, dtype, seed: int = 0, *, gain: float = 
     """Seeded data for the weight ``name``: it depends only on (seed, name), not on the model's
     node order. Rank >= 3 (conv filters ``(O, I/group, k...)``): N(0, gain^2 / fan_in); rank 2
     (linear or embedding, either layout): N(0, 1 / larger dim); rank 1 (norm scales, biases,
-    BatchNorm statistics): 1 + N(0, scale^2), so variances stay positive; rank 0: N(0, scale^2).
+    BatchNorm statistics): 1 + N(0, scale^2), so variances stay positive (at the default scale, 1
+    is 20 standard deviations from 0); rank 0: N(0, scale^2).
 
     >>> a = seeded_array("w", (8, 4, 3, 3), np.float32)
     >>> a.dtype, bool(np.array_equal(a, seeded_array("w", (8, 4, 3, 3), np.float32))), bool(abs(a.std() - 0.236) < 0.05)

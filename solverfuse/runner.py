@@ -176,8 +176,13 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
 
 def _flat(ref: np.ndarray, rtol: float, atol: float) -> Optional[dict]:
     """``{"value": median, "informative": count}`` when at most 1% of ``ref``'s elements are away
-    from its median beyond the tolerance (integers: differ from it), else None."""
-    med = np.median(ref) if ref.dtype.kind == "f" else ref.flat[0]
+    from its median beyond the tolerance (integers and booleans: differ from its commonest value),
+    else None."""
+    if ref.dtype.kind == "f":
+        med = np.median(ref)
+    else:
+        values, counts = np.unique(ref, return_counts=True)
+        med = values[np.argmax(counts)]
     away = ~np.isclose(ref, med, rtol=rtol, atol=atol) if ref.dtype.kind == "f" else ref != med
     count = int(np.count_nonzero(away))
     return {"value": med.item(), "informative": count} if count <= ref.size // 100 else None
